@@ -1,0 +1,55 @@
+# FakeGPU: the README's two commands are `make demo` and `make test`; each installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: all install native catalog test test-fast lint demo images bench clean
+
+all: install native
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[test]'
+	touch $@
+
+install: $(STAMP)
+
+# The native shims (libnvidia-ml, CUDA libraries, nvidia-smi); skipped cleanly while native/ has no Makefile.
+native: $(STAMP)
+	@if [ -f native/Makefile ]; then $(MAKE) -C native PYTHON=$(abspath $(PY)); else echo "native: nothing to build yet"; fi
+
+# Recompile fakegpu/data/catalog.{json,tbl} from profiles/*.yaml (validates schema and invariants).
+catalog: $(STAMP)
+	$(PY) -m fakegpu.profiles.compile
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check fakegpu tests bench tools
+
+# Every test, Docker and native ones included. pytest's "no tests collected" (exit 5) is a failure here.
+test: all
+	$(PY) -m fakegpu.profiles.compile --check
+	$(VENV)/bin/ruff check fakegpu tests bench tools
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The fast subset: no Docker, no torch.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not docker and not torch and not slow" $(PYTEST_ARGS)
+
+demo: all
+	$(VENV)/bin/fakegpu devices "a100:2,h100"
+	@echo
+	$(VENV)/bin/fakegpu doctor || true
+
+images: all
+	@if [ -x images/build.sh ]; then images/build.sh; else echo "images: nothing to build yet"; fi
+
+bench: all
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info native/build .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,3 @@
+from fakegpu.cli.main import main
+
+main()

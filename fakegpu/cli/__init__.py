@@ -1,0 +1,1 @@
+"""The `fakegpu` command line: one module per command group, assembled in main.py."""

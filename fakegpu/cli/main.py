@@ -1,0 +1,36 @@
+"""Assembles the `fakegpu` command from the command-group modules; holds no command logic itself."""
+
+from __future__ import annotations
+
+import typer
+
+from fakegpu import __version__
+from fakegpu.cli import devices, doctor, profiles
+
+app = typer.Typer(
+    name="fakegpu",
+    help="Configurable fake NVIDIA GPUs for containers, CI and capacity planning on machines without one.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(profiles.app, name="profiles")
+app.command("devices")(devices.devices)
+app.command("doctor")(doctor.doctor)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"fakegpu {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """FakeGPU command line."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,70 @@
+"""One fake GPU: a profile plus the identity a real board has in a machine (index, UUID, PCI address, serial).
+
+Identities are derived from (seed, index, profile id) with SHA-256, so the same spec and seed give the same
+devices on every run and every host, and FAKEGPU_SEED (e.g. a node rank) gives each node its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from fakegpu.profiles import Profile
+
+# PCI bus numbers of the eight GPUs in an HGX/DGX baseboard, in NVML's index order; larger specs take the
+# next PCI domain, as multi-domain hosts do.
+_BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+
+
+def _digest(seed: str, index: int, profile_id: str) -> bytes:
+    return hashlib.sha256(f"fakegpu:{seed}:{index}:{profile_id}".encode()).digest()
+
+
+@dataclass(frozen=True)
+class Device:
+    index: int
+    profile: Profile
+    uuid: str
+    serial: str
+    pci_domain: int
+    pci_bus: int
+    pci_device: int = 0
+    pci_function: int = 0
+
+    @classmethod
+    def create(cls, index: int, profile: Profile, seed: str) -> Device:
+        h = _digest(seed, index, profile.id).hex()
+        uuid = f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        # Real serials are 13 decimal digits starting with 1 (e.g. 1650521004857).
+        serial = "1" + str(int(h[32:48], 16) % 10**12).zfill(12)
+        domain, slot = divmod(index, len(_BUS_NUMBERS))
+        return cls(index, profile, uuid, serial, pci_domain=domain, pci_bus=_BUS_NUMBERS[slot])
+
+    @property
+    def minor_number(self) -> int:
+        """The N of /dev/nvidiaN."""
+        return self.index
+
+    @property
+    def pci_bus_id(self) -> str:
+        """NVML's busId form: 8-digit domain, as nvidia-smi prints it."""
+        return f"{self.pci_domain:08X}:{self.pci_bus:02X}:{self.pci_device:02X}.{self.pci_function:X}"
+
+    @property
+    def pci_bus_id_legacy(self) -> str:
+        """NVML's busIdLegacy form (4-digit domain), as sysfs and torch print it."""
+        return f"{self.pci_domain:04X}:{self.pci_bus:02X}:{self.pci_device:02X}.{self.pci_function:X}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "profile": self.profile.id,
+            "name": self.profile.name,
+            "uuid": self.uuid,
+            "serial": self.serial,
+            "pci_bus_id": self.pci_bus_id,
+            "minor_number": self.minor_number,
+            "memory_total_bytes": self.profile.memory_total_bytes,
+            "compute_capability": self.profile.data["compute_capability"],
+        }

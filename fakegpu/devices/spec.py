@@ -1,0 +1,72 @@
+"""The one parser of the device-spec grammar (FAKEGPU_DEVICES).
+
+    spec  := part ("," part)*
+    part  := name [":" count]        name: profile id, alias or board name; count: 1..64 (default 1)
+
+Parts keep their order, so 'a100-sxm4-80gb:2,l4:1' gives indices 0-1 on A100 and 2 on L4. Whether an
+environment asks for devices at all (unset, empty, 'void', 'none') is the caller's question, not the grammar's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from fakegpu.devices.device import Device
+from fakegpu.errors import InvalidDeviceSpec
+from fakegpu.profiles import Catalog, Profile, load_catalog
+
+MAX_DEVICES = 64
+DEFAULT_SEED = "0"
+_COUNT = re.compile(r"^[0-9]+$")
+# Board names contain spaces and dashes but never ':' or ','; anything else odd is garbage, not a typo.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
+
+
+def parse_spec(spec: str, catalog: Catalog | None = None) -> list[tuple[Profile, int]]:
+    """Split a spec into ordered (profile, count) parts, or raise InvalidDeviceSpec naming the bad part."""
+    catalog = catalog or load_catalog()
+    if not spec or not spec.strip():
+        raise InvalidDeviceSpec(spec, spec, "the spec is empty")
+    parts: list[tuple[Profile, int]] = []
+    total = 0
+    for position, raw in enumerate(spec.split(","), start=1):
+        part = raw.strip()
+        if not part:
+            raise InvalidDeviceSpec(spec, raw, f"part {position} is empty (stray comma?)")
+        name, sep, count_text = part.partition(":")
+        name, count_text = name.strip(), count_text.strip()
+        if not name:
+            raise InvalidDeviceSpec(spec, part, "no profile name before ':'")
+        if not _NAME.match(name):
+            raise InvalidDeviceSpec(spec, part, f"{name!r} is not a profile name")
+        profile = catalog.find(name)
+        if profile is None:
+            raise InvalidDeviceSpec(spec, part, f"unknown profile {name!r}", catalog.suggest(name))
+        count = 1
+        if sep:
+            if not _COUNT.match(count_text):
+                raise InvalidDeviceSpec(spec, part, f"count {count_text!r} is not a whole number")
+            count = int(count_text)
+            if not 1 <= count <= MAX_DEVICES:
+                raise InvalidDeviceSpec(spec, part, f"count {count} is outside 1..{MAX_DEVICES}")
+        total += count
+        if total > MAX_DEVICES:
+            raise InvalidDeviceSpec(spec, part, f"the spec asks for {total} devices; at most {MAX_DEVICES} in all")
+        parts.append((profile, count))
+    return parts
+
+
+def effective_seed(seed: str | None = None) -> str:
+    """The seed given, else FAKEGPU_SEED, else DEFAULT_SEED."""
+    return seed if seed is not None else (os.environ.get("FAKEGPU_SEED") or DEFAULT_SEED)
+
+
+def resolve_devices(spec: str, seed: str | None = None, catalog: Catalog | None = None) -> list[Device]:
+    """The ordered devices a spec describes, with identities from `effective_seed(seed)`."""
+    seed = effective_seed(seed)
+    devices: list[Device] = []
+    for profile, count in parse_spec(spec, catalog):
+        for _ in range(count):
+            devices.append(Device.create(len(devices), profile, seed))
+    return devices

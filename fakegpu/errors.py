@@ -1,0 +1,73 @@
+"""The error tree of FakeGPU: one root, subclasses that carry what a user needs to fix the input."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+# Named exit codes, so scripts can tell bad input from a failed check or an internal fault.
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_CHECK_FAILED = 3
+
+
+class FakeGPUError(Exception):
+    """Root of every error FakeGPU raises on purpose; the CLI catches it once and exits with `exit_code`."""
+
+    exit_code = EXIT_FAILURE
+    code = "error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CatalogError(FakeGPUError):
+    """The GPU catalog (profiles/ or its compiled form) is missing or breaks the schema or an invariant."""
+
+    code = "catalog-invalid"
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        detail = "".join(f"\n  - {p}" for p in problems)
+        super().__init__(message + detail)
+        self.problems = list(problems)
+
+
+class UnknownProfile(FakeGPUError):
+    """A name that is no profile id, alias or board name."""
+
+    exit_code = EXIT_USAGE
+    code = "unknown-profile"
+
+    def __init__(self, name: str, suggestions: Sequence[str]) -> None:
+        hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
+        super().__init__(
+            f"unknown GPU profile {name!r}.{hint} (`fakegpu profiles list` shows every profile)"
+        )
+        self.name = name
+        self.suggestions = list(suggestions)
+
+
+class InvalidDeviceSpec(FakeGPUError):
+    """A FAKEGPU_DEVICES value that does not parse; names the bad part and what is accepted."""
+
+    exit_code = EXIT_USAGE
+    code = "invalid-device-spec"
+    accepted = "PROFILE[:COUNT][,PROFILE[:COUNT]...], e.g. 'a100:4', 'a100:2,h100', 't4'"
+
+    def __init__(self, spec: str, part: str, reason: str, suggestions: Sequence[str] = ()) -> None:
+        hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
+        super().__init__(
+            f"invalid device spec {spec!r}: part {part!r}: {reason}.{hint} Accepted: {self.accepted}"
+        )
+        self.spec = spec
+        self.part = part
+        self.reason = reason
+        self.suggestions = list(suggestions)
+
+
+class UsageError(FakeGPUError):
+    """A command-line value outside what the command accepts."""
+
+    exit_code = EXIT_USAGE
+    code = "usage"

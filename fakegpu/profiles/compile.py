@@ -1,0 +1,136 @@
+"""Compile profiles/*.yaml into the catalog the rest of FakeGPU reads.
+
+    python -m fakegpu.profiles.compile            # validate and write fakegpu/data/catalog.json
+    python -m fakegpu.profiles.compile --check    # validate; fail if the committed catalog is stale
+
+Validation is the JSON Schema (profiles/schema.json) plus the invariants in `invariants.py`. The compiled
+form merges each profile with its compute capability's per-SM limits, so readers never repeat that merge.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from fakegpu.errors import CatalogError
+from fakegpu.profiles.catalog import CATALOG_FORMAT, COMPILED_CATALOG, Profile
+from fakegpu.profiles.invariants import check_catalog
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def _load_yaml(path: Path) -> Any:
+    import yaml  # only the build needs YAML; the runtime path reads the compiled JSON
+
+    try:
+        with path.open(encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{path}: not valid YAML", [str(exc)]) from exc
+
+
+def schema_errors(profile: Any, schema: dict[str, Any]) -> list[str]:
+    """Every schema violation of one profile document, as 'path: message' lines."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(profile), key=lambda e: list(e.absolute_path))
+    return [f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors]
+
+
+def load_sources(profiles_dir: Path = PROFILES_DIR) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Read and schema-check every profile. Returns ({relative path: profile}, compute capability table)."""
+    if not profiles_dir.is_dir():
+        raise CatalogError(f"profile sources not found at {profiles_dir}")
+    schema = json.loads((profiles_dir / "schema.json").read_text(encoding="utf-8"))
+    capabilities = _load_yaml(profiles_dir / "compute_capabilities.yaml")
+    problems: list[str] = []
+    profiles: dict[str, dict[str, Any]] = {}
+    for path in sorted(profiles_dir.glob("*/*.yaml")):
+        rel = str(path.relative_to(profiles_dir))
+        doc = _load_yaml(path)
+        errs = schema_errors(doc, schema)
+        problems.extend(f"{rel}: {e}" for e in errs)
+        if not errs:
+            profiles[rel] = doc
+    if problems:
+        raise CatalogError(f"{len(problems)} schema violation(s) in {profiles_dir}", problems)
+    return profiles, capabilities
+
+
+def derived_cuda_total(nvml_total: int) -> int:
+    """CUDA's totalGlobalMem where no real board was measured.
+
+    The driver keeps part of the framebuffer for itself, so the runtime reports less than NVML (H100 80GB
+    HBM3: 81559 MiB in NVML, about 81090 MiB in CUDA). Without a measurement we keep back 1/128 of the
+    board, at least 256 MiB, rounded to whole MiB: close to the measured boards, and flagged as derived.
+    """
+    mib = 1 << 20
+    reserve = max(256 * mib, nvml_total // 128)
+    return (nvml_total - reserve) // mib * mib
+
+
+def compile_catalog(profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
+    """Validate the sources and return the compiled catalog document."""
+    sources, capabilities = load_sources(profiles_dir)
+    problems = check_catalog(sources, capabilities)
+    if problems:
+        raise CatalogError(f"{len(problems)} invariant violation(s) in {profiles_dir}", problems)
+    compiled = []
+    for doc in sources.values():
+        merged = json.loads(json.dumps(doc))  # deep copy through JSON: also proves it serialises
+        limits = {k: v for k, v in capabilities[doc["compute_capability"]].items() if k != "arch"}
+        limits.update(doc.get("sm_limits", {}))
+        merged["sm_limits"] = limits
+        memory = merged["memory"]
+        memory["cuda_total_derived"] = "cuda_total_bytes" not in memory
+        memory.setdefault("cuda_total_bytes", derived_cuda_total(memory["total_bytes"]))
+        compiled.append(merged)
+    compiled.sort(key=lambda p: p["id"])
+    return {"format": CATALOG_FORMAT, "profiles": compiled}
+
+
+def render(catalog: dict[str, Any]) -> str:
+    return json.dumps(catalog, indent=1, sort_keys=True) + "\n"
+
+
+def outputs(catalog: dict[str, Any], json_path: Path) -> dict[Path, str]:
+    """The compiled files: the JSON catalog and, beside it, the same catalog as a table for C readers."""
+    from fakegpu.devices.table import render_catalog_table
+
+    table = render_catalog_table(Profile(p) for p in catalog["profiles"])
+    return {json_path: render(catalog), json_path.with_suffix(".tbl"): table}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the compiled catalog is stale")
+    parser.add_argument("--output", type=Path, default=COMPILED_CATALOG, help="the JSON catalog; .tbl goes beside")
+    args = parser.parse_args(argv)
+    try:
+        catalog = compile_catalog()
+    except CatalogError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    files = outputs(catalog, args.output)
+    count = len(catalog["profiles"])
+    if args.check:
+        stale = [str(p) for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+        if stale:
+            print(f"error: stale compiled catalog {', '.join(stale)}; run `make catalog`", file=sys.stderr)
+            return 1
+        print(f"catalog ok: {count} profiles, compiled files up to date")
+        return 0
+    for path, text in files.items():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    print(f"wrote {', '.join(str(p) for p in files)}: {count} profiles")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

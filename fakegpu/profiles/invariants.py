@@ -1,0 +1,75 @@
+"""Cross-profile and physical invariants the JSON Schema cannot express."""
+
+from __future__ import annotations
+
+from pathlib import PurePath
+from typing import Any
+
+MIB = 1 << 20
+
+
+def _lookup_keys(profile: dict[str, Any]) -> list[str]:
+    return [profile["id"], *profile["aliases"]]
+
+
+def check_profile(rel_path: str, p: dict[str, Any], capabilities: dict[str, Any]) -> list[str]:
+    """Problems of one schema-valid profile, each prefixed with its file."""
+    out: list[str] = []
+
+    def bad(msg: str) -> None:
+        out.append(f"{rel_path}: {msg}")
+
+    path = PurePath(rel_path)
+    if path.stem != p["id"]:
+        bad(f"id {p['id']!r} differs from the file name {path.stem!r}")
+    if path.parent.name != p["architecture"]:
+        bad(f"architecture {p['architecture']!r} but the file is under {path.parent.name}/")
+    cc = capabilities.get(p["compute_capability"])
+    if cc is None:
+        bad(f"compute capability {p['compute_capability']} is not in compute_capabilities.yaml")
+    elif cc["arch"] != p["architecture"]:
+        bad(f"compute capability {p['compute_capability']} is {cc['arch']}, not {p['architecture']}")
+    if not p["name"].startswith(("NVIDIA ", "Tesla ", "Quadro ", "GeForce ", "Orin", "Xavier", "Jetson")):
+        bad(f"name {p['name']!r} does not look like an NVML board name")
+    if p["cuda_cores"] % p["sm_count"]:
+        bad(f"{p['cuda_cores']} CUDA cores do not split evenly over {p['sm_count']} SMs")
+    clocks = p["clocks_mhz"]
+    if clocks["boost"] < clocks["base"]:
+        bad(f"boost clock {clocks['boost']} MHz is below base {clocks['base']} MHz")
+    mem = p["memory"]
+    if mem["total_bytes"] % MIB:
+        bad("memory.total_bytes is not a whole number of MiB (NVML totals are)")
+    if "cuda_total_bytes" in mem and not mem["cuda_total_bytes"] < mem["total_bytes"]:
+        bad("memory.cuda_total_bytes must be below the NVML total (the driver reserves some)")
+    power = p["power"]
+    lo = power.get("min_limit_w", 0)
+    if not lo <= power["default_limit_w"] <= power["max_limit_w"]:
+        bad("power limits must satisfy min <= default <= max")
+    if p["mig"]["supported"] != ("max_instances" in p["mig"]):
+        bad("mig.max_instances is given exactly when MIG is supported")
+    if p["nvlink"]["links"] and "bandwidth_gb_s" not in p["nvlink"]:
+        bad("nvlink.bandwidth_gb_s is required when the board has NVLink")
+    if p["segment"] == "consumer" and mem["ecc"]:
+        bad("consumer boards do not enable ECC by default")
+    tflops = p["tflops"]
+    if "fp32" not in tflops:
+        bad("tflops.fp32 is published for every board and is required")
+    return out
+
+
+def check_catalog(profiles: dict[str, dict[str, Any]], capabilities: dict[str, Any]) -> list[str]:
+    """Problems across the whole catalog: per-profile checks plus uniqueness of ids, names and aliases."""
+    problems: list[str] = []
+    owners: dict[str, str] = {}
+    names: dict[str, str] = {}
+    for rel, p in profiles.items():
+        problems.extend(check_profile(rel, p, capabilities))
+        for key in _lookup_keys(p):
+            if key in owners and owners[key] != p["id"]:
+                problems.append(f"{rel}: {key!r} is already the id or an alias of {owners[key]}")
+            owners.setdefault(key, p["id"])
+        lname = p["name"].lower()
+        if lname in names:
+            problems.append(f"{rel}: name {p['name']!r} is also used by {names[lname]}")
+        names.setdefault(lname, p["id"])
+    return problems

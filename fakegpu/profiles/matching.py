@@ -1,0 +1,46 @@
+"""Name normalisation and "did you mean" ranking for profile names.
+
+The distance is an optimal-string-alignment edit distance in which swapping look-alike characters
+(O/0, l/1, I/1, S/5, B/8) costs half, so a typo like 'a10O' ranks 'a100' above 'a10'.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONFUSABLE = {frozenset(p) for p in ("o0", "l1", "i1", "s5", "b8", "z2")}
+_SEPARATORS = re.compile(r"[\s_]+")
+
+
+def normalise(name: str) -> str:
+    """Lower case, runs of spaces/underscores as '-', and the vendor prefix dropped."""
+    key = _SEPARATORS.sub("-", name.strip().lower())
+    return key.removeprefix("nvidia-")
+
+
+def _cost(a: str, b: str) -> float:
+    if a == b:
+        return 0.0
+    return 0.5 if frozenset((a, b)) in _CONFUSABLE else 1.0
+
+
+def distance(a: str, b: str) -> float:
+    rows = [[float(j) for j in range(len(b) + 1)]]
+    for i in range(1, len(a) + 1):
+        row = [float(i)] + [0.0] * len(b)
+        for j in range(1, len(b) + 1):
+            row[j] = min(rows[i - 1][j] + 1, row[j - 1] + 1, rows[i - 1][j - 1] + _cost(a[i - 1], b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], rows[i - 2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def closest(name: str, candidates: list[str], limit: int = 3) -> list[str]:
+    """Up to `limit` candidates near `name`, best first; none when nothing is plausibly meant."""
+    key = normalise(name)
+    if not key:
+        return []
+    scored = sorted((distance(key, c), len(c), c) for c in candidates)
+    budget = max(1.0, len(key) / 3)
+    return [c for d, _, c in scored if d <= budget][:limit]
