@@ -51,6 +51,8 @@ def check_profile(rel_path: str, p: dict[str, Any], capabilities: dict[str, Any]
         bad("nvlink.bandwidth_gb_s is required when the board has NVLink")
     if p["segment"] == "consumer" and mem["ecc"]:
         bad("consumer boards do not enable ECC by default")
+    if "device_id" not in p["pci"] and p["segment"] != "embedded":
+        bad("pci.device_id is required for every board but integrated (embedded) GPUs")
     tflops = p["tflops"]
     if "fp32" not in tflops:
         bad("tflops.fp32 is published for every board and is required")
