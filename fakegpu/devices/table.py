@@ -56,7 +56,7 @@ def device_fields(device: Device) -> dict[str, str]:
     profile_fields: dict[str, str] = {}
     _flatten("", dict(device.profile.data), profile_fields)
     profile_fields.pop("id", None)
-    return {**fields, **profile_fields}
+    return {**fields, **dict(sorted(profile_fields.items()))}
 
 
 def render_table(devices: Iterable[Device], spec: str, seed: str) -> str:
@@ -98,7 +98,7 @@ def render_catalog_table(profiles: Iterable[Profile]) -> str:
     for p in profiles:
         fields: dict[str, str] = {}
         _flatten("", dict(p.data), fields)
-        fields = {"id": fields.pop("id"), "aliases": ",".join(p.aliases), **fields}
+        fields = {"id": fields.pop("id"), "aliases": ",".join(p.aliases), **dict(sorted(fields.items()))}
         lines.append("\t".join(["profile", *(f"{k}={v}" for k, v in fields.items())]))
     return "\n".join(lines) + "\n"
 
