@@ -27,12 +27,12 @@ catalog: $(STAMP)
 	$(PY) -m fakegpu.profiles.compile
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check fakegpu tests bench tools
+	$(VENV)/bin/ruff check .
 
 # Every test, Docker and native ones included. pytest's "no tests collected" (exit 5) is a failure here.
 test: all
 	$(PY) -m fakegpu.profiles.compile --check
-	$(VENV)/bin/ruff check fakegpu tests bench tools
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The fast subset: no Docker, no torch.
