@@ -7,7 +7,6 @@ devices on every run and every host, and FAKEGPU_SEED (e.g. a node rank) gives e
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 from fakegpu.profiles import Profile
@@ -21,16 +20,31 @@ def _digest(seed: str, index: int, profile_id: str) -> bytes:
     return hashlib.sha256(f"fakegpu:{seed}:{index}:{profile_id}".encode()).digest()
 
 
-@dataclass(frozen=True)
 class Device:
-    index: int
-    profile: Profile
-    uuid: str
-    serial: str
-    pci_domain: int
-    pci_bus: int
-    pci_device: int = 0
-    pci_function: int = 0
+    """Immutable by convention. A plain class, not a dataclass: `dataclasses` pulls in `inspect`, which would
+    add milliseconds to every container start through the hook."""
+
+    __slots__ = ("index", "pci_bus", "pci_device", "pci_domain", "pci_function", "profile", "serial", "uuid")
+
+    def __init__(self, index: int, profile: Profile, uuid: str, serial: str, pci_domain: int, pci_bus: int,
+                 pci_device: int = 0, pci_function: int = 0) -> None:
+        self.index = index
+        self.profile = profile
+        self.uuid = uuid
+        self.serial = serial
+        self.pci_domain = pci_domain
+        self.pci_bus = pci_bus
+        self.pci_device = pci_device
+        self.pci_function = pci_function
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Device) and (self.index, self.uuid) == (other.index, other.uuid)
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.uuid))
+
+    def __repr__(self) -> str:
+        return f"Device(index={self.index}, profile={self.profile.id!r}, uuid={self.uuid!r})"
 
     @classmethod
     def create(cls, index: int, profile: Profile, seed: str) -> Device:

@@ -6,24 +6,30 @@ Standard library only: the OCI hook imports this at every container start.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import CatalogError, UnknownProfile
 from fakegpu.profiles.matching import closest, normalise
 
 CATALOG_FORMAT = 1
-COMPILED_CATALOG = Path(__file__).resolve().parents[1] / "data" / "catalog.json"
+# os.path rather than pathlib, and no dataclasses: this module is on the hook's import path, where every
+# millisecond is paid at each container start.
+COMPILED_CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "catalog.json")
 
 
-@dataclass(frozen=True)
 class Profile:
     """One board. `data` is the compiled profile document (schema in profiles/schema.json)."""
 
-    data: Mapping[str, Any]
+    __slots__ = ("data",)
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self.data = data
+
+    def __repr__(self) -> str:
+        return f"Profile({self.id!r})"
 
     @property
     def id(self) -> str:
@@ -110,9 +116,10 @@ class Catalog:
         ]
 
 
-def read_catalog(path: Path) -> Catalog:
+def read_catalog(path: str | os.PathLike[str]) -> Catalog:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
     except FileNotFoundError as exc:
         raise CatalogError(f"compiled catalog not found at {path}; run `make catalog`") from exc
     except json.JSONDecodeError as exc:

@@ -106,6 +106,12 @@ def outputs(catalog: dict[str, Any], json_path: Path) -> dict[Path, str]:
     return {json_path: render(catalog), json_path.with_suffix(".tbl"): table}
 
 
+def stale_outputs(catalog: dict[str, Any], json_path: Path = Path(COMPILED_CATALOG)) -> list[Path]:
+    """The compiled files that differ from what the sources compile to."""
+    return [p for p, text in outputs(catalog, json_path).items()
+            if not p.exists() or p.read_text(encoding="utf-8") != text]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if the compiled catalog is stale")
@@ -116,15 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     except CatalogError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    files = outputs(catalog, args.output)
     count = len(catalog["profiles"])
     if args.check:
-        stale = [str(p) for p, text in files.items() if not p.exists() or p.read_text(encoding="utf-8") != text]
+        stale = stale_outputs(catalog, args.output)
         if stale:
-            print(f"error: stale compiled catalog {', '.join(stale)}; run `make catalog`", file=sys.stderr)
+            print(f"error: stale compiled catalog {', '.join(map(str, stale))}; run `make catalog`", file=sys.stderr)
             return 1
         print(f"catalog ok: {count} profiles, compiled files up to date")
         return 0
+    files = outputs(catalog, args.output)
     for path, text in files.items():
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text, encoding="utf-8")

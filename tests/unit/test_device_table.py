@@ -54,7 +54,7 @@ def test_corrupt_tables_are_rejected(text: str) -> None:
 
 
 def test_packaged_catalog_table_lists_every_profile_with_aliases() -> None:
-    text = COMPILED_CATALOG.with_suffix(".tbl").read_text()
+    text = Path(COMPILED_CATALOG).with_suffix(".tbl").read_text()
     assert text == render_catalog_table(load_catalog())
     _, rows = parse_table(text)
     assert len(rows) == len(load_catalog())
