@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import devices, doctor, profiles
+from fakegpu.cli import devices, doctor, estimate, profiles
 
 app = typer.Typer(
     name="fakegpu",
@@ -17,6 +17,9 @@ app = typer.Typer(
 app.add_typer(profiles.app, name="profiles")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
+app.command("estimate-llm")(estimate.estimate_llm)
+app.command("plan-training")(estimate.plan_training)
+app.add_typer(estimate.calibrate_app, name="calibrate")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,159 @@
+"""`fakegpu estimate-llm`, `fakegpu plan-training`, `fakegpu calibrate compare`: will it fit, before any run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fakegpu.cli.output import emit_json, fail, human_bytes, table
+from fakegpu.errors import EXIT_CHECK_FAILED, EXIT_OK, FakeGPUError
+
+calibrate_app = typer.Typer(help="Compare predictions with real measurements.", no_args_is_help=True)
+
+CHECK_HELP = "Exit with code 3 when the workload does not fit the target profile."
+
+
+def _phase_rows(phases: dict) -> list[tuple]:
+    rows = []
+    for name, phase in phases.items():
+        parts = ", ".join(f"{k}={human_bytes(v)}" for k, v in phase["components"].items() if v)
+        rows.append((name, human_bytes(phase["max_memory_allocated"]), human_bytes(phase["max_memory_reserved"]),
+                     human_bytes(phase["nvidia_smi_used"]), parts))
+    return rows
+
+
+def _print_target(target: dict | None, extra: tuple[tuple[str, str], ...]) -> None:
+    if not target:
+        return
+    typer.echo(f"\ntarget: {target['name']} ({target['profile']}): {target['verdict']}, "
+               f"headroom {human_bytes(target['headroom_bytes'])}")
+    for key, label in extra:
+        if target.get(key) is not None:
+            typer.echo(f"  {label}: {target[key]}")
+
+
+def _finish(command: str, report: dict, check: bool, as_json: bool, render) -> None:
+    target = report.get("target")
+    code = EXIT_CHECK_FAILED if check and target and target["verdict"] == "does-not-fit" else EXIT_OK
+    if as_json:
+        emit_json(command, report, code)
+    else:
+        render(report)
+    if code:
+        raise typer.Exit(code)
+
+
+def estimate_llm(
+    model_dir: Path = typer.Option(..., "--model-dir", help="Model folder, a .safetensors file, or an index json."),
+    batch_size: int = typer.Option(1, "--batch-size"),
+    prompt_tokens: int = typer.Option(128, "--prompt-tokens"),
+    generated_tokens: int = typer.Option(128, "--generated-tokens"),
+    dtype: str = typer.Option("auto", "--dtype", help="Load/compute dtype: auto (as stored), bf16, fp16, fp32."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (= compute dtype), bf16, fp16, fp8."),
+    attention: str = typer.Option("sdpa", "--attention", help="sdpa, eager or flash."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="Ranks the model is split across."),
+    logits: str = typer.Option("last", "--logits", help="Prefill logits for the last token (HF generate) or all."),
+    target_profile: str | None = typer.Option(None, "--target-profile", help="Profile to check the fit on."),
+    check: bool = typer.Option(False, "--check", help=CHECK_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Predict inference memory (prefill and decode) from safetensors headers and config.json."""
+    from fakegpu.estimate.inference import InferenceOptions
+    from fakegpu.estimate.llm import estimate_llm as run
+    from fakegpu.estimate.llm import user_dtype
+
+    try:
+        kv = user_dtype(kv_cache_dtype, "--kv-cache-dtype")
+        opts = InferenceOptions(batch_size, prompt_tokens, generated_tokens, "BF16", kv, attention, tensor_parallel,
+                                logits)
+        report = run(model_dir, opts, target=target_profile, dtype=dtype)
+    except FakeGPUError as exc:
+        raise fail("estimate-llm", exc, as_json) from exc
+
+    def render(r: dict) -> None:
+        m = r["model"]
+        typer.echo(f"{m['model_type']}: {m['parameter_count']:,} parameters, {m['weight_bytes']:,} weight bytes "
+                   f"({human_bytes(m['weight_bytes'])}) in {m['tensor_count']} tensors, {m['files']} file(s)")
+        typer.echo(table(_phase_rows(r["phases"]), ["PHASE", "ALLOCATED", "RESERVED", "NVIDIA-SMI", "COMPONENTS"]))
+        _print_target(r["target"], (("max_batch_size", "largest batch"), ("max_context_tokens", "largest context")))
+        for note in r["notes"]:
+            typer.echo(f"note: {note}")
+
+    _finish("estimate-llm", report, check, as_json, render)
+
+
+def plan_training(
+    model_dir: Path = typer.Option(..., "--model-dir", help="Model folder, a .safetensors file, or an index json."),
+    method: str | None = typer.Option(None, "--method", help="full (default), lora or qlora."),
+    lora_rank: int | None = typer.Option(None, "--lora-rank", help="Default 16."),
+    lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list (q_proj,v_proj) or all-linear."),
+    optimizer: str | None = typer.Option(None, "--optimizer", help="adamw (default), adamw-8bit, sgd or adafactor."),
+    precision: str | None = typer.Option(None, "--precision", help="bf16, bf16-mixed (default), fp16-mixed, fp32."),
+    micro_batch: int | None = typer.Option(None, "--micro-batch", help="Default 1."),
+    seq_len: int | None = typer.Option(None, "--seq-len", help="Default 2048."),
+    grad_checkpointing: bool | None = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing"),
+    zero: int | None = typer.Option(None, "--zero", help="DeepSpeed ZeRO stage 0-3 (default 0)."),
+    fsdp: str | None = typer.Option(None, "--fsdp", help="full, hybrid, grad-op or none (default)."),
+    offload: str | None = typer.Option(None, "--offload", help="optimizer, params or none (default)."),
+    gpus: int | None = typer.Option(None, "--gpus", help="Default 1."),
+    tensor_parallel: int | None = typer.Option(None, "--tensor-parallel"),
+    pipeline_parallel: int | None = typer.Option(None, "--pipeline-parallel"),
+    config: list[Path] = typer.Option([], "--config", help="DeepSpeed JSON, accelerate YAML or FSDP config file."),
+    target_profile: str | None = typer.Option(None, "--target-profile"),
+    check: bool = typer.Option(False, "--check", help=CHECK_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Predict rank-local training memory per phase (load, forward, backward, optimizer step).
+
+    Settings come from the defaults, then each --config file in order, then the options typed here.
+    """
+    from fakegpu.estimate.training import TrainingOptions
+    from fakegpu.estimate.training import plan_training as run
+    from fakegpu.estimate.training_config import merge_config_files
+
+    typed = {
+        "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "optimizer": optimizer,
+        "precision": precision, "micro_batch": micro_batch, "seq_len": seq_len,
+        "grad_checkpointing": grad_checkpointing, "zero": zero, "fsdp": fsdp, "offload": offload, "gpus": gpus,
+        "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
+    }
+    typed = {k: v for k, v in typed.items() if v is not None}
+    try:
+        report = run(model_dir, TrainingOptions(**merge_config_files(config, typed)), target=target_profile)
+    except FakeGPUError as exc:
+        raise fail("plan-training", exc, as_json) from exc
+
+    def render(r: dict) -> None:
+        m = r["model"]
+        typer.echo(f"{m['model_type']}: {m['parameter_count']:,} parameters, {r['trainable_parameters']:,} trainable; "
+                   f"rank-local view of {r['parallelism']['gpus']} GPU(s)")
+        typer.echo(table(_phase_rows(r["phases"]), ["PHASE", "ALLOCATED", "RESERVED", "NVIDIA-SMI", "COMPONENTS"]))
+        typer.echo(f"peak: {r['peak']['phase']} {human_bytes(r['peak']['max_memory_allocated'])} allocated")
+        _print_target(r["target"], (("max_micro_batch", "largest micro-batch"),))
+        for note in r["notes"]:
+            typer.echo(f"note: {note}")
+
+    _finish("plan-training", report, check, as_json, render)
+
+
+@calibrate_app.command("compare")
+def calibrate_compare(
+    prediction: Path = typer.Argument(..., help="estimate-llm or plan-training --json output."),
+    observation: Path = typer.Argument(..., help="Measured numbers (fakegpu.observation/v1)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Per-phase signed and absolute error of a prediction, and the safety margin to add."""
+    from fakegpu.estimate.calibrate import compare
+
+    try:
+        report = compare(prediction, observation)
+    except FakeGPUError as exc:
+        raise fail("calibrate compare", exc, as_json) from exc
+    if as_json:
+        emit_json("calibrate compare", report)
+        return
+    rows = [(r["phase"], r["metric"], human_bytes(r["predicted_bytes"]), human_bytes(r["observed_bytes"]),
+             f"{r['signed_error'] * 100:+.2f}%", f"{r['abs_error'] * 100:.2f}%") for r in report["rows"]]
+    typer.echo(table(rows, ["PHASE", "METRIC", "PREDICTED", "OBSERVED", "SIGNED", "ABS"]))
+    typer.echo(f"\nrecommended safety margin: {report['recommended_safety_margin'] * 100:.1f}%")

@@ -1,0 +1,83 @@
+"""Run the estimator over the dev set of published measurements and score it.
+
+Each row names a config.json; its checkpoint is synthesized header-only with that architecture's exact tensor
+shapes, so the dev set needs no download and its parameter counts are the real models'.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.estimate.inference import InferenceOptions
+from fakegpu.estimate.llm import estimate_llm
+from fakegpu.estimate.model_config import parse_model_config
+from fakegpu.estimate.synthetic import synthesize
+
+# Which predicted number a row's observation is compared with.
+METRICS = {
+    ("load", "memory_allocated"): lambda r: r["phases"]["load"]["max_memory_allocated"],
+    ("inference", "max_memory_allocated"): lambda r: r["peak"]["max_memory_allocated"],
+    ("inference", "max_memory_reserved"): lambda r: r["peak"]["max_memory_reserved"],
+    ("inference", "nvidia-smi"): lambda r: r["peak"]["nvidia_smi_used"],
+}
+
+
+@dataclass(frozen=True)
+class RowResult:
+    id: str
+    metric: str
+    observed: int
+    predicted: int
+
+    @property
+    def error(self) -> float:
+        """Signed relative error; negative is an underestimate."""
+        return (self.predicted - self.observed) / self.observed
+
+
+def load_devset(path: Path) -> list[dict]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise EstimateInputError(path, f"not a readable dev set: {exc}") from exc
+    return doc["rows"]
+
+
+def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
+    config_path = base / row["config"]
+    config_doc = json.loads(config_path.read_text(encoding="utf-8"))
+    cfg = parse_model_config(config_doc, config_path)
+    model_dir = scratch / f"{config_path.stem}-{row['checkpoint_dtype']}"
+    if not (model_dir / "config.json").exists():
+        synthesize(model_dir, config_doc, cfg, row["checkpoint_dtype"])
+    w = row["workload"]
+    opts = InferenceOptions(
+        batch_size=w["batch_size"], prompt_tokens=w["prompt_tokens"], generated_tokens=w["generated_tokens"],
+        attention=w.get("attention", "sdpa"), logits=w.get("logits", "last"),
+    )
+    major, minor = (int(x) for x in row["compute_capability"].split("."))
+    report = estimate_llm(model_dir, opts, dtype=w.get("dtype"), compute_capability=(major, minor))
+    key = (row["phase"], row["metric"])
+    if key not in METRICS:
+        raise EstimateInputError(row["id"], f"no predicted number for phase/metric {key}")
+    return RowResult(row["id"], row["metric"], row["observed_bytes"], METRICS[key](report))
+
+
+def run_devset(path: Path) -> list[RowResult]:
+    with tempfile.TemporaryDirectory(prefix="fakegpu-devset-") as tmp:
+        return [run_row(row, path.parent, Path(tmp)) for row in load_devset(path)]
+
+
+def score(results: list[RowResult]) -> dict:
+    errors = [r.error for r in results]
+    return {
+        "rows": len(results),
+        "median_abs_error": statistics.median(abs(e) for e in errors),
+        "worst_abs_error": max(abs(e) for e in errors),
+        "worst_underestimate": min(0.0, min(errors)),
+    }

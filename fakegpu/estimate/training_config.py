@@ -1,0 +1,120 @@
+"""Read DeepSpeed, accelerate and FSDP config files into plan-training settings.
+
+Precedence: built-in defaults < config files (in the order given) < options typed on the command line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fakegpu.estimate.errors import EstimateInputError
+
+_FSDP_STRATEGIES = {
+    "FULL_SHARD": "full", "1": "full", "HYBRID_SHARD": "hybrid", "4": "hybrid", "_HYBRID_SHARD_ZERO2": "hybrid",
+    "5": "hybrid", "SHARD_GRAD_OP": "grad-op", "2": "grad-op", "NO_SHARD": "none", "3": "none",
+}
+_PRECISION = {"bf16": "bf16-mixed", "fp16": "fp16-mixed", "no": "fp32", "fp8": "bf16-mixed"}
+_OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "fusedadam": "adamw", "sgd": "sgd", "adafactor": "adafactor",
+               "adamw8bit": "adamw-8bit", "adam8bit": "adamw-8bit"}
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The plan-training settings one file implies (only those it states)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    try:
+        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise EstimateInputError(path, f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise EstimateInputError(path, "is not a mapping of settings")
+    if "distributed_type" in doc or "compute_environment" in doc:
+        return _accelerate(doc, path)
+    if "zero_optimization" in doc or "train_micro_batch_size_per_gpu" in doc or "train_batch_size" in doc:
+        return _deepspeed(doc, path)
+    if any(k in doc for k in ("fsdp_config", "sharding_strategy", "fsdp_sharding_strategy")):
+        return _fsdp(doc.get("fsdp_config", doc), path)
+    raise EstimateInputError(path, "neither a DeepSpeed, an accelerate nor an FSDP config (no key any of them uses)")
+
+
+def _deepspeed(doc: dict, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    zero = doc.get("zero_optimization") or {}
+    if not isinstance(zero, dict):
+        raise EstimateInputError(path, "is not an object", field="zero_optimization")
+    if "stage" in zero:
+        if zero["stage"] not in (0, 1, 2, 3):
+            raise EstimateInputError(path, f"stage {zero['stage']!r} is not 0-3", field="zero_optimization.stage")
+        out["zero"] = zero["stage"]
+    if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
+        out["offload"] = "params"
+    elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
+        out["offload"] = "optimizer"
+    if (doc.get("bf16") or {}).get("enabled") is True:
+        out["precision"] = "bf16-mixed"
+    elif (doc.get("fp16") or {}).get("enabled") is True:
+        out["precision"] = "fp16-mixed"
+    mb = doc.get("train_micro_batch_size_per_gpu")
+    if isinstance(mb, int):
+        out["micro_batch"] = mb
+    opt = str((doc.get("optimizer") or {}).get("type", "")).lower().replace("_", "")
+    if opt in _OPTIMIZERS:
+        out["optimizer"] = _OPTIMIZERS[opt]
+    if (doc.get("activation_checkpointing") or {}).get("partition_activations") is not None:
+        out["grad_checkpointing"] = True
+    return out
+
+
+def _fsdp(doc: dict, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    strategy = doc.get("fsdp_sharding_strategy", doc.get("sharding_strategy"))
+    if strategy is not None:
+        key = str(strategy).upper().removeprefix("SHARDINGSTRATEGY.")
+        if key not in _FSDP_STRATEGIES:
+            raise EstimateInputError(path, f"unknown sharding strategy {strategy!r}", field="fsdp_sharding_strategy")
+        out["fsdp"] = _FSDP_STRATEGIES[key]
+    if doc.get("fsdp_offload_params", doc.get("offload_params", doc.get("cpu_offload"))) in (True, "true"):
+        out["offload"] = "params"
+    if doc.get("fsdp_activation_checkpointing", doc.get("activation_checkpointing")) in (True, "true"):
+        out["grad_checkpointing"] = True
+    return out
+
+
+def _accelerate(doc: dict, path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(doc.get("num_processes"), int):
+        out["gpus"] = doc["num_processes"]
+    mp = doc.get("mixed_precision")
+    if mp is not None:
+        if str(mp) not in _PRECISION:
+            raise EstimateInputError(path, f"unknown mixed precision {mp!r}", field="mixed_precision")
+        out["precision"] = _PRECISION[str(mp)]
+    kind = str(doc.get("distributed_type", "")).upper()
+    if kind == "DEEPSPEED":
+        ds = doc.get("deepspeed_config") or {}
+        if ds.get("deepspeed_config_file"):
+            out.update(read_config_file(path.parent / ds["deepspeed_config_file"]))
+        if "zero_stage" in ds:
+            out["zero"] = int(ds["zero_stage"])
+        if ds.get("offload_param_device") in ("cpu", "nvme"):
+            out["offload"] = "params"
+        elif ds.get("offload_optimizer_device") in ("cpu", "nvme"):
+            out["offload"] = "optimizer"
+    elif kind == "FSDP":
+        out.update(_fsdp(doc.get("fsdp_config") or {}, path))
+    return out
+
+
+def merge_config_files(files: list[Path], typed: dict[str, Any]) -> dict[str, Any]:
+    """Settings from the files in order, then the options the user typed on top."""
+    merged: dict[str, Any] = {}
+    for f in files:
+        merged.update(read_config_file(Path(f)))
+    merged.update(typed)
+    return merged

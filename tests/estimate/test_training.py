@@ -1,0 +1,95 @@
+"""Training plans: orderings that must hold, sharding arithmetic, and config files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.estimate.training import TrainingOptions, plan_training
+from fakegpu.estimate.training_config import read_config_file
+
+BASE = TrainingOptions(micro_batch=1, seq_len=1024)
+
+
+def peak(models, **changes) -> int:
+    return plan_training(models["qwen3-8b"], replace(BASE, **changes))["peak"]["max_memory_allocated"]
+
+
+def test_method_ordering(models):
+    full, lora, qlora = (peak(models, method=m) for m in ("full", "lora", "qlora"))
+    assert full > lora > qlora
+    params = 8_190_735_360
+    assert full > 16 * params  # mixed-precision AdamW: 16 bytes per parameter before activations
+    assert lora - qlora > 0.7 * 6.9e9 * (2 - 0.52)  # 4-bit instead of bf16 for ~6.9B linear parameters
+
+
+def test_zero_stages_shrink_model_states(models):
+    stages = [peak(models, zero=z, gpus=8) for z in (0, 1, 2, 3)]
+    assert stages[0] > stages[1] > stages[2] > stages[3]
+    r = plan_training(models["qwen3-8b"], replace(BASE, zero=3, gpus=8))
+    states = r["phases"]["optimizer_step"]["components"]["optimizer_states"]
+    assert states == pytest.approx(8_190_735_360 * 12 / 8, rel=0.01)
+
+
+def test_fsdp_full_matches_zero3_and_offload_removes_states(models):
+    assert peak(models, fsdp="full", gpus=8) == pytest.approx(peak(models, zero=3, gpus=8), rel=0.01)
+    r = plan_training(models["qwen3-8b"], replace(BASE, zero=2, gpus=8, offload="optimizer"))
+    assert r["phases"]["optimizer_step"]["components"]["optimizer_states"] == 0
+
+
+def test_checkpointing_and_micro_batch(models):
+    assert peak(models, grad_checkpointing=True, micro_batch=4) < peak(models, micro_batch=4)
+    assert peak(models, micro_batch=4) > peak(models, micro_batch=1)
+
+
+def test_optimizers(models):
+    adam, adam8, sgd, ada = (peak(models, optimizer=o, zero=1, gpus=1) for o in
+                             ("adamw", "adamw-8bit", "sgd", "adafactor"))
+    assert adam > adam8 and adam > sgd > ada
+
+
+def test_validation(models):
+    with pytest.raises(EstimateInputError, match="multiple"):
+        plan_training(models["tiny"], replace(BASE, gpus=3, tensor_parallel=2))
+    with pytest.raises(EstimateInputError, match="ZeRO-3 or FSDP"):
+        plan_training(models["tiny"], replace(BASE, offload="params"))
+    with pytest.raises(EstimateInputError, match="no linear layer"):
+        plan_training(models["tiny"], replace(BASE, method="lora", lora_targets="nonexistent_proj"))
+
+
+def test_target_max_micro_batch(models):
+    r = plan_training(models["tiny"], BASE, target="a100")
+    assert r["target"]["verdict"] == "fits" and r["target"]["max_micro_batch"] > 1
+
+
+def test_config_files(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                              "fp16": {"enabled": True}, "train_micro_batch_size_per_gpu": 8,
+                              "optimizer": {"type": "AdamW"}}))
+    assert read_config_file(ds) == {"zero": 2, "offload": "optimizer", "precision": "fp16-mixed", "micro_batch": 8,
+                                    "optimizer": "adamw"}
+    acc = tmp_path / "accelerate.yaml"
+    acc.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nnum_processes: 16\n"
+                   "mixed_precision: bf16\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n"
+                   "  fsdp_offload_params: false\n  fsdp_activation_checkpointing: true\n")
+    assert read_config_file(acc) == {"gpus": 16, "precision": "bf16-mixed", "fsdp": "hybrid",
+                                     "grad_checkpointing": True}
+    acc_ds = tmp_path / "acc-ds.yaml"
+    acc_ds.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"
+                      "  zero_stage: 3\n  offload_param_device: cpu\n")
+    assert read_config_file(acc_ds)["zero"] == 3 and read_config_file(acc_ds)["offload"] == "params"
+    fsdp = tmp_path / "fsdp.yaml"
+    fsdp.write_text("sharding_strategy: FULL_SHARD\ncpu_offload: true\n")
+    assert read_config_file(fsdp) == {"fsdp": "full", "offload": "params"}
+    junk = tmp_path / "junk.yaml"
+    junk.write_text("hello: world\n")
+    with pytest.raises(EstimateInputError, match="neither"):
+        read_config_file(junk)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"zero_optimization": {"stage": 7}}))
+    with pytest.raises(EstimateInputError, match=r"zero_optimization\.stage"):
+        read_config_file(bad)
