@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import devices, doctor, estimate, profiles
+from fakegpu.cli import container, devices, doctor, estimate, profiles
 
 app = typer.Typer(
     name="fakegpu",
@@ -15,6 +15,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(profiles.app, name="profiles")
+app.add_typer(container.runtime_app, name="runtime")
+app.add_typer(container.cdi_app, name="cdi")
+app.add_typer(container.hook_app, name="hook")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
 app.command("estimate-llm")(estimate.estimate_llm)

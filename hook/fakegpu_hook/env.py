@@ -1,0 +1,54 @@
+"""The one reader of FAKEGPU_* and NVIDIA_* variables in a container's environment: does it ask for devices?
+
+Unset, empty, 'void' and 'none' mean hands off, as for the NVIDIA runtime. The spec itself is validated by
+`fakegpu.devices` (the one grammar), not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+OFF_VALUES = ("", "void", "none")
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    spec: str
+    seed: str | None
+    source: str  # the variable that asked, for messages
+
+
+def env_lookup(env: Iterable[str], name: str) -> str | None:
+    """First NAME=value wins, as getenv(3) in the container's process will see it."""
+    prefix = name + "="
+    for entry in env:
+        if entry.startswith(prefix):
+            return entry[len(prefix):]
+    return None
+
+
+def _nvidia_spec(value: str, profile: str) -> str:
+    # 'all' and each listed index/UUID become one device of the configured profile: images written for the
+    # NVIDIA runtime then see as many GPUs as they asked for.
+    if value == "all":
+        return f"{profile}:1"
+    count = len([v for v in value.split(",") if v.strip()])
+    return f"{profile}:{max(count, 1)}"
+
+
+def device_request(env: Iterable[str] | None, honour_nvidia: bool = False,
+                   nvidia_profile: str = "a100") -> DeviceRequest | None:
+    env = list(env or ())
+    seed = env_lookup(env, "FAKEGPU_SEED") or None
+    value = env_lookup(env, "FAKEGPU_DEVICES")
+    if value is not None:
+        if value.strip().lower() in OFF_VALUES:
+            return None
+        return DeviceRequest(value, seed, "FAKEGPU_DEVICES")
+    if honour_nvidia:
+        nvidia = env_lookup(env, "NVIDIA_VISIBLE_DEVICES")
+        if nvidia is not None and nvidia.strip().lower() not in OFF_VALUES:
+            return DeviceRequest(_nvidia_spec(nvidia.strip().lower(), nvidia_profile), seed,
+                                 "NVIDIA_VISIBLE_DEVICES")
+    return None

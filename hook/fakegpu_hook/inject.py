@@ -1,0 +1,115 @@
+"""What the hook puts into a container root: the plan (pure, testable) and applying it with undo."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from fakegpu_hook.rootfs import Root, bind_mount, unmount
+from fakegpu_hook.settings import (
+    CONTAINER_CATALOG_TABLE,
+    CONTAINER_DEVICE_TABLE,
+    CONTAINER_DIR,
+    CONTAINER_NVIDIA_SMI,
+)
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+# nvidia-uvm's major is allocated dynamically on real hosts; any unused number serves a stand-in.
+UVM_MAJOR = 510
+_SHARED_OBJECT = re.compile(r"^lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*$")
+# Where a glibc image's own libc lives is, by construction, a directory its loader searches by default.
+_GLIBC_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
+               "lib/aarch64-linux-gnu", "usr/lib64", "lib64", "usr/lib", "lib")
+
+
+@dataclass
+class Plan:
+    lib_dir: str
+    files: list[tuple[str, str]] = field(default_factory=list)   # (host source, container path), read-only
+    links: list[tuple[str, str]] = field(default_factory=list)   # (container path, link target)
+    dirs: list[tuple[str, str]] = field(default_factory=list)    # (host source, container path), read-write
+    nodes: list[tuple[str, int, int]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def library_dir(root: Root) -> str:
+    """The image's own library directory: where libc.so.6 is (glibc), else /usr/lib (musl's default path
+    holds /usr/lib; so do images with no libc at all)."""
+    for d in _GLIBC_DIRS:
+        if root.exists(f"/{d}/libc.so.6"):
+            return "/" + d
+    return "/usr/lib"
+
+
+def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str, catalog: str,
+                   state_dir: str, device_count: int) -> Plan:
+    plan = Plan(library_dir(root))
+    libs = sorted(os.listdir(native_lib_dir)) if os.path.isdir(native_lib_dir) else []
+    names = set(libs)
+    for name in libs:
+        if not _SHARED_OBJECT.match(name):
+            continue
+        src = os.path.join(native_lib_dir, name)
+        if os.path.islink(src) and os.readlink(src) in names:
+            plan.links.append((f"{plan.lib_dir}/{name}", os.readlink(src)))
+        elif os.path.isfile(src):
+            plan.files.append((os.path.realpath(src), f"{plan.lib_dir}/{name}"))
+    linked = {p for p, _ in plan.links}
+    # Clients dlopen 'libnvidia-ml.so' as often as the soname; give every soname its development link.
+    for _, dest in list(plan.files):
+        base = re.sub(r"(\.so)(\.[0-9]+)+$", r"\1", dest)
+        if base != dest and base not in linked and base not in {d for _, d in plan.files}:
+            plan.links.append((base, os.path.basename(dest)))
+    if not any(d.endswith("/libnvidia-ml.so.1") for _, d in plan.files):
+        plan.notes.append(f"no libnvidia-ml.so.1 in {native_lib_dir}: NVML not injected (run `make`)")
+    # The shims' installed layout keeps the catalog beside libnvidia-ml.so.1; they resolve FAKEGPU_DEVICES
+    # with it in processes that have no FAKEGPU_DEVICE_TABLE (those started by `docker exec`).
+    if os.path.isfile(os.path.join(native_lib_dir, "catalog.tbl")):
+        plan.files.append((os.path.join(native_lib_dir, "catalog.tbl"), f"{plan.lib_dir}/catalog.tbl"))
+    if os.path.isfile(nvidia_smi):
+        plan.files.append((nvidia_smi, CONTAINER_NVIDIA_SMI))
+    else:
+        plan.notes.append(f"no nvidia-smi at {nvidia_smi}: not injected (run `make`)")
+    plan.files.append((table, CONTAINER_DEVICE_TABLE))
+    if os.path.isfile(catalog):
+        plan.files.append((catalog, CONTAINER_CATALOG_TABLE))
+    # The container's /run/fakegpu is its host folder (per-process state the shims share, visible to host
+    # tools); the tables are mounted read-only on top of it.
+    plan.dirs.append((state_dir, CONTAINER_DIR))
+    plan.nodes.append(("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR))
+    plan.nodes.append(("/dev/nvidia-uvm", UVM_MAJOR, 0))
+    plan.nodes.append(("/dev/nvidia-uvm-tools", UVM_MAJOR, 1))
+    plan.nodes.extend((f"/dev/nvidia{i}", NVIDIA_MAJOR, i) for i in range(device_count))
+    return plan
+
+
+class Injection:
+    """Applies a plan; on failure `undo()` unmounts everything mounted so far, newest first."""
+
+    def __init__(self, root: Root, log) -> None:
+        self.root, self.log = root, log
+        self.mounted: list[str] = []
+
+    def apply(self, plan: Plan) -> None:
+        # Folders first: files are mounted on top of them.
+        for src, dest in plan.dirs:
+            self._mount(src, self.root.dir_target(dest), dest, readonly=False)
+        for src, dest in plan.files:
+            self._mount(src, self.root.file_target(dest), dest, readonly=True)
+        for path, target in plan.links:
+            self.root.symlink(path, target)
+        kinds = {self.root.device_node(path, major, minor) for path, major, minor in plan.nodes}
+        self.log(f"device nodes: {', '.join(sorted(kinds))} ({len(plan.nodes)} under /dev)")
+
+    def _mount(self, src: str, fd: int, dest: str, readonly: bool) -> None:
+        try:
+            self.mounted.append(bind_mount(src, fd, readonly=readonly, noexec=not readonly))
+            self.log(f"mounted {src} -> {dest}{' (ro)' if readonly else ''}")
+        finally:
+            os.close(fd)
+
+    def undo(self) -> None:
+        while self.mounted:
+            unmount(self.mounted.pop())

@@ -1,0 +1,80 @@
+"""OCI bundle and state: strict loading of config.json and an atomic write-back (temp file + rename)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+class SpecError(Exception):
+    pass
+
+
+class Spec:
+    """An OCI runtime spec held in memory; `path` is None for specs built in tests."""
+
+    def __init__(self, data: dict[str, Any], path: Path | None = None) -> None:
+        if not isinstance(data, dict):
+            raise SpecError(f"{path or 'spec'}: the top level is not a JSON object")
+        self.data = data
+        self.path = path
+
+    @classmethod
+    def load(cls, path: Path) -> Spec:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise SpecError(f"cannot read {path}: {exc.strerror}") from exc
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise SpecError(f"{path} is not valid JSON: {exc}") from exc
+        return cls(data, Path(path))
+
+    @property
+    def env(self) -> list[str]:
+        process = self.data.get("process") or {}
+        env = process.get("env") or []
+        if not isinstance(env, list) or not all(isinstance(e, str) for e in env):
+            raise SpecError("process.env is not a list of strings")
+        return env
+
+    def root_path(self, bundle: Path) -> Path:
+        root = (self.data.get("root") or {}).get("path")
+        if not isinstance(root, str) or not root:
+            raise SpecError("the spec has no root.path")
+        return Path(root) if os.path.isabs(root) else Path(bundle) / root
+
+    def flush(self) -> None:
+        """Write back atomically, so runc never reads half a config.json, keeping the file's mode."""
+        if self.path is None:
+            raise SpecError("an in-memory spec has no file to flush to")
+        mode = self.path.stat().st_mode & 0o7777
+        fd, tmp = tempfile.mkstemp(prefix=".config.json.", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.data, f, separators=(",", ":"))
+            os.chmod(tmp, mode)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def read_state(text: str) -> dict[str, Any]:
+    """The OCI state a runtime writes to a hook's stdin: id, pid, bundle are what the hook needs."""
+    try:
+        state = json.loads(text)
+    except ValueError as exc:
+        raise SpecError(f"the OCI state on stdin is not JSON: {exc}") from exc
+    if not isinstance(state, dict):
+        raise SpecError("the OCI state on stdin is not a JSON object")
+    for key in ("id", "bundle"):
+        if not isinstance(state.get(key), str) or not state[key]:
+            raise SpecError(f"the OCI state on stdin has no {key!r}")
+    if "/" in state["id"] or state["id"] in (".", ".."):
+        raise SpecError(f"container id {state['id']!r} cannot name a folder")
+    return state

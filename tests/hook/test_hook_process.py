@@ -1,0 +1,91 @@
+"""fakegpu-hook as a real process on a fake root, inside a private mount namespace (unshare), so its mounts
+can be checked and vanish with it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.hook.conftest import DATA
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
+                                reason="bind mounts need root and unshare(1)")
+HOOK = str(Path(sys.executable).with_name("fakegpu-hook"))
+
+
+@pytest.fixture
+def setup(tmp_path):
+    bundle = tmp_path / "bundle"
+    shutil.copytree(DATA / "rootfs" / "debian", bundle / "rootfs")
+    native = tmp_path / "native"
+    (native / "lib").mkdir(parents=True)
+    (native / "bin").mkdir()
+    (native / "lib" / "libnvidia-ml.so.1").write_text("fake nvml")
+    (native / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho fake smi\n")
+    (native / "bin" / "nvidia-smi").chmod(0o755)
+    return bundle, native, tmp_path / "state"
+
+
+def run_hook(bundle, native, state, env_list, probe):
+    config = json.loads((DATA / "bundles" / "gpu" / "config.json").read_text())
+    config["process"]["env"] = env_list
+    (bundle / "config.json").write_text(json.dumps(config))
+    state_json = json.dumps({"ociVersion": "1.0.2", "id": "ctr-1", "pid": 1, "bundle": str(bundle),
+                             "status": "creating"})
+    args = [HOOK, "--native-dir", str(native / "lib"), "--nvidia-smi", str(native / "bin" / "nvidia-smi"),
+            "--state-root", str(state)]
+    script = f'{" ".join(args)} && {probe}'
+    env = {"PATH": os.environ["PATH"]}
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                          input=state_json, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_hook_injects_into_the_root(setup):
+    bundle, native, state = setup
+    root = bundle / "rootfs"
+    probe = (f"cat {root}/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 {root}/run/fakegpu/devices.tbl; "
+             f"ls -l {root}/dev; grep ' {root}' /proc/self/mountinfo")
+    result = run_hook(bundle, native, state, ["FAKEGPU_DEVICES=a100:3"], probe)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "fake nvml" in out and "count=3" in out
+    for name in ("nvidia0", "nvidia2", "nvidiactl", "nvidia-uvm"):
+        assert name in out
+    mounts = [line for line in out.splitlines() if str(root) in line and " - " in line]
+    assert len(mounts) == 5  # /run/fakegpu, nvml, nvidia-smi, devices.tbl, catalog.tbl
+    assert all("nosuid" in m and "nodev" in m for m in mounts)
+    assert sum(" ro," in m for m in mounts) == 4
+    assert (state / "ctr-1" / "devices.tbl").is_file() and "seed='0'" in (state / "ctr-1" / "hook.log").read_text()
+    # Outside the private namespace nothing stays mounted; the link made for clients stays in the root.
+    assert str(root) not in Path("/proc/self/mountinfo").read_text()
+    assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so") == "libnvidia-ml.so.1"
+
+
+def test_hook_ignores_loader_variables(setup):
+    bundle, native, state = setup
+    # The image's LD_PRELOAD lives in config.json; had it reached the hook, ld.so would complain about it.
+    result = run_hook(bundle, native, state, ["FAKEGPU_DEVICES=a100", "LD_PRELOAD=/nonexistent/evil.so"], "true")
+    assert result.returncode == 0, result.stderr
+    assert "evil" not in result.stderr
+
+
+def test_hook_failure_leaves_nothing_behind(setup):
+    bundle, native, state = setup
+    root = bundle / "rootfs"
+    (root / "run").write_text("a file where /run should be a folder")
+    result = run_hook(bundle, native, state, ["FAKEGPU_DEVICES=a100:2"], "echo unreachable")
+    assert result.returncode == 1
+    assert result.stderr.startswith("fakegpu-hook: ") and "not a directory" in result.stderr
+    assert not (state / "ctr-1").exists()
+
+
+def test_hook_without_request_does_nothing(setup):
+    bundle, native, state = setup
+    result = run_hook(bundle, native, state, ["FAKEGPU_DEVICES=void"], f"grep -c ' {bundle}' /proc/self/mountinfo")
+    assert result.stdout.strip() == "0"
