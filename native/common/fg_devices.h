@@ -1,0 +1,74 @@
+/* The devices this process sees: from $FAKEGPU_DEVICE_TABLE, else $FAKEGPU_DEVICES resolved against the
+ * catalog table exactly as fakegpu/devices/spec.py does (same grammar, same SHA-256 identities). */
+#ifndef FG_DEVICES_H
+#define FG_DEVICES_H
+
+#include <stddef.h>
+
+#include "fg_log.h"
+
+#define FG_MAX_DEVICES 64 /* MAX_DEVICES in spec.py */
+
+typedef struct {
+    unsigned index;
+    char profile[64];
+    char name[96];
+    char uuid[48];
+    char serial[24];
+    char pci_bus_id[24]; /* 00000000:18:00.0 */
+    unsigned pci_domain, pci_bus, pci_dev, pci_function;
+    unsigned minor_number;
+    char architecture[16];
+    char segment[16];
+    char chip[24];
+    char memory_type[16];
+    unsigned released;
+    int cc_major, cc_minor;
+    unsigned sm_count, cuda_cores;
+    unsigned clock_base_mhz, clock_boost_mhz, clock_mem_mhz;
+    unsigned long long l2_bytes;
+    unsigned long long mem_total, mem_reserved, cuda_total;
+    unsigned mem_bus_width;
+    double mem_bandwidth_gb_s;
+    int ecc;
+    unsigned pci_device_id;    /* 0x20B2 */
+    unsigned pci_subsystem_id; /* 0x147F10DE */
+    unsigned pcie_gen, pcie_width;
+    unsigned nvlink_links, nvlink_version;
+    double nvlink_bandwidth_gb_s;
+    unsigned power_default_mw, power_min_mw, power_max_mw, power_idle_mw;
+    unsigned fans;
+    int mig_supported;
+    unsigned mig_max_instances;
+} fg_device;
+
+typedef struct {
+    unsigned count;
+    fg_device dev[FG_MAX_DEVICES];
+    char spec[256];
+    char seed[128];
+    char source[512]; /* which file or spec the devices came from, for diagnostics */
+} fg_devset;
+
+enum {
+    FG_DEV_OK = 0,
+    FG_DEV_MISSING = 1, /* the table or catalog file is not there */
+    FG_DEV_CORRUPT = 2, /* a file is there but is not a table we can use */
+    FG_DEV_BADSPEC = 3, /* FAKEGPU_DEVICES does not parse or names an unknown profile */
+};
+
+/* Resolve the process's devices from the environment. Zero devices (no table, FAKEGPU_DEVICES unset, empty,
+ * 'void' or 'none') is FG_DEV_OK with count 0: the container simply has no GPU. */
+FG_HIDDEN int fg_devices_load(fg_devset *out, char *err, size_t errlen);
+
+/* Resolve a spec against a catalog table file; used by fg_devices_load and the differential tests. */
+FG_HIDDEN int fg_devices_from_spec(const char *spec, const char *seed, const char *catalog_path, fg_devset *out,
+                                   char *err, size_t errlen);
+
+/* Identity fields exactly as Device.create computes them. */
+FG_HIDDEN void fg_identity(const char *seed, unsigned index, const char *profile_id, fg_device *d);
+
+/* The catalog path this process would use (env, baked-in path, next to the library). */
+FG_HIDDEN const char *fg_catalog_path(char *buf, size_t len);
+
+#endif

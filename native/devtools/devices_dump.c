@@ -1,0 +1,22 @@
+/* fakegpu-devices: the C reader's view of this environment's devices, one tab-separated line each
+ * (index, uuid, serial, pci_bus_id, name, profile, memory total). The differential tests compare it with
+ * fakegpu/devices; exit status 0 on success, 1 with the reason on stderr otherwise. */
+#include <stdio.h>
+
+#include "fg_devices.h"
+
+int main(void)
+{
+    static fg_devset set;
+    char err[512];
+    if (fg_devices_load(&set, err, sizeof err) != FG_DEV_OK) {
+        fprintf(stderr, "fakegpu-devices: %s\n", err);
+        return 1;
+    }
+    for (unsigned i = 0; i < set.count; i++) {
+        const fg_device *d = &set.dev[i];
+        printf("%u\t%s\t%s\t%s\t%s\t%s\t%llu\n", d->index, d->uuid, d->serial, d->pci_bus_id, d->name, d->profile,
+               d->mem_total);
+    }
+    return 0;
+}

@@ -1,0 +1,257 @@
+/* Device handles and identity: lookup by index/UUID/PCI bus id/serial, name, UUID, serial, brand, ... */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "fg_nvml.h"
+
+static nvmlDevice_t handle_at(unsigned i) { return &fg_handles[i]; }
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
+{
+    if (!fg_is_initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    FG_NEED(device);
+    if (index >= fg_devs.count)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *device = handle_at(index);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+typedef int (*match_fn)(const fg_device *d, const char *key);
+
+static nvmlReturn_t find(const char *key, nvmlDevice_t *device, match_fn match)
+{
+    if (!fg_is_initialized())
+        return NVML_ERROR_UNINITIALIZED;
+    FG_NEED(key);
+    FG_NEED(device);
+    for (unsigned i = 0; i < fg_devs.count; i++)
+        if (match(&fg_devs.dev[i], key)) {
+            *device = handle_at(i);
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+static int match_uuid(const fg_device *d, const char *key) { return strcasecmp(d->uuid, key) == 0; }
+static int match_serial(const fg_device *d, const char *key) { return strcmp(d->serial, key) == 0; }
+
+/* NVML accepts "domain:bus:device.function" with 4- or 8-digit domains and "bus:device.function". */
+static int match_bus_id(const fg_device *d, const char *key)
+{
+    unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+    char tail;
+    if (sscanf(key, "%x:%x:%x.%x%c", &dom, &bus, &dev, &fn, &tail) != 4) {
+        dom = 0;
+        fn = 0;
+        if (sscanf(key, "%x:%x.%x%c", &bus, &dev, &fn, &tail) != 3)
+            return 0;
+    }
+    return dom == d->pci_domain && bus == d->pci_bus && dev == d->pci_dev && fn == d->pci_function;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    return find(uuid, device, match_uuid);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
+{
+    return find(serial, device, match_serial);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+    return find(pciBusId, device, match_bus_id);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device)
+{
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
+{
+    FG_DEVICE(device, d);
+    return fg_copy_out(name, length, d->name);
+}
+
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    FG_DEVICE(device, d);
+    return fg_copy_out(uuid, length, d->uuid);
+}
+
+nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
+{
+    FG_DEVICE(device, d);
+    if (!d->serial[0])
+        return NVML_ERROR_NOT_SUPPORTED;
+    return fg_copy_out(serial, length, d->serial);
+}
+
+nvmlReturn_t nvmlDeviceGetBoardPartNumber(nvmlDevice_t device, char *partNumber, unsigned int length)
+{
+    FG_DEVICE(device, d);
+    /* Real part numbers look like 692-2G506-0210-002; ours keep the shape and carry the PCI device id. */
+    char buf[32];
+    snprintf(buf, sizeof buf, "699-2G%03X-0200-A%u", d->pci_device_id & 0xFFF, d->cc_major);
+    return fg_copy_out(partNumber, length, buf);
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(type);
+    if (!strcmp(d->segment, "consumer"))
+        *type = strstr(d->name, "TITAN") ? NVML_BRAND_TITAN : NVML_BRAND_GEFORCE;
+    else if (!strcmp(d->segment, "workstation"))
+        *type = NVML_BRAND_NVIDIA_RTX;
+    else if (!strcmp(d->architecture, "pascal") || !strcmp(d->architecture, "volta") ||
+             !strcmp(d->architecture, "maxwell"))
+        *type = NVML_BRAND_TESLA;
+    else
+        *type = NVML_BRAND_NVIDIA;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(arch);
+    static const struct {
+        const char *name;
+        unsigned value;
+    } archs[] = {{"maxwell", NVML_DEVICE_ARCH_MAXWELL}, {"pascal", NVML_DEVICE_ARCH_PASCAL},
+                 {"volta", NVML_DEVICE_ARCH_VOLTA},     {"turing", NVML_DEVICE_ARCH_TURING},
+                 {"ampere", NVML_DEVICE_ARCH_AMPERE},   {"ada", NVML_DEVICE_ARCH_ADA},
+                 {"hopper", NVML_DEVICE_ARCH_HOPPER},   {"blackwell", NVML_DEVICE_ARCH_BLACKWELL}};
+    *arch = NVML_DEVICE_ARCH_UNKNOWN;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (!strcmp(d->architecture, archs[i].name))
+            *arch = archs[i].value;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(major);
+    FG_NEED(minor);
+    *major = d->cc_major;
+    *minor = d->cc_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(minorNumber);
+    *minorNumber = d->minor_number;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(index);
+    *index = d->index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetBoardId(nvmlDevice_t device, unsigned int *boardId)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(boardId);
+    /* Real board ids encode the PCI location; one GPU per board. */
+    *boardId = d->pci_domain << 16 | d->pci_bus << 8;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMultiGpuBoard(nvmlDevice_t device, unsigned int *multiGpuBool)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(multiGpuBool);
+    *multiGpuBool = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceOnSameBoard(nvmlDevice_t device1, nvmlDevice_t device2, int *onSameBoard)
+{
+    FG_DEVICE(device1, a);
+    FG_DEVICE(device2, b);
+    FG_NEED(onSameBoard);
+    *onSameBoard = a == b;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCores)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(numCores);
+    if (!d->cuda_cores)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *numCores = d->cuda_cores;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    FG_DEVICE(device, d);
+    /* VBIOS majors by generation as real boards report them (A100 92.00..., H100 96.00...). */
+    static const struct {
+        const char *arch;
+        unsigned major;
+    } majors[] = {{"maxwell", 0x84}, {"pascal", 0x86}, {"volta", 0x88}, {"turing", 0x90},
+                  {"ampere", 0x92},  {"ada", 0x95},    {"hopper", 0x96}, {"blackwell", 0x97}};
+    unsigned major = 0x92;
+    for (size_t i = 0; i < sizeof majors / sizeof majors[0]; i++)
+        if (!strcmp(d->architecture, majors[i].arch))
+            major = majors[i].major;
+    char buf[32];
+    snprintf(buf, sizeof buf, "%02X.00.%02X.00.%02X", major, (d->pci_device_id >> 4) & 0xFF,
+             d->pci_device_id & 0x0F);
+    return fg_copy_out(version, length, buf);
+}
+
+nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char *version,
+                                         unsigned int length)
+{
+    FG_DEVICE(device, d);
+    const char *v;
+    switch (object) {
+    case NVML_INFOROM_OEM: v = "2.1"; break;
+    case NVML_INFOROM_ECC: v = d->ecc ? "6.16" : NULL; break;
+    case NVML_INFOROM_POWER: v = NULL; break; /* datacenter boards since Ampere report N/A here */
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    if (!v)
+        return NVML_ERROR_NOT_SUPPORTED;
+    return fg_copy_out(version, length, v);
+}
+
+nvmlReturn_t nvmlDeviceGetInforomImageVersion(nvmlDevice_t device, char *version, unsigned int length)
+{
+    FG_DEVICE(device, d);
+    char buf[32];
+    snprintf(buf, sizeof buf, "G%03X.0200.00.03", d->pci_device_id & 0xFFF);
+    return fg_copy_out(version, length, buf);
+}
+
+nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsigned int *checksum)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(checksum);
+    unsigned h = 2166136261u; /* FNV-1a of the UUID: stable per device */
+    for (const char *p = d->uuid; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    *checksum = h;
+    return NVML_SUCCESS;
+}

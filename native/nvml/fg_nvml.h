@@ -1,0 +1,88 @@
+/* Internals shared by the hand-written NVML exports. Everything here is hidden; only nvml.h's functions
+ * are exported (default visibility is switched on around the header, and exports.map lists them). */
+#ifndef FG_NVML_H
+#define FG_NVML_H
+
+#pragma GCC visibility push(default)
+#include <nvml.h>
+#pragma GCC visibility pop
+
+#include <stddef.h>
+#include <string.h>
+
+#include "fg_devices.h"
+#include "fg_log.h"
+#include "fg_state.h"
+#include "stubs_generated.h"
+
+/* A device handle is the address of one of these; fg_lookup() validates it by address before use, so a
+ * garbage handle is INVALID_ARGUMENT instead of a crash. */
+struct nvmlDevice_st {
+    unsigned index;
+};
+
+/* Knobs read once at first init, so queries never call getenv (which is not thread-safe against setenv). */
+typedef struct {
+    char driver_version[32];
+    int cuda_version;
+    int pin_temperature, pin_gpu_util, pin_mem_util, pin_power_mw; /* -1: follow the model */
+    unsigned state_ttl_ms;
+    unsigned cpu_count;
+    char state_dir[512];
+} fg_config;
+
+/* Dynamic usage of one device, from the shared state. */
+typedef struct {
+    unsigned long long used_bytes; /* processes' memory, idle baseline not included */
+    unsigned compute_procs, graphics_procs;
+} fg_usage;
+
+FG_HIDDEN extern fg_devset fg_devs;
+FG_HIDDEN extern fg_config fg_cfg;
+FG_HIDDEN extern struct nvmlDevice_st fg_handles[FG_MAX_DEVICES];
+
+/* The stub every not-implemented export returns through (generated bodies call it with their index). */
+FG_HIDDEN nvmlReturn_t fg_unsupported(unsigned stub_index);
+FG_HIDDEN extern const char *const fg_stub_names[FG_STUB_COUNT];
+
+FG_HIDDEN int fg_is_initialized(void);
+/* Init check plus handle validation; *d is the device behind a good handle. */
+FG_HIDDEN nvmlReturn_t fg_lookup(nvmlDevice_t h, const fg_device **d);
+
+#define FG_DEVICE(handle, var)                                                                                    \
+    const fg_device *var = NULL;                                                                                  \
+    do {                                                                                                          \
+        nvmlReturn_t fg_rc_ = fg_lookup((handle), &var);                                                          \
+        if (fg_rc_ != NVML_SUCCESS)                                                                               \
+            return fg_rc_;                                                                                        \
+    } while (0)
+
+#define FG_NEED(ptr)                                                                                              \
+    do {                                                                                                          \
+        if (!(ptr))                                                                                               \
+            return NVML_ERROR_INVALID_ARGUMENT;                                                                   \
+    } while (0)
+
+/* Copy a string out the way NVML does: INSUFFICIENT_SIZE when it (with its NUL) does not fit. */
+FG_HIDDEN nvmlReturn_t fg_copy_out(char *dst, unsigned length, const char *src);
+
+/* ---- the dynamic model (model.c) ---- */
+FG_HIDDEN void fg_usage_of(unsigned index, fg_usage *u);
+/* This device's process entries, pid order; returns how many (at most max). type 'C', 'G' or 0 for both. */
+FG_HIDDEN unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max);
+FG_HIDDEN void fg_state_invalidate(void);
+FG_HIDDEN unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u);
+FG_HIDDEN unsigned fg_gpu_util(const fg_device *d, const fg_usage *u);
+FG_HIDDEN unsigned fg_mem_util(const fg_device *d, const fg_usage *u);
+FG_HIDDEN unsigned fg_temperature(const fg_device *d, const fg_usage *u);
+FG_HIDDEN unsigned fg_power_mw(const fg_device *d, const fg_usage *u);
+FG_HIDDEN unsigned fg_sm_clock(const fg_device *d, const fg_usage *u);
+FG_HIDDEN nvmlPstates_t fg_pstate(const fg_device *d, const fg_usage *u);
+FG_HIDDEN int fg_is_datacenter(const fg_device *d);
+
+/* ---- topology (pci_nvlink.c) ---- */
+FG_HIDDEN unsigned fg_socket_of(const fg_device *d);
+FG_HIDDEN nvmlGpuTopologyLevel_t fg_topology(const fg_device *a, const fg_device *b);
+FG_HIDDEN void fg_fill_pci(const fg_device *d, nvmlPciInfo_t *pci);
+
+#endif

@@ -1,0 +1,174 @@
+/* Framebuffer and BAR1 memory, ECC counters, retired pages and remapped rows. */
+#include "fg_nvml.h"
+
+#define MIB (1ull << 20)
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(memory);
+    fg_usage u;
+    fg_usage_of(d->index, &u);
+    /* v1 counts the driver's reservation as used (the header says so), which is why v2 exists. */
+    unsigned long long used = d->mem_reserved + fg_mem_allocated(d, &u);
+    memory->total = d->mem_total;
+    memory->used = used;
+    memory->free = d->mem_total - used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(memory);
+    if (memory->version != nvmlMemory_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    fg_usage u;
+    fg_usage_of(d->index, &u);
+    unsigned long long used = fg_mem_allocated(d, &u);
+    memory->total = d->mem_total;
+    memory->reserved = d->mem_reserved;
+    memory->used = used;
+    memory->free = d->mem_total - d->mem_reserved - used;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(bar1Memory);
+    /* Datacenter boards map the whole framebuffer (next power of two: 128 GiB on an 80 GB board); desktop
+     * cards without resizable BAR expose 256 MiB. */
+    unsigned long long total = 256 * MIB;
+    if (fg_is_datacenter(d))
+        while (total < d->mem_total)
+            total <<= 1;
+    bar1Memory->bar1Total = total;
+    bar1Memory->bar1Used = 2 * MIB;
+    bar1Memory->bar1Free = total - 2 * MIB;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryBusWidth(nvmlDevice_t device, unsigned int *busWidth)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(busWidth);
+    if (!d->mem_bus_width)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *busWidth = d->mem_bus_width;
+    return NVML_SUCCESS;
+}
+
+/* Boards without ECC memory answer NOT_SUPPORTED to every ECC query, as real GeForce cards do. */
+#define FG_NEED_ECC(d)                                                                                            \
+    do {                                                                                                          \
+        if (!(d)->ecc)                                                                                            \
+            return NVML_ERROR_NOT_SUPPORTED;                                                                      \
+    } while (0)
+
+nvmlReturn_t nvmlDeviceGetEccMode(nvmlDevice_t device, nvmlEnableState_t *current, nvmlEnableState_t *pending)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(current);
+    FG_NEED(pending);
+    FG_NEED_ECC(d);
+    *current = *pending = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDefaultEccMode(nvmlDevice_t device, nvmlEnableState_t *defaultMode)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(defaultMode);
+    FG_NEED_ECC(d);
+    *defaultMode = NVML_FEATURE_ENABLED;
+    return NVML_SUCCESS;
+}
+
+static int valid_counter(nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter)
+{
+    return (type == NVML_MEMORY_ERROR_TYPE_CORRECTED || type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED) &&
+           (counter == NVML_VOLATILE_ECC || counter == NVML_AGGREGATE_ECC);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                         nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(eccCounts);
+    if (!valid_counter(errorType, counterType))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    FG_NEED_ECC(d);
+    *eccCounts = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                            nvmlEccCounterType_t counterType, nvmlEccErrorCounts_t *eccCounts)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(eccCounts);
+    if (!valid_counter(errorType, counterType))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    FG_NEED_ECC(d);
+    memset(eccCounts, 0, sizeof *eccCounts);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
+                                             nvmlEccCounterType_t counterType, nvmlMemoryLocation_t locationType,
+                                             unsigned long long *count)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(count);
+    if (!valid_counter(errorType, counterType) || (unsigned)locationType >= NVML_MEMORY_LOCATION_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    FG_NEED_ECC(d);
+    *count = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                       unsigned int *pageCount, unsigned long long *addresses)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(pageCount);
+    (void)addresses;
+    if ((unsigned)cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    FG_NEED_ECC(d);
+    *pageCount = 0; /* a healthy board: nothing retired */
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPages_v2(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
+                                          unsigned int *pageCount, unsigned long long *addresses,
+                                          unsigned long long *timestamps)
+{
+    (void)timestamps;
+    return nvmlDeviceGetRetiredPages(device, cause, pageCount, addresses);
+}
+
+nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEnableState_t *isPending)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(isPending);
+    FG_NEED_ECC(d);
+    *isPending = NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRows, unsigned int *uncRows,
+                                       unsigned int *isPending, unsigned int *failureOccurred)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(corrRows);
+    FG_NEED(uncRows);
+    FG_NEED(isPending);
+    FG_NEED(failureOccurred);
+    /* Row remapping replaced page retirement with Ampere. */
+    if (!d->ecc || d->cc_major < 8)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *corrRows = *uncRows = *isPending = *failureOccurred = 0;
+    return NVML_SUCCESS;
+}

@@ -1,0 +1,138 @@
+/* The dynamic side of a fake GPU: usage from the shared state (cached for FAKEGPU_STATE_TTL_MS so a query
+ * costs a lock, not a directory scan), and a deterministic load model: a device with no process is idle,
+ * one with processes is busy; FAKEGPU_TEMPERATURE / _UTILIZATION / _MEMORY_UTILIZATION / _POWER_W pin it. */
+#include <pthread.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "fg_nvml.h"
+
+#define MIB (1ull << 20)
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static fg_snapshot cache;
+static fg_usage usage[FG_MAX_DEVICES];
+static uint64_t cache_stamp_ns;
+static int cache_valid;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void fg_state_invalidate(void)
+{
+    pthread_mutex_lock(&cache_lock);
+    cache_valid = 0;
+    pthread_mutex_unlock(&cache_lock);
+}
+
+/* Caller holds cache_lock. */
+static void refresh_locked(void)
+{
+    uint64_t now = now_ns();
+    if (cache_valid && now - cache_stamp_ns < (uint64_t)fg_cfg.state_ttl_ms * 1000000ull)
+        return;
+    fg_state_read(fg_cfg.state_dir, &cache);
+    memset(usage, 0, sizeof usage);
+    for (unsigned i = 0; i < cache.n; i++) {
+        const fg_proc *p = &cache.procs[i];
+        if (p->device >= fg_devs.count)
+            continue;
+        usage[p->device].used_bytes += p->used_bytes;
+        if (p->type == 'G')
+            usage[p->device].graphics_procs++;
+        else
+            usage[p->device].compute_procs++;
+    }
+    cache_stamp_ns = now;
+    cache_valid = 1;
+}
+
+void fg_usage_of(unsigned index, fg_usage *u)
+{
+    pthread_mutex_lock(&cache_lock);
+    refresh_locked();
+    *u = index < FG_MAX_DEVICES ? usage[index] : (fg_usage){0};
+    pthread_mutex_unlock(&cache_lock);
+}
+
+unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&cache_lock);
+    refresh_locked();
+    for (unsigned i = 0; i < cache.n && n < max; i++)
+        if (cache.procs[i].device == index && (!type || cache.procs[i].type == type))
+            out[n++] = cache.procs[i];
+    pthread_mutex_unlock(&cache_lock);
+    return n;
+}
+
+int fg_is_datacenter(const fg_device *d) { return strcmp(d->segment, "datacenter") == 0 || !d->segment[0]; }
+
+static int busy(const fg_usage *u) { return u->compute_procs + u->graphics_procs > 0; }
+
+/* Allocated device memory: what processes hold plus the 1 MiB an idle board shows on 550+ drivers. The
+ * driver's reserved carve-out is accounted separately (nvmlMemory_v2_t.reserved). */
+unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u)
+{
+    unsigned long long cap = d->mem_total - d->mem_reserved;
+    unsigned long long a = MIB + u->used_bytes;
+    return a > cap ? cap : a;
+}
+
+unsigned fg_gpu_util(const fg_device *d, const fg_usage *u)
+{
+    (void)d;
+    if (fg_cfg.pin_gpu_util >= 0)
+        return fg_cfg.pin_gpu_util > 100 ? 100u : (unsigned)fg_cfg.pin_gpu_util;
+    return busy(u) ? 93 : 0;
+}
+
+unsigned fg_mem_util(const fg_device *d, const fg_usage *u)
+{
+    if (fg_cfg.pin_mem_util >= 0)
+        return fg_cfg.pin_mem_util > 100 ? 100u : (unsigned)fg_cfg.pin_mem_util;
+    if (!busy(u))
+        return 0;
+    /* Busier memory for a fuller board, within what training jobs typically show. */
+    return 20 + (unsigned)(40.0 * (double)fg_mem_allocated(d, u) / (double)d->mem_total);
+}
+
+unsigned fg_temperature(const fg_device *d, const fg_usage *u)
+{
+    if (fg_cfg.pin_temperature >= 0)
+        return (unsigned)fg_cfg.pin_temperature;
+    /* Passively cooled datacenter boards idle cooler than desktop cards with their fans stopped. */
+    unsigned idle = d->fans ? 38 : 30;
+    return idle + (fg_gpu_util(d, u) * 35) / 100;
+}
+
+unsigned fg_power_mw(const fg_device *d, const fg_usage *u)
+{
+    if (fg_cfg.pin_power_mw >= 0)
+        return (unsigned)fg_cfg.pin_power_mw;
+    unsigned idle = d->power_idle_mw, limit = d->power_default_mw;
+    if (idle > limit)
+        idle = limit;
+    return idle + (unsigned)((unsigned long long)(limit - idle) * fg_gpu_util(d, u) * 8 / 1000);
+}
+
+unsigned fg_sm_clock(const fg_device *d, const fg_usage *u)
+{
+    unsigned util = fg_gpu_util(d, u);
+    if (!util)
+        return 210; /* idle SM clock real boards of every generation drop to */
+    return d->clock_boost_mhz;
+}
+
+nvmlPstates_t fg_pstate(const fg_device *d, const fg_usage *u)
+{
+    /* Datacenter boards with persistence on sit in P0; desktop cards drop to P8 when idle. */
+    if (fg_is_datacenter(d) || fg_gpu_util(d, u))
+        return NVML_PSTATE_0;
+    return NVML_PSTATE_8;
+}

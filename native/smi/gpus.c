@@ -1,0 +1,77 @@
+/* Which GPUs a command acts on (-i), and the timestamp every view prints. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "smi.h"
+
+static int find_one(const char *id, unsigned count, unsigned *index)
+{
+    nvmlDevice_t d;
+    char *end = NULL;
+    unsigned long i = strtoul(id, &end, 10);
+    if (*id && isdigit((unsigned char)*id) && !*end && strlen(id) < 6) {
+        if (i >= count)
+            return -1;
+        *index = (unsigned)i;
+        return 0;
+    }
+    if (nvmlDeviceGetHandleByUUID(id, &d) != NVML_SUCCESS && nvmlDeviceGetHandleByPciBusId_v2(id, &d) != NVML_SUCCESS &&
+        nvmlDeviceGetHandleBySerial(id, &d) != NVML_SUCCESS)
+        return -1;
+    return nvmlDeviceGetIndex(d, index) == NVML_SUCCESS ? 0 : -1;
+}
+
+int smi_select(const char *ids, smi_gpus *out)
+{
+    unsigned count = 0;
+    memset(out, 0, sizeof *out);
+    if (nvmlDeviceGetCount_v2(&count) != NVML_SUCCESS)
+        return SMI_EXIT_OTHER;
+    if (count > SMI_MAX_GPUS)
+        count = SMI_MAX_GPUS;
+    int chosen[SMI_MAX_GPUS] = {0};
+    if (!ids) {
+        for (unsigned i = 0; i < count; i++)
+            chosen[i] = 1;
+    } else {
+        char buf[4096];
+        snprintf(buf, sizeof buf, "%s", ids);
+        char *save = NULL;
+        int any = 0;
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            while (isspace((unsigned char)*tok))
+                tok++;
+            unsigned idx;
+            if (find_one(tok, count, &idx) != 0)
+                return SMI_EXIT_NOT_FOUND;
+            chosen[idx] = 1;
+            any = 1;
+        }
+        if (!any)
+            return SMI_EXIT_NOT_FOUND;
+    }
+    for (unsigned i = 0; i < count; i++)
+        if (chosen[i] && nvmlDeviceGetHandleByIndex_v2(i, &out->dev[out->count]) == NVML_SUCCESS)
+            out->index[out->count++] = i;
+    return out->count ? SMI_OK : SMI_EXIT_NOT_FOUND;
+}
+
+void smi_now(char *buf, size_t len, int csv_style)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    localtime_r(&tv.tv_sec, &tm);
+    if (csv_style) {
+        char base[32];
+        strftime(base, sizeof base, "%Y/%m/%d %H:%M:%S", &tm);
+        snprintf(buf, len, "%s.%03ld", base, (long)(tv.tv_usec / 1000));
+    } else {
+        strftime(buf, len, "%a %b %e %H:%M:%S %Y", &tm);
+    }
+}

@@ -1,0 +1,184 @@
+/* nvidia-smi: argument parsing, NVML start-up and its failures, the -l loop. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fg_devices.h"
+#include "smi.h"
+
+typedef enum { CMD_DEFAULT, CMD_LIST, CMD_QUERY, CMD_TOPO, CMD_QUERY_GPU, CMD_QUERY_APPS, CMD_HELP_QUERY_GPU } cmd_t;
+
+typedef struct {
+    cmd_t cmd;
+    const char *ids;
+    const char *fields;
+    const char *format;
+    double loop_s;
+} opts_t;
+
+static int bad_args(void)
+{
+    printf("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n\n");
+    return SMI_EXIT_ARGS;
+}
+
+/* "--name=value", or "--name value" / "-n value"; returns the value or NULL. */
+static const char *option_value(int argc, char **argv, int *i, const char *arg, const char *long_name)
+{
+    size_t n = strlen(long_name);
+    if (!strncmp(arg, long_name, n) && arg[n] == '=')
+        return arg + n + 1;
+    if (*i + 1 < argc)
+        return argv[++*i];
+    return NULL;
+}
+
+static int is_opt(const char *arg, const char *short_name, const char *long_name)
+{
+    size_t n = strlen(long_name);
+    return (short_name && !strcmp(arg, short_name)) || !strcmp(arg, long_name) ||
+           (!strncmp(arg, long_name, n) && arg[n] == '=');
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            smi_help();
+            exit(SMI_OK);
+        } else if (!strcmp(a, "topo") && i == 1) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "-m") && strcmp(argv[i + 1], "--matrix")))
+                return -1;
+            o->cmd = CMD_TOPO;
+            i++;
+        } else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) {
+            o->cmd = CMD_LIST;
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--query")) {
+            o->cmd = CMD_QUERY;
+        } else if (is_opt(a, "-i", "--id")) {
+            if (!(o->ids = option_value(argc, argv, &i, a, "--id")))
+                return -1;
+        } else if (!strncmp(a, "-i", 2) && a[2]) {
+            o->ids = a + 2; /* -i0 */
+        } else if (is_opt(a, NULL, "--query-gpu")) {
+            o->cmd = CMD_QUERY_GPU;
+            if (!(o->fields = option_value(argc, argv, &i, a, "--query-gpu")))
+                return -1;
+        } else if (is_opt(a, NULL, "--query-compute-apps")) {
+            o->cmd = CMD_QUERY_APPS;
+            if (!(o->fields = option_value(argc, argv, &i, a, "--query-compute-apps")))
+                return -1;
+        } else if (is_opt(a, NULL, "--format")) {
+            if (!(o->format = option_value(argc, argv, &i, a, "--format")))
+                return -1;
+        } else if (!strcmp(a, "--help-query-gpu")) {
+            o->cmd = CMD_HELP_QUERY_GPU;
+        } else if (is_opt(a, "-l", "--loop") || is_opt(a, "-lms", "--loop-ms")) {
+            int ms = !strcmp(a, "-lms") || !strncmp(a, "--loop-ms", 9);
+            const char *v = strchr(a, '=') ? strchr(a, '=') + 1 : NULL;
+            if (!v && i + 1 < argc && argv[i + 1][0] != '-')
+                v = argv[++i];
+            char *end = NULL;
+            double x = v ? strtod(v, &end) : 5; /* the real default interval */
+            if ((v && (*end || end == v)) || x <= 0)
+                return -1;
+            o->loop_s = ms ? x / 1000 : x;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int parse_format(const char *s, smi_format *f)
+{
+    memset(f, 0, sizeof *f);
+    if (!s)
+        return -1;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        while (*t == ' ')
+            t++;
+        if (!strcmp(t, "csv"))
+            f->csv = 1;
+        else if (!strcmp(t, "noheader"))
+            f->noheader = 1;
+        else if (!strcmp(t, "nounits"))
+            f->nounits = 1;
+        else
+            return -1;
+    }
+    return f->csv ? 0 : -1;
+}
+
+/* NVML failed to start: the real tool's message, then ours saying why, since "driver" means little here. */
+static int init_failed(nvmlReturn_t rc)
+{
+    static fg_devset probe;
+    char why[512] = "";
+    fg_devices_load(&probe, why, sizeof why);
+    if (rc == NVML_ERROR_LIBRARY_NOT_FOUND || rc == NVML_ERROR_DRIVER_NOT_LOADED)
+        printf("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the "
+               "latest NVIDIA driver is installed and running.\n\n");
+    else
+        printf("Failed to initialize NVML: %s\n", nvmlErrorString(rc));
+    if (why[0])
+        fprintf(stderr, "fakegpu: %s\n", why);
+    return rc == NVML_ERROR_LIBRARY_NOT_FOUND ? 9 : SMI_EXIT_OTHER;
+}
+
+static int run_once(const opts_t *o, const smi_format *fmt)
+{
+    smi_gpus g;
+    int rc = smi_select(o->ids, &g);
+    if (rc == SMI_EXIT_NOT_FOUND) {
+        /* An empty CSV query on a GPU-less box prints its header and nothing else; all else says so. */
+        printf("No devices were found\n");
+        return rc;
+    }
+    if (rc)
+        return rc;
+    switch (o->cmd) {
+    case CMD_LIST: return smi_view_list(&g);
+    case CMD_QUERY: return smi_view_query(&g);
+    case CMD_TOPO: return smi_view_topo(&g);
+    case CMD_QUERY_GPU: return smi_query_gpu(&g, o->fields, fmt);
+    case CMD_QUERY_APPS: return smi_query_apps(&g, o->fields, fmt);
+    default: return smi_view_default(&g);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    if (parse(argc, argv, &o) != 0)
+        return bad_args();
+    if (o.cmd == CMD_HELP_QUERY_GPU)
+        return smi_help_query_gpu();
+    smi_format fmt = {0};
+    if ((o.cmd == CMD_QUERY_GPU || o.cmd == CMD_QUERY_APPS) && parse_format(o.format, &fmt) != 0) {
+        printf("%s\n\n", o.format ? "Invalid format option." : "Missing --format option. Please run 'nvidia-smi -h' for help.");
+        return SMI_EXIT_ARGS;
+    }
+    nvmlReturn_t rc = nvmlInit_v2();
+    if (rc != NVML_SUCCESS)
+        return init_failed(rc);
+    int status;
+    for (;;) {
+        status = run_once(&o, &fmt);
+        fflush(stdout);
+        if (o.loop_s <= 0 || status != SMI_OK)
+            break;
+        struct timespec ts = {.tv_sec = (time_t)o.loop_s, .tv_nsec = (long)((o.loop_s - (double)(time_t)o.loop_s) * 1e9)};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+            ;
+    }
+    nvmlShutdown();
+    return status;
+}

@@ -1,0 +1,105 @@
+"""Fixtures for the native NVML library and nvidia-smi (built by `make native` into native/build).
+
+Without a build these tests skip with the reason, unless CI=true: then they fail, because CI must build them.
+Every run gets a clean FAKEGPU_* environment, a private state folder and a small catalog of four real profiles,
+so golden files move only when those profiles change, not whenever profiles/ grows.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fakegpu.devices.table import render_catalog_table
+from fakegpu.profiles import Catalog, Profile, load_catalog
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = REPO / "native" / "build"
+LIB_DIR = BUILD / "lib"
+SMI = BUILD / "bin" / "nvidia-smi"
+DEVTOOL = BUILD / "bin" / "fakegpu-devices"
+GOLDEN = REPO / "tests" / "golden"
+IN_CI = os.environ.get("CI") == "true"
+MIB = 1 << 20
+
+
+# Real profiles covering what the A100 does not: NVLink 4 and PCIe 5 (H100), PCIe-only without MIG (L4),
+# fans and no ECC (RTX 4090). Golden files pin their facts: a profile edit shows up as a golden diff.
+TEST_PROFILES = ("a100-sxm4-80gb", "h100-sxm5-80gb", "l4-24gb", "rtx-4090")
+
+
+def golden_profiles() -> list[Profile]:
+    catalog = load_catalog()
+    return [catalog.get(name) for name in TEST_PROFILES]
+
+
+@pytest.fixture(scope="session")
+def native_build() -> Path:
+    missing = [p for p in (LIB_DIR / "libnvidia-ml.so.1", SMI, DEVTOOL) if not p.exists()]
+    if missing:
+        reason = f"native build absent ({', '.join(str(p.relative_to(REPO)) for p in missing)}); run `make native`"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return BUILD
+
+
+@pytest.fixture(scope="session")
+def test_catalog(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Catalog]:
+    profiles = golden_profiles()
+    path = tmp_path_factory.mktemp("catalog") / "catalog.tbl"
+    path.write_text(render_catalog_table(profiles), encoding="utf-8")
+    return path, Catalog(profiles)
+
+
+@dataclass
+class NativeEnv:
+    """Runs native binaries and Python snippets against the library with a controlled environment."""
+
+    catalog: Path
+    state_dir: Path
+
+    def env(self, devices: str | None = None, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_")}
+        env.update(
+            FAKEGPU_CATALOG_TABLE=str(self.catalog),
+            FAKEGPU_STATE_DIR=str(self.state_dir),
+            FAKEGPU_CPU_COUNT="64",
+            LD_LIBRARY_PATH=f"{LIB_DIR}:{env.get('LD_LIBRARY_PATH', '')}".rstrip(":"),
+            TZ="UTC",
+        )
+        if devices is not None:
+            env["FAKEGPU_DEVICES"] = devices
+        env.update(extra)
+        return env
+
+    def smi(self, *args: str, devices: str | None = "a100:2", timeout: float = 30,
+            **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(SMI), *args], capture_output=True, text=True, env=self.env(devices, **extra),
+                              timeout=timeout)
+
+    def python(self, code: str, devices: str | None = "a100:2", timeout: float = 120,
+               **extra: str) -> subprocess.CompletedProcess[str]:
+        import sys
+
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=self.env(devices, **extra), timeout=timeout)
+
+    def register(self, pid: int, device: int, used_bytes: int, name: str, kind: str = "C") -> Path:
+        """Write a process entry in the shared-state format (native/common/fg_state.h)."""
+        path = self.state_dir / f"{pid}.proc"
+        line = f"proc\tpid={pid}\tdevice={device}\tused_bytes={used_bytes}\ttype={kind}\tname={name}\n"
+        with path.open("a", encoding="utf-8") as f:
+            f.write(line)
+        return path
+
+
+@pytest.fixture
+def native(native_build: Path, test_catalog: tuple[Path, Catalog], tmp_path: Path) -> NativeEnv:
+    state = tmp_path / "state"
+    state.mkdir()
+    return NativeEnv(catalog=test_catalog[0], state_dir=state)

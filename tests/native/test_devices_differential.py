@@ -1,0 +1,77 @@
+"""The C device reader and fakegpu/devices must agree: same grammar, same SHA-256 identities, same table."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fakegpu.devices.spec import resolve_devices
+from fakegpu.devices.table import write_table
+from fakegpu.errors import InvalidDeviceSpec
+
+from .conftest import DEVTOOL, NativeEnv
+
+pytestmark = pytest.mark.native
+
+SPECS = [
+    "a100",
+    "a100:4",
+    "A100-SXM4-80GB:2",
+    "NVIDIA A100-SXM4-80GB",
+    " a100 : 3 , h100:2 ",
+    "l4-24gb,a100:1,rtx4090:2",
+    "a100_sxm4_80gb:1",
+    "h100:9",
+    "a100:64",
+    "a100:007",
+]
+SEEDS = [None, "0", "1", "node-3", "rank 7"]
+
+
+def c_devices(native: NativeEnv, **env: str) -> list[list[str]]:
+    out = subprocess.run([str(DEVTOOL)], capture_output=True, text=True, env=native.env(**env), timeout=30)
+    assert out.returncode == 0, out.stderr
+    return [line.split("\t") for line in out.stdout.splitlines()]
+
+
+def py_devices(spec: str, seed: str | None, catalog) -> list[list[str]]:
+    return [
+        [str(d.index), d.uuid, d.serial, d.pci_bus_id, d.profile.name, d.profile.id, str(d.profile.memory_total_bytes)]
+        for d in resolve_devices(spec, seed if seed is not None else "0", catalog)
+    ]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("spec", SPECS)
+def test_spec_resolution_matches_python(native: NativeEnv, test_catalog, spec: str, seed: str | None) -> None:
+    env = {"FAKEGPU_DEVICES": spec}
+    if seed is not None:
+        env["FAKEGPU_SEED"] = seed
+    assert c_devices(native, **env) == py_devices(spec, seed, test_catalog[1])
+
+
+@pytest.mark.parametrize("spec", ["a100:0", "a100:65", "a100:2,a100:63", "nope", "a100,", ",a100", "a100:x",
+                                  "a100:-1", ":2", "a1$00", "a100:1:2"])
+def test_bad_specs_are_rejected_by_both(native: NativeEnv, test_catalog, spec: str) -> None:
+    with pytest.raises(InvalidDeviceSpec):
+        resolve_devices(spec, "0", test_catalog[1])
+    out = subprocess.run([str(DEVTOOL)], capture_output=True, text=True,
+                         env=native.env(FAKEGPU_DEVICES=spec), timeout=30)
+    assert out.returncode == 1
+    assert "FAKEGPU_DEVICES" in out.stderr
+
+
+@pytest.mark.parametrize("spec", ["", "  ", "void", "none", "NONE"])
+def test_no_devices_requested(native: NativeEnv, spec: str) -> None:
+    assert c_devices(native, FAKEGPU_DEVICES=spec) == []
+
+
+def test_device_table_written_by_python_reads_back(native: NativeEnv, test_catalog, tmp_path: Path) -> None:
+    devices = resolve_devices("h100:3,a100:2", "table-seed", test_catalog[1])
+    table = tmp_path / "devices.tbl"
+    write_table(table, devices, "h100:3,a100:2", "table-seed")
+    # The table wins over FAKEGPU_DEVICES.
+    got = c_devices(native, FAKEGPU_DEVICE_TABLE=str(table), FAKEGPU_DEVICES="a100:1")
+    assert got == py_devices("h100:3,a100:2", "table-seed", test_catalog[1])

@@ -1,0 +1,183 @@
+"""nvidia-smi: golden files for the default view, -L, CSV and topo -m (homogeneous and mixed device lists),
+the acceptance commands, the process table, and the real messages and exit codes on bad input.
+
+Regenerate the golden files with FAKEGPU_UPDATE_GOLDEN=1 after a deliberate layout change, and read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from .conftest import GOLDEN, SMI, NativeEnv
+
+pytestmark = pytest.mark.native
+
+MIB = 1 << 20
+HOMOGENEOUS = "a100:4"
+MIXED = "a100:2,h100:2,l4-24gb,rtx4090"
+TIMESTAMP = re.compile(r"^\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4} +$")
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("FAKEGPU_UPDATE_GOLDEN") == "1":
+        path.write_text(text, encoding="utf-8")
+    assert path.exists(), f"{path} missing; run with FAKEGPU_UPDATE_GOLDEN=1"
+    assert text == path.read_text(encoding="utf-8")
+
+
+def mask_timestamp(text: str) -> str:
+    first, rest = text.split("\n", 1)
+    assert TIMESTAMP.match(first), first
+    return "<timestamp>\n" + rest
+
+
+@pytest.mark.parametrize(("label", "spec"), [("homogeneous", HOMOGENEOUS), ("mixed", MIXED)])
+def test_default_view_golden(native: NativeEnv, label: str, spec: str) -> None:
+    out = native.smi(devices=spec)
+    assert out.returncode == 0, out.stdout + out.stderr
+    body = mask_timestamp(out.stdout)
+    rows = [line for line in body.splitlines()[1:] if line.strip()]
+    assert all(len(line) == 91 for line in rows), "every table row is 91 characters"
+    check_golden(f"smi-default-{label}.txt", body)
+
+
+@pytest.mark.parametrize(("label", "spec"), [("homogeneous", HOMOGENEOUS), ("mixed", MIXED)])
+def test_list_golden(native: NativeEnv, label: str, spec: str) -> None:
+    out = native.smi("-L", devices=spec)
+    assert out.returncode == 0
+    check_golden(f"smi-L-{label}.txt", out.stdout)
+
+
+CSV_FIELDS = ("index,name,uuid,serial,pci.bus_id,driver_version,count,memory.total,memory.used,memory.free,"
+              "memory.reserved,utilization.gpu,utilization.memory,temperature.gpu,power.draw,power.limit,clocks.sm,"
+              "clocks.mem,clocks.max.sm,clocks.max.mem,compute_cap,persistence_mode,pstate,mig.mode.current,"
+              "fan.speed,ecc.mode.current")
+
+
+@pytest.mark.parametrize(("label", "spec"), [("homogeneous", HOMOGENEOUS), ("mixed", MIXED)])
+@pytest.mark.parametrize("fmt", ["csv", "csv,noheader,nounits"])
+def test_csv_golden(native: NativeEnv, label: str, spec: str, fmt: str) -> None:
+    out = native.smi(f"--query-gpu={CSV_FIELDS}", f"--format={fmt}", devices=spec)
+    assert out.returncode == 0, out.stdout
+    check_golden(f"smi-csv-{label}-{fmt.replace(',', '-')}.txt", out.stdout)
+
+
+@pytest.mark.parametrize(("label", "spec"), [("homogeneous", "a100:8,a100:2"), ("mixed", MIXED)])
+def test_topo_golden(native: NativeEnv, label: str, spec: str) -> None:
+    out = native.smi("topo", "-m", devices=spec)
+    assert out.returncode == 0
+    check_golden(f"smi-topo-{label}.txt", out.stdout)
+
+
+def test_acceptance_list(native: NativeEnv) -> None:
+    out = native.smi("-L", devices="a100:4")
+    lines = out.stdout.splitlines()
+    assert len(lines) == 4
+    uuid = r"GPU-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}"
+    for i, line in enumerate(lines):
+        assert re.fullmatch(rf"GPU {i}: NVIDIA A100-SXM4-80GB \(UUID: {uuid}\)", line)
+
+
+def test_acceptance_csv(native: NativeEnv) -> None:
+    out = native.smi("--query-gpu=index,name,memory.total", "--format=csv,noheader", devices="a100:4")
+    assert out.stdout.splitlines() == [f"{i}, NVIDIA A100-SXM4-80GB, 81920 MiB" for i in range(4)]
+
+
+def test_csv_header_units_and_aliases(native: NativeEnv) -> None:
+    out = native.smi("--query-gpu=gpu_name,memory.total,power.draw,fan.speed", "--format=csv", devices="a100:1")
+    header, row = out.stdout.splitlines()
+    assert header == "name, memory.total [MiB], power.draw [W], fan.speed [%]"
+    assert row == "NVIDIA A100-SXM4-80GB, 81920 MiB, 60.00 W, [N/A]"
+
+
+def test_select_by_index_list_uuid_and_bus_id(native: NativeEnv) -> None:
+    uuids = [line.split("UUID: ")[1][:-1] for line in native.smi("-L", devices="a100:4").stdout.splitlines()]
+    out = native.smi("-i", "3,1", "--query-gpu=index", "--format=csv,noheader", devices="a100:4")
+    assert out.stdout.split() == ["1", "3"]
+    out = native.smi(f"--id={uuids[2]}", "-L", devices="a100:4")
+    assert out.stdout.startswith("GPU 2:")
+    out = native.smi("-i", "00000000:5D:00.0", "-L", devices="a100:4")
+    assert out.stdout.startswith("GPU 3:")
+
+
+def test_registered_process_in_table_and_memory(native: NativeEnv) -> None:
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        native.register(sleeper.pid, 1, 20480 * MIB, "python3 train.py")
+        table = native.smi(devices="a100:2").stdout
+        apps = native.smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv", devices="a100:2")
+        used = native.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits", devices="a100:2")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    row = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3 train.py':<41}{'20480MiB':>11} |"
+    assert row in table.splitlines()
+    assert "No running processes found" not in table
+    assert "|   20481MiB /  81920MiB |" in table
+    assert apps.stdout.splitlines() == ["pid, process_name, used_gpu_memory [MiB]",
+                                        f"{sleeper.pid}, python3 train.py, 20480 MiB"]
+    assert used.stdout.split() == ["1", "20481"]
+
+
+def test_query_report(native: NativeEnv) -> None:
+    out = native.smi("-q", "-i", "1", devices=MIXED)
+    assert out.returncode == 0
+    assert "==============NVSMI LOG==============" in out.stdout
+    assert re.search(r"^    Product Name {26}: NVIDIA A100-SXM4-80GB$", out.stdout, re.M)
+    assert re.search(r"^Attached GPUs {29}: 6$", out.stdout, re.M)
+    assert "GPU 00000000:2A:00.0" in out.stdout
+
+
+def test_loop_repeats(native: NativeEnv) -> None:
+    proc = subprocess.Popen([str(SMI), "-L", "-lms", "200"], stdout=subprocess.PIPE, text=True,
+                            env=native.env("a100:1"))
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=10)
+    assert out.count("GPU 0: NVIDIA A100-SXM4-80GB") >= 3
+
+
+def test_help(native: NativeEnv) -> None:
+    for flag in ("-h", "--help"):
+        out = native.smi(flag)
+        assert out.returncode == 0 and "--query-gpu=" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "devices", "message", "code"),
+    [
+        (("--query-gpu=index,bogus", "--format=csv"), "a100:1", 'Field "bogus" is not a valid field to query.', 2),
+        (("--query-compute-apps=pid,bogus", "--format=csv"), "a100:1", 'Field "bogus" is not a valid field', 2),
+        (("-i", "4"), "a100:2", "No devices were found", 6),
+        (("-i", "GPU-nope", "-L"), "a100:2", "No devices were found", 6),
+        (("-i", ""), "a100:2", "No devices were found", 6),
+        ((), "", "No devices were found", 6),
+        (("-L",), None, "No devices were found", 6),
+        (("--frobnicate",), "a100:1", "Invalid combination of input arguments", 2),
+        (("topo",), "a100:1", "Invalid combination of input arguments", 2),
+        (("-l", "abc"), "a100:1", "Invalid combination of input arguments", 2),
+        (("-i",), "a100:1", "Invalid combination of input arguments", 2),
+        (("--query-gpu=index",), "a100:1", "Missing --format option", 2),
+        (("--query-gpu=index", "--format=xml"), "a100:1", "Invalid format option", 2),
+    ],
+)
+def test_bad_input(native: NativeEnv, args: tuple[str, ...], devices: str | None, message: str, code: int) -> None:
+    out = native.smi(*args, devices=devices)
+    assert out.returncode == code, out.stdout
+    assert message in out.stdout
+
+
+def test_garbage_arguments_never_crash(native: NativeEnv) -> None:
+    garbage = ["-i", "\x01\x02", "--query-gpu=" + "x" * 10000, "--format=csv", "-q" * 300, "-" * 5000,
+               "--id=" + ",".join(["0"] * 3000), "topo", "-m" * 50, "--loop-ms=-3", "\xff\xfe"]
+    for i in range(len(garbage)):
+        for j in range(len(garbage)):
+            out = native.smi(garbage[i], garbage[j], devices="a100:2")
+            assert out.returncode in (0, 2, 6), (garbage[i][:20], garbage[j][:20], out.returncode)
