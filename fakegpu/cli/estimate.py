@@ -88,6 +88,7 @@ def plan_training(
     method: str | None = typer.Option(None, "--method", help="full (default), lora or qlora."),
     lora_rank: int | None = typer.Option(None, "--lora-rank", help="Default 16."),
     lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list (q_proj,v_proj) or all-linear."),
+    lora_dropout: float | None = typer.Option(None, "--lora-dropout", help="LoRA dropout (default 0.0, as PEFT)."),
     optimizer: str | None = typer.Option(None, "--optimizer", help="adamw (default), adamw-8bit, sgd or adafactor."),
     precision: str | None = typer.Option(None, "--precision", help="bf16, bf16-mixed (default), fp16-mixed, fp32."),
     micro_batch: int | None = typer.Option(None, "--micro-batch", help="Default 1."),
@@ -113,7 +114,8 @@ def plan_training(
     from fakegpu.estimate.training_config import merge_config_files
 
     typed = {
-        "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "optimizer": optimizer,
+        "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "lora_dropout": lora_dropout,
+        "optimizer": optimizer,
         "precision": precision, "micro_batch": micro_batch, "seq_len": seq_len,
         "grad_checkpointing": grad_checkpointing, "zero": zero, "fsdp": fsdp, "offload": offload, "gpus": gpus,
         "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,

@@ -1,7 +1,8 @@
 """Run the estimator over the dev set of published measurements and score it.
 
 Each row names a config.json; its checkpoint is synthesized header-only with that architecture's exact tensor
-shapes, so the dev set needs no download and its parameter counts are the real models'.
+shapes, so the dev set needs no download and its parameter counts are the real models'. Rows whose phase is
+"training" go through plan-training with the options in their workload; they are scored apart from inference rows.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fakegpu.estimate.inference import InferenceOptions
 from fakegpu.estimate.llm import estimate_llm
 from fakegpu.estimate.model_config import parse_model_config
 from fakegpu.estimate.synthetic import synthesize
+from fakegpu.estimate.training import TrainingOptions, peak_for
 
 # Which predicted number a row's observation is compared with.
 METRICS = {
@@ -25,6 +27,8 @@ METRICS = {
     ("inference", "max_memory_reserved"): lambda r: r["peak"]["max_memory_reserved"],
     ("inference", "nvidia-smi"): lambda r: r["peak"]["nvidia_smi_used"],
 }
+TRAINING_METRICS = {"max_memory_allocated": "max_memory_allocated", "max_memory_reserved": "max_memory_reserved",
+                    "nvidia-smi": "nvidia_smi_used"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,7 @@ class RowResult:
     metric: str
     observed: int
     predicted: int
+    kind: str = "inference"  # or "training"
 
     @property
     def error(self) -> float:
@@ -56,11 +61,21 @@ def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
     if not (model_dir / "config.json").exists():
         synthesize(model_dir, config_doc, cfg, row["checkpoint_dtype"])
     w = row["workload"]
+    major, minor = (int(x) for x in row["compute_capability"].split("."))
+    if row["phase"] == "training":
+        if row["metric"] not in TRAINING_METRICS:
+            raise EstimateInputError(row["id"], f"no predicted training number for metric {row['metric']!r}")
+        try:
+            options = TrainingOptions(**w)
+        except TypeError as exc:
+            raise EstimateInputError(row["id"], f"workload has an unknown training option: {exc}") from exc
+        peak = peak_for(model_dir, options, (major, minor))
+        return RowResult(row["id"], row["metric"], row["observed_bytes"], peak[TRAINING_METRICS[row["metric"]]],
+                         "training")
     opts = InferenceOptions(
         batch_size=w["batch_size"], prompt_tokens=w["prompt_tokens"], generated_tokens=w["generated_tokens"],
         attention=w.get("attention", "sdpa"), logits=w.get("logits", "last"),
     )
-    major, minor = (int(x) for x in row["compute_capability"].split("."))
     report = estimate_llm(model_dir, opts, dtype=w.get("dtype"), compute_capability=(major, minor))
     key = (row["phase"], row["metric"])
     if key not in METRICS:
@@ -71,6 +86,10 @@ def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
 def run_devset(path: Path) -> list[RowResult]:
     with tempfile.TemporaryDirectory(prefix="fakegpu-devset-") as tmp:
         return [run_row(row, path.parent, Path(tmp)) for row in load_devset(path)]
+
+
+def of_kind(results: list[RowResult], kind: str) -> list[RowResult]:
+    return [r for r in results if r.kind == kind]
 
 
 def score(results: list[RowResult]) -> dict:

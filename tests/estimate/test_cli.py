@@ -138,3 +138,14 @@ def test_calibrate_compare(models, tmp_path):
                                     "measurements": [{"phase": "peak", "metric": "max_memory_allocated", "bytes": 1}]}))
     bad = invoke("calibrate", "compare", str(pred_path), str(obs_path))
     assert bad.exit_code == 2 and "workload.batch_size" in bad.output
+
+
+def test_plan_training_lora_dropout_costs_activation_memory(models):
+    def forward(dropout: str) -> int:
+        result = invoke("plan-training", "--model-dir", str(models["qwen3-8b"]), "--method", "lora",
+                        "--lora-dropout", dropout, "--json")
+        assert result.exit_code == 0, result.stdout
+        return json.loads(result.stdout)["data"]["phases"]["forward"]["max_memory_allocated"]
+
+    assert forward("0.1") > forward("0.0")
+    assert invoke("plan-training", "--model-dir", str(models["tiny"]), "--lora-dropout", "1.5").exit_code == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from fakegpu.estimate.devset import run_devset, score
+from fakegpu.estimate.devset import of_kind, run_devset, score
 from fakegpu.estimate.inference import InferenceOptions
 from fakegpu.estimate.llm import estimate_llm
 from fakegpu.estimate.synthetic import sparse_ok
@@ -21,7 +21,7 @@ def test_devset_rows_are_complete():
 
 
 def test_devset_acceptance():
-    s = score(run_devset(DEVSET / "devset.json"))
+    s = score(of_kind(run_devset(DEVSET / "devset.json"), "inference"))
     assert s["median_abs_error"] <= 0.05
     assert s["worst_underestimate"] >= -0.10
 
