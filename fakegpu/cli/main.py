@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import container, devices, doctor, estimate, profiles
+from fakegpu.cli import container, devices, doctor, estimate, fakecuda, profiles
 
 app = typer.Typer(
     name="fakegpu",
@@ -20,6 +20,7 @@ app.add_typer(container.cdi_app, name="cdi")
 app.add_typer(container.hook_app, name="hook")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
+app.command("demo")(fakecuda.demo)
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.add_typer(estimate.calibrate_app, name="calibrate")

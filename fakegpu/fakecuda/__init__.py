@@ -1,0 +1,67 @@
+"""fakecuda: PyTorch programs written for CUDA run their math on the CPU behind a faithful CUDA surface.
+
+    import fakegpu.fakecuda as fc
+    fc.activate(devices="a100:2")          # or FAKEGPU_RUNTIME=fakecuda FAKEGPU_DEVICES=a100:2 + the auto hook
+    x = torch.randn(4, 4, device="cuda")   # x.device == cuda:0, data on the CPU, memory in the allocator model
+
+Importing this package does not import torch; activate() does. See README.md here for the mechanism.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from fakegpu.fakecuda.errors import FakeCudaNotActive
+
+if TYPE_CHECKING:
+    from fakegpu.fakecuda.runtime import Runtime
+
+_active: dict[str, Any] = {}
+
+
+def activate(devices: str | None = None) -> Runtime:
+    """Install fakecuda in this process: devices from `devices`, else FAKEGPU_DEVICES, else one a100."""
+    if _active:
+        raise RuntimeError("fakecuda is already active in this process; deactivate() it first")
+    from fakegpu.fakecuda.cuda_api import FakeCudaApi
+    from fakegpu.fakecuda.mode import FakeCudaMode
+    from fakegpu.fakecuda.runtime import Runtime
+
+    spec = devices or os.environ.get("FAKEGPU_DEVICES") or "a100"
+    runtime = Runtime.from_spec(spec)
+    mode = FakeCudaMode(runtime)
+    api = FakeCudaApi(mode)
+    api.install()
+    mode.__enter__()
+    _active.update(runtime=runtime, mode=mode, api=api)
+    return runtime
+
+
+def deactivate() -> None:
+    """Undo activate(): the mode leaves the stack and torch.cuda gets its own functions back."""
+    if not _active:
+        return
+    _active["mode"].__exit__(None, None, None)
+    _active["api"].uninstall()
+    _active.clear()
+
+
+def is_active() -> bool:
+    return bool(_active)
+
+
+def runtime() -> Runtime:
+    if not _active:
+        raise FakeCudaNotActive("fakecuda is not active: call fakegpu.fakecuda.activate() first")
+    return _active["runtime"]
+
+
+def init(runtime: str = "fakecuda", devices: str | None = None) -> Runtime:
+    """fakegpu.init(runtime="fakecuda", devices=...) delegates here."""
+    if runtime != "fakecuda":
+        raise ValueError(f"fakecuda.init handles runtime='fakecuda', not {runtime!r}")
+    return activate(devices)
+
+
+__all__ = ["activate", "deactivate", "init", "is_active", "runtime"]

@@ -1,0 +1,399 @@
+"""A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, native backend).
+
+It decides, for every tensor allocation and free, which cached block is reused, when a block is split, when a
+new segment is "cudaMalloc'ed", and what is released before an out-of-memory error, by the same rules as the
+real allocator, so memory_allocated / memory_reserved / memory_stats() report what a real board would.
+Pure Python: no torch needed; the fakecuda mode feeds it storage sizes.
+
+The rules, in PyTorch's words and constants:
+- sizes round up to 512 bytes (or to power-of-two divisions when roundup_power2_divisions asks);
+- requests <= 1 MiB use the small pool, packed in 2 MiB segments; larger ones the large pool, where
+  requests < 10 MiB get a 20 MiB segment and bigger ones a segment rounded up to 2 MiB;
+- a free block is found best-fit in the pool of the same stream (ordered by stream, size, address);
+  blocks >= max_split_size are not split and serve only requests within max_non_split_rounding of them;
+- a found block is split when the rest is >= 512 bytes (small pool) or > 1 MiB (large pool);
+- freed blocks merge with free neighbours of the same segment;
+- when cudaMalloc would fail: free oversize cached blocks and retry, then free every unsplit cached block
+  and retry (counted in num_alloc_retries), then raise OutOfMemoryError with PyTorch's message.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+
+from fakegpu.fakecuda.config import SIZE_MAX, AllocatorConfig
+from fakegpu.fakecuda.errors import ModelOutOfMemory
+from fakegpu.fakecuda.oom import oom_message
+from fakegpu.fakecuda.stats import DeviceStats
+
+K_MIN_BLOCK_SIZE = 512
+K_SMALL_SIZE = 1 << 20
+K_SMALL_BUFFER = 2 << 20
+K_LARGE_BUFFER = 20 << 20
+K_MIN_LARGE_ALLOC = 10 << 20
+K_ROUND_LARGE = 2 << 20
+
+# Where each fake device's segments start: distinct, plausible 64-bit device addresses.
+_ADDRESS_BASE = 0x7F00_0000_0000
+_ADDRESS_STRIDE = 1 << 40
+
+class Block:
+    __slots__ = ("allocated", "device", "next", "pool", "prev", "ptr", "requested_size", "size", "stream",
+                 "stream_uses")
+
+    def __init__(self, device: int, stream: int, size: int, pool: BlockPool, ptr: int) -> None:
+        self.device = device
+        self.stream = stream
+        self.size = size
+        self.requested_size = 0
+        self.pool = pool
+        self.ptr = ptr
+        self.allocated = False
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.stream_uses: set[int] = set()
+
+    @property
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.stream, self.size, self.ptr)
+
+    def __repr__(self) -> str:
+        state = "allocated" if self.allocated else "free"
+        return f"Block(size={self.size}, stream={self.stream}, ptr={self.ptr:#x}, {state})"
+
+
+class BlockPool:
+    """Free blocks of one size class, ordered like PyTorch's BlockComparatorSize: (stream, size, address)."""
+
+    def __init__(self, is_small: bool) -> None:
+        self.is_small = is_small
+        self.pool_name = "small_pool" if is_small else "large_pool"
+        self._keys: list[tuple[int, int, int]] = []
+        self._blocks: dict[tuple[int, int, int], Block] = {}
+
+    def insert(self, block: Block) -> None:
+        key = block.key()
+        bisect.insort(self._keys, key)
+        self._blocks[key] = block
+
+    def remove(self, block: Block) -> None:
+        key = block.key()
+        del self._keys[bisect.bisect_left(self._keys, key)]
+        del self._blocks[key]
+
+    def lower_bound(self, stream: int, size: int) -> int:
+        return bisect.bisect_left(self._keys, (stream, size, -1))
+
+    def at(self, index: int) -> Block | None:
+        return self._blocks[self._keys[index]] if 0 <= index < len(self._keys) else None
+
+    def __iter__(self) -> Iterator[Block]:
+        return iter([self._blocks[k] for k in self._keys])
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def round_size(size: int, config: AllocatorConfig) -> int:
+    if size < K_MIN_BLOCK_SIZE:
+        return K_MIN_BLOCK_SIZE
+    divisions = config.divisions_for(size)
+    if divisions > 1 and size > K_MIN_BLOCK_SIZE * divisions:
+        return _roundup_power2_next_division(size, divisions)
+    return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)
+
+
+def _roundup_power2_next_division(size: int, divisions: int) -> int:
+    if size & (size - 1) == 0:
+        return size
+    floor = 1 << (size.bit_length() - 1)
+    step = floor >> (divisions.bit_length() - 1)
+    if step == 0:
+        return floor << 1
+    rounded = size & ~(step - 1)
+    return size if rounded == size else rounded + step
+
+
+def allocation_size(size: int) -> int:
+    """The segment size cudaMalloc is asked for when no cached block fits a (rounded) request."""
+    if size <= K_SMALL_SIZE:
+        return K_SMALL_BUFFER
+    if size < K_MIN_LARGE_ALLOC:
+        return K_LARGE_BUFFER
+    return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
+
+
+class DeviceAllocator:
+    """The caching allocator of one device.
+
+    `device_total` is what cudaMemGetInfo reports as total (the profile's CUDA total); `non_pytorch_bytes` is
+    device memory this process holds outside the allocator (the CUDA context), which cudaMalloc cannot use.
+    """
+
+    def __init__(self, device: int, device_total: int, config: AllocatorConfig | None = None,
+                 non_pytorch_bytes: int = 0) -> None:
+        self.device = device
+        self.device_total = device_total
+        self.non_pytorch_bytes = non_pytorch_bytes
+        self.config = config or AllocatorConfig()
+        self.stats = DeviceStats(self.config.max_split_size)
+        self.small_blocks = BlockPool(is_small=True)
+        self.large_blocks = BlockPool(is_small=False)
+        self.active_blocks: set[Block] = set()
+        self.total_allocated_memory = 0  # bytes in live segments ("cudaMalloc'ed")
+        self.allowed_memory_maximum: int | None = None
+        self._pending_frees: list[Block] = []
+        self._next_address = _ADDRESS_BASE + device * _ADDRESS_STRIDE
+        if self.config.per_process_memory_fraction < 1.0:
+            self.set_memory_fraction(self.config.per_process_memory_fraction)
+
+    # -- what cudaMemGetInfo and cudaMalloc see
+
+    def device_free(self) -> int:
+        return max(0, self.device_total - self.non_pytorch_bytes - self.total_allocated_memory)
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        self.allowed_memory_maximum = int(fraction * self.device_total)
+
+    # -- the public operations
+
+    def malloc(self, orig_size: int, stream: int = 0) -> Block:
+        if self._pending_frees:  # PyTorch's process_events: reclaim blocks whose other-stream work is done
+            self._drain_pending()
+        size = round_size(orig_size, self.config)
+        pool = self.small_blocks if size <= K_SMALL_SIZE else self.large_blocks
+        alloc_size = allocation_size(size)
+        block = self._get_free_block(pool, stream, size)
+        if block is None:
+            block = (
+                self._alloc_block(pool, stream, alloc_size, is_retry=False)
+                or (self._release_available_cached_blocks(pool, stream, size)
+                    and self._alloc_block(pool, stream, alloc_size, is_retry=False))
+                or (self.release_cached_blocks() and self._alloc_block(pool, stream, alloc_size, is_retry=True))
+                or None
+            )
+        if block is None:
+            self.stats.num_ooms += 1
+            raise ModelOutOfMemory(self.oom_message(alloc_size), self.device, orig_size)
+        return self._alloc_found_block(block, pool, stream, size, orig_size)
+
+    def free(self, block: Block) -> None:
+        if not block.allocated:
+            raise AssertionError(f"double free of {block!r}")
+        block.allocated = False
+        pool = block.pool.pool_name
+        self.stats.decrease("allocation", pool, 1)
+        self.stats.decrease("allocated_bytes", pool, block.size)
+        if block.size >= self.config.max_split_size:
+            self.stats.oversize_allocations.decrease(1)
+        if block.stream_uses:
+            # Work queued on other streams may still read the block; it is reclaimed once that work is done,
+            # which the host-executed fake finds at the next malloc (PyTorch's process_events).
+            self._pending_frees.append(block)
+        else:
+            self._free_block(block)
+
+    def record_stream(self, block: Block, stream: int) -> None:
+        if stream != block.stream:
+            block.stream_uses.add(stream)
+
+    def empty_cache(self) -> None:
+        self.release_cached_blocks()
+
+    def release_cached_blocks(self) -> bool:
+        self._synchronize_and_free_events()
+        for pool in (self.large_blocks, self.small_blocks):
+            for block in pool:
+                if not block.is_split:
+                    self._release_block(block)
+        return True
+
+    # -- the rules
+
+    def _get_free_block(self, pool: BlockPool, stream: int, size: int) -> Block | None:
+        block = pool.at(pool.lower_bound(stream, size))
+        if block is None or block.stream != stream:
+            return None
+        max_split = self.config.max_split_size
+        if size < max_split and block.size >= max_split:
+            return None  # an oversize block never serves a request that could be split
+        if size >= max_split and block.size >= size + self.config.max_non_split_rounding_size:
+            return None  # nor one it would round up too far
+        pool.remove(block)
+        return block
+
+    def _alloc_block(self, pool: BlockPool, stream: int, size: int, is_retry: bool) -> Block | None:
+        if is_retry:
+            self.stats.num_alloc_retries += 1
+        if self.allowed_memory_maximum is not None and self.total_allocated_memory + size > self.allowed_memory_maximum:
+            return None
+        if size > self.device_free():
+            return None
+        ptr = self._next_address
+        self._next_address += size
+        self.total_allocated_memory += size
+        block = Block(self.device, stream, size, pool, ptr)
+        self.stats.increase("segment", pool.pool_name, 1)
+        self.stats.increase("reserved_bytes", pool.pool_name, size)
+        if size >= self.config.max_split_size:
+            self.stats.oversize_segments.increase(1)
+        self.stats.num_device_alloc += 1
+        return block
+
+    def _should_split(self, block: Block, size: int) -> bool:
+        remaining = block.size - size
+        if block.pool.is_small:
+            return remaining >= K_MIN_BLOCK_SIZE
+        return size < self.config.max_split_size and remaining > K_SMALL_SIZE
+
+    def _alloc_found_block(self, block: Block, pool: BlockPool, stream: int, size: int, orig_size: int) -> Block:
+        name = pool.pool_name
+        already_split = block.is_split
+        if self._should_split(block, size):
+            remaining = block
+            block = Block(self.device, stream, size, pool, remaining.ptr)
+            block.prev = remaining.prev
+            if block.prev is not None:
+                block.prev.next = block
+            block.next = remaining
+            remaining.prev = block
+            remaining.ptr += size
+            remaining.size -= size
+            pool.insert(remaining)
+            if already_split:
+                self.stats.decrease("inactive_split_bytes", name, block.size)
+            else:
+                self.stats.increase("inactive_split_bytes", name, remaining.size)
+                self.stats.increase("inactive_split", name, 1)
+        elif already_split:
+            self.stats.decrease("inactive_split_bytes", name, block.size)
+            self.stats.decrease("inactive_split", name, 1)
+        block.allocated = True
+        block.requested_size = orig_size
+        self.active_blocks.add(block)
+        self.stats.increase("allocation", name, 1)
+        self.stats.increase("allocated_bytes", name, block.size)
+        self.stats.increase("active", name, 1)
+        self.stats.increase("active_bytes", name, block.size)
+        self.stats.increase("requested_bytes", name, orig_size)
+        if block.size >= self.config.max_split_size:
+            self.stats.oversize_allocations.increase(1)
+        return block
+
+    def _free_block(self, block: Block) -> None:
+        pool = block.pool
+        original_size, requested = block.size, block.requested_size
+        split_blocks_change = 0
+        split_bytes_change = 0
+        for candidate in (block.prev, block.next):
+            subsumed = self._try_merge_blocks(block, candidate, pool)
+            if subsumed:
+                split_blocks_change -= 1
+                split_bytes_change -= subsumed
+        self.active_blocks.discard(block)
+        pool.insert(block)
+        if block.is_split:
+            split_blocks_change += 1
+            split_bytes_change += block.size
+        name = pool.pool_name
+        if split_blocks_change > 0:
+            self.stats.increase("inactive_split", name, split_blocks_change)
+        elif split_blocks_change < 0:
+            self.stats.decrease("inactive_split", name, -split_blocks_change)
+        if split_bytes_change > 0:
+            self.stats.increase("inactive_split_bytes", name, split_bytes_change)
+        elif split_bytes_change < 0:
+            self.stats.decrease("inactive_split_bytes", name, -split_bytes_change)
+        self.stats.decrease("active", name, 1)
+        self.stats.decrease("active_bytes", name, original_size)
+        self.stats.decrease("requested_bytes", name, requested)
+
+    def _try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
+        if src is None or src.allocated or src.stream_uses or src in self._pending_frees:
+            return 0
+        pool.remove(src)
+        if dst.prev is src:
+            dst.ptr = src.ptr
+            dst.prev = src.prev
+            if dst.prev is not None:
+                dst.prev.next = dst
+        else:
+            dst.next = src.next
+            if dst.next is not None:
+                dst.next.prev = dst
+        dst.size += src.size
+        return src.size
+
+    def _release_available_cached_blocks(self, pool: BlockPool, stream: int, size: int) -> bool:
+        """Free oversize cached blocks, the smallest that suffices or else the largest first."""
+        max_split = self.config.max_split_size
+        if max_split == SIZE_MAX:
+            return False
+        target = max(size, max_split)
+        index = pool.lower_bound(stream, target)
+        block = pool.at(index)
+        if block is not None and block.stream == stream:
+            self._release_block(block)
+            return True
+        released = 0
+        index -= 1
+        while released < target and index >= 0:
+            block = pool.at(index)
+            if block is None or block.size < max_split or block.stream != stream:
+                break
+            released += block.size
+            self._release_block(block)
+            index -= 1
+        return released >= target
+
+    def _release_block(self, block: Block) -> None:
+        self.stats.num_device_free += 1
+        self.total_allocated_memory -= block.size
+        name = block.pool.pool_name
+        self.stats.decrease("segment", name, 1)
+        self.stats.decrease("reserved_bytes", name, block.size)
+        if block.size >= self.config.max_split_size:
+            self.stats.oversize_segments.decrease(1)
+        block.pool.remove(block)
+
+    def _synchronize_and_free_events(self) -> None:
+        self.stats.num_sync_all_streams += 1
+        self._drain_pending()
+
+    def _drain_pending(self) -> None:
+        pending, self._pending_frees = self._pending_frees, []
+        for block in pending:
+            block.stream_uses.clear()
+            self._free_block(block)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.stats.current("allocated_bytes")
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.stats.current("reserved_bytes")
+
+    def oom_message(self, alloc_size: int) -> str:
+        return oom_message(
+            device=self.device, alloc_size=alloc_size, device_total=self.device_total,
+            device_free=self.device_free(), process_in_use=self.non_pytorch_bytes + self.total_allocated_memory,
+            allowed=self.allowed_memory_maximum, allocated=self.allocated_bytes, reserved=self.reserved_bytes,
+        )
+
+    def segments(self) -> list[list[Block]]:
+        """Every live segment as its chain of blocks, by address (for snapshots and tests)."""
+        heads = [b for b in list(self.active_blocks) + list(self.small_blocks) + list(self.large_blocks)
+                 + self._pending_frees if b.prev is None]
+        chains = []
+        for head in sorted(heads, key=lambda b: b.ptr):
+            chain, block = [], head
+            while block is not None:
+                chain.append(block)
+                block = block.next
+            chains.append(chain)
+        return chains

@@ -1,0 +1,243 @@
+"""The torch.cuda functions fakecuda answers, and the install/uninstall of them on torch's own surface.
+
+Only the lowest Python-level functions are replaced (is_available, device_count, _lazy_init, the device
+exchange used by torch.cuda.device, memory_stats_as_nested_dict, ...); torch's own Python code above them
+(memory_allocated, memory_summary, get_device_name, torch.cuda.device, ...) then runs unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.cuda
+import torch.cuda.memory
+import torch.cuda.random
+
+from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
+from fakegpu.fakecuda.properties import device_properties
+from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
+
+
+class FakeCudaApi:
+    def __init__(self, mode: FakeCudaMode) -> None:
+        self.mode = mode
+        self.rt = mode.runtime
+        self._saved: list[tuple[Any, str, Any]] = []
+        self.streams = StreamState(self.rt.count)
+        api = self
+
+        class Stream(FakeStream):
+            def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+                super().__init__(device, priority, index=api.checked(device))
+
+        class Event(FakeEvent):
+            pass
+
+        self.Stream, self.Event = Stream, Event
+
+    # -- device selection
+
+    def index(self, device: Any = None, optional: bool = True) -> int:
+        if device is None:
+            return self.rt.current
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, torch.device):
+            if device.type != "cuda":
+                raise ValueError(f"Expected a cuda device, but got: {device}")
+            device = self.rt.current if device.index is None else device.index
+        return int(device)
+
+    def checked(self, device: Any = None) -> int:
+        index = self.index(device)
+        if not self.rt.valid(index):
+            raise invalid_ordinal()
+        return index
+
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return self.rt.count
+
+    def current_device(self) -> int:
+        return self.rt.current
+
+    def set_device(self, device: Any) -> None:
+        index = self.index(device)
+        if index >= 0:
+            self.rt.current = self.checked(index)
+
+    def exchange_device(self, index: int) -> int:
+        previous = self.rt.current
+        if index >= 0:
+            self.rt.current = self.checked(index)
+        return previous
+
+    def lazy_init(self) -> None:
+        return None
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_device_properties(self, device: Any = None):
+        index = self.index(device)
+        if not self.rt.valid(index):
+            raise AssertionError("Invalid device id")
+        return device_properties(self.rt.devices[index].device)
+
+    def synchronize(self, device: Any = None) -> None:
+        self.checked(device)  # host execution: every queued op has already finished
+
+    def get_arch_list(self) -> list[str]:
+        return sorted({f"sm_{d.profile.compute_capability[0]}{d.profile.compute_capability[1]}"
+                       for d in self.rt.devices})
+
+    # -- streams
+
+    def current_stream(self, device: Any = None) -> FakeStream:
+        return self.streams.current[self.checked(device)]
+
+    def default_stream(self, device: Any = None) -> FakeStream:
+        return self.streams.default[self.checked(device)]
+
+    def set_stream(self, stream: FakeStream) -> None:
+        if stream is not None:
+            self.streams.current[stream.device_index] = stream
+
+    def stream(self, stream: FakeStream | None) -> StreamContext:
+        return StreamContext(self.streams, stream)
+
+    def current_accelerator(self, check_available: bool = False) -> torch.device:
+        return torch.device("cuda")
+
+    def set_device_index(self, device: Any) -> None:
+        self.set_device(device)
+
+    # -- memory
+
+    def allocator(self, device: Any = None):
+        return self.rt.devices[self.checked(device)].allocator
+
+    def memory_stats_as_nested_dict(self, device: Any = None) -> dict:
+        return self.allocator(device).stats.as_nested_dict()
+
+    def reset_peak_memory_stats(self, device: Any = None) -> None:
+        self.allocator(device).stats.reset_peak()
+
+    def reset_accumulated_memory_stats(self, device: Any = None) -> None:
+        self.allocator(device).stats.reset_accumulated()
+
+    def empty_cache(self) -> None:
+        for d in self.rt.devices:
+            d.allocator.empty_cache()
+
+    def mem_get_info(self, device: Any = None) -> tuple[int, int]:
+        return self.rt.mem_get_info(self.checked(device))
+
+    def set_per_process_memory_fraction(self, fraction: float, device: Any = None) -> None:
+        if not isinstance(fraction, float):
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        self.allocator(device).set_memory_fraction(fraction)
+
+    def get_per_process_memory_fraction(self, device: Any = None) -> float:
+        alloc = self.allocator(device)
+        if alloc.allowed_memory_maximum is None:
+            return 1.0
+        return alloc.allowed_memory_maximum / alloc.device_total
+
+    # -- RNG: fake CUDA random ops draw from the CPU generator, so "cuda" seeds seed that generator
+
+    def manual_seed(self, seed: int) -> None:
+        torch.default_generator.manual_seed(int(seed))
+
+    def seed(self) -> None:
+        torch.default_generator.seed()
+
+    def initial_seed(self) -> int:
+        return torch.default_generator.initial_seed()
+
+    def get_rng_state(self, device: Any = "cuda") -> torch.Tensor:
+        return torch.default_generator.get_state()
+
+    def set_rng_state(self, new_state: torch.Tensor, device: Any = "cuda") -> None:
+        torch.default_generator.set_state(new_state)
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [self.get_rng_state() for _ in self.rt.devices]
+
+    def set_rng_state_all(self, new_states) -> None:
+        for state in new_states:
+            self.set_rng_state(state)
+
+    # -- install
+
+    def replacements(self) -> list[tuple[Any, str, Callable]]:
+        c, m, r = torch.cuda, torch.cuda.memory, torch.cuda.random
+        pairs: list[tuple[Any, str, Callable]] = [
+            (c, "is_available", self.is_available),
+            (c, "device_count", self.device_count),
+            (c, "current_device", self.current_device),
+            (c, "set_device", self.set_device),
+            (c, "_exchange_device", self.exchange_device),
+            (c, "_maybe_exchange_device", self.exchange_device),
+            (c, "_lazy_init", self.lazy_init),
+            (c, "init", self.lazy_init),
+            (c, "is_initialized", self.is_initialized),
+            (m, "is_initialized", self.is_initialized),
+            (c, "get_device_properties", self.get_device_properties),
+            (c, "synchronize", self.synchronize),
+            (c, "get_arch_list", self.get_arch_list),
+            (c, "current_stream", self.current_stream),
+            (c, "default_stream", self.default_stream),
+            (c, "set_stream", self.set_stream),
+            (c, "stream", self.stream),
+            (c, "Stream", self.Stream),
+            (c, "Event", self.Event),
+        ]
+        a = torch.accelerator
+        pairs += [
+            (a, "is_available", self.is_available),
+            (a, "device_count", self.device_count),
+            (a, "current_accelerator", self.current_accelerator),
+            (a, "current_device_index", self.current_device),
+            (a, "set_device_index", self.set_device_index),
+            (a, "current_stream", self.current_stream),
+            (a, "set_stream", self.set_stream),
+            (a, "synchronize", self.synchronize),
+        ]
+        for name in ("memory_stats_as_nested_dict", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+                     "empty_cache", "mem_get_info", "set_per_process_memory_fraction",
+                     "get_per_process_memory_fraction"):
+            pairs += [(m, name, getattr(self, name)), (c, name, getattr(self, name))]
+        seeds = {"manual_seed": self.manual_seed, "manual_seed_all": self.manual_seed, "seed": self.seed,
+                 "seed_all": self.seed, "initial_seed": self.initial_seed, "get_rng_state": self.get_rng_state,
+                 "set_rng_state": self.set_rng_state, "get_rng_state_all": self.get_rng_state_all,
+                 "set_rng_state_all": self.set_rng_state_all}
+        for name, fn in seeds.items():
+            pairs += [(r, name, fn), (c, name, fn)]
+        return pairs
+
+    def install(self) -> None:
+        for owner, name, fn in self.replacements():
+            self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+            setattr(owner, name, fn)
+        # get_device_capability/get_device_name and friends cache nothing, but bf16 support probing does.
+        torch.cuda._check_bf16_tensor_supported.cache_clear()
+
+    def uninstall(self) -> None:
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            if original is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
+        torch.cuda._check_bf16_tensor_supported.cache_clear()
+
+
+_MISSING = object()
+

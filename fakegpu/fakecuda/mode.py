@@ -1,0 +1,243 @@
+"""FakeCudaMode: the one TorchFunctionMode that maps `cuda` to the CPU and keeps the CUDA face consistent.
+
+Every torch function call from Python passes here once. The common case (an op on fake CUDA tensors) costs a
+scan of the arguments, the CPU op itself, and a badge on fresh results. Special cases (device moves,
+factories with a device, .numpy(), the .data setter, ...) live in a registry, one small handler each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from fakegpu.fakecuda.runtime import Runtime
+from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, malloc, unbadge
+
+Handler = Callable[["FakeCudaMode", Any, tuple, dict], Any]
+HANDLERS: dict[Any, Handler] = {}
+
+# Ops that legitimately combine a CUDA tensor with CPU tensors (cross-device copies, CPU index tensors).
+_MIXED_OK: set[Any] = {
+    torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_put_,
+    torch.Tensor.index_put, torch.Tensor.to, torch.Tensor.data.__set__, torch.Tensor.grad.__set__,
+}
+
+
+def register(*funcs: Any) -> Callable[[Handler], Handler]:
+    def wrap(handler: Handler) -> Handler:
+        for func in funcs:
+            if func in HANDLERS:
+                raise ValueError(f"two fakecuda handlers for {func!r}")
+            HANDLERS[func] = handler
+        return handler
+
+    return wrap
+
+
+def device_mismatch(a: str, b: str) -> RuntimeError:
+    return RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {a} and {b}!")
+
+
+def invalid_ordinal() -> Exception:
+    error = getattr(torch, "AcceleratorError", RuntimeError)
+    return error(
+        "CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n"
+    )
+
+
+class FakeCudaMode(TorchFunctionMode):
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
+        self.tracker = StorageTracker(runtime)
+
+    # -- device helpers used by handlers and the CUDA API
+
+    def resolve(self, device: Any) -> int | None:
+        """The fake index a device argument names, or None for a non-CUDA device."""
+        if isinstance(device, int):
+            index = device  # torch treats a bare int device as an accelerator ordinal
+        else:
+            dev = device if isinstance(device, torch.device) else torch.device(device)
+            if dev.type != "cuda":
+                return None
+            index = self.runtime.current if dev.index is None else dev.index
+        if not self.runtime.valid(index):
+            raise invalid_ordinal()
+        return index
+
+    def to_device(self, tensor: torch.Tensor, index: int | None, **options: Any) -> torch.Tensor:
+        """A copy of `tensor` on fake device `index` (None: the CPU), through autograd's _to_copy."""
+        if index is not None:
+            nbytes = tensor.numel() * (options.get("dtype") or tensor.dtype).itemsize
+            block = malloc(self.runtime, index, nbytes) if nbytes else None
+            out = tensor.to("cpu", copy=True, **options)
+            return badge(out, index, self.tracker, block)
+        out = tensor.to("cpu", copy=True, **options)
+        return unbadge(out) if type(out) in FAKE_TYPES else out
+
+    # -- the entry point
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = HANDLERS.get(func)
+        if handler is not None:
+            return handler(self, func, args, kwargs)
+        device = kwargs.get("device")
+        if device is not None:
+            return factory(self, func, args, kwargs)
+        index = self._common_device(func, args, kwargs)
+        out = func(*args, **kwargs)
+        if index is None:
+            return out
+        return self._badge_outputs(out, index, args)
+
+    def _common_device(self, func, args, kwargs) -> int | None:
+        """The fake device of the inputs; raises PyTorch's error when inputs sit on different devices."""
+        index = None
+        cpu_seen = False
+        for group in (args, kwargs.values()):
+            for a in group:
+                t = type(a)
+                if t in FAKE_TYPES:
+                    if index is None:
+                        index = a._fc_index
+                    elif a._fc_index != index and func not in _MIXED_OK:
+                        raise device_mismatch(f"cuda:{index}", f"cuda:{a._fc_index}")
+                elif t is torch.Tensor or t is torch.nn.Parameter:
+                    if a.dim() != 0:  # zero-dim CPU tensors mix with CUDA ones, as in real PyTorch
+                        cpu_seen = True
+                elif t is list or t is tuple:
+                    for x in a:
+                        tx = type(x)
+                        if tx in FAKE_TYPES:
+                            if index is None:
+                                index = x._fc_index
+                            elif x._fc_index != index and func not in _MIXED_OK:
+                                raise device_mismatch(f"cuda:{index}", f"cuda:{x._fc_index}")
+                        elif (tx is torch.Tensor or tx is torch.nn.Parameter) and x.dim() != 0:
+                            cpu_seen = True
+        if index is not None and cpu_seen and func not in _MIXED_OK:
+            raise device_mismatch(f"cuda:{index}", "cpu")
+        return index
+
+    def _badge_outputs(self, out, index: int, args: tuple):
+        t = type(out)
+        if t is torch.Tensor:
+            if args and out is args[0]:
+                return out  # an in-place op on a CPU tensor stays on the CPU
+            return badge(out, index, self.tracker)
+        if isinstance(out, (tuple, list)):
+            for o in out:
+                if type(o) is torch.Tensor:
+                    badge(o, index, self.tracker)
+        return out
+
+
+def factory(mode: FakeCudaMode, func, args, kwargs):
+    """A creation op with a device=: CUDA ones are made on the CPU, sized against the allocator first."""
+    index = mode.resolve(kwargs["device"])
+    if index is None:
+        return func(*args, **kwargs)
+    probe = func(*args, **{**kwargs, "device": "meta"}) if func not in _NO_META else None
+    block = None
+    if isinstance(probe, torch.Tensor):
+        nbytes = probe.untyped_storage().nbytes()
+        block = malloc(mode.runtime, index, nbytes) if nbytes else None
+    out = func(*args, **{**kwargs, "device": "cpu"})
+    if isinstance(out, torch.Tensor):
+        return badge(out, index, mode.tracker, block)
+    return out
+
+
+# torch.tensor/as_tensor on meta copy nothing but still walk the data; the result is sized after creation.
+_NO_META: set[Any] = {torch.tensor, torch.as_tensor, torch.asarray}
+
+
+@register(torch.Tensor.to)
+def _to(mode: FakeCudaMode, func, args, kwargs):
+    self = args[0]
+    device, dtype, _non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
+    copy = kwargs.get("copy", False)
+    options = {"dtype": dtype or self.dtype}
+    if memory_format is not None:
+        options["memory_format"] = memory_format
+    src = self._fc_index if type(self) in FAKE_TYPES else None
+    dst = src if device is None else mode.resolve(device)
+    if dst == src:
+        out = func(self, dtype=dtype or self.dtype, copy=copy, **({"memory_format": memory_format} if memory_format
+                                                                   else {}))
+        return out if src is None or out is self else badge(out, src, mode.tracker)
+    return mode.to_device(self, dst, **options)
+
+
+@register(torch.Tensor.cuda)
+def _cuda(mode: FakeCudaMode, func, args, kwargs):
+    self = args[0]
+    device = args[1] if len(args) > 1 else kwargs.get("device")
+    index = mode.runtime.current if device is None else mode.resolve(device if not isinstance(device, int)
+                                                                      else torch.device("cuda", device))
+    if type(self) in FAKE_TYPES and self._fc_index == index:
+        return self
+    options = {}
+    if "memory_format" in kwargs:
+        options["memory_format"] = kwargs["memory_format"]
+    return mode.to_device(self, index, **options)
+
+
+@register(torch.Tensor.cpu)
+def _cpu(mode: FakeCudaMode, func, args, kwargs):
+    self = args[0]
+    if type(self) not in FAKE_TYPES:
+        return func(*args, **kwargs)
+    return mode.to_device(self, None, **kwargs)
+
+
+@register(torch.Tensor.numpy)
+def _numpy(mode: FakeCudaMode, func, args, kwargs):
+    self = args[0]
+    if type(self) in FAKE_TYPES:
+        raise TypeError(
+            f"can't convert cuda:{self._fc_index} device type tensor to numpy. Use Tensor.cpu() to copy the "
+            "tensor to host memory first."
+        )
+    return func(*args, **kwargs)
+
+
+@register(torch.Tensor.data.__set__)
+def _set_data(mode: FakeCudaMode, func, args, kwargs):
+    self, new = args
+    func(self, new)
+    if type(new) in FAKE_TYPES:
+        badge(self, new._fc_index, mode.tracker)
+    elif type(self) in FAKE_TYPES:
+        unbadge(self)
+
+
+@register(torch.Tensor.pin_memory)
+def _pin_memory(mode: FakeCudaMode, func, args, kwargs):
+    # Pinned host memory needs the CUDA driver; host memory here is ordinary, and a copy keeps the
+    # "returns a new tensor" contract.
+    self = args[0]
+    if type(self) in FAKE_TYPES:
+        legacy = self.type().rsplit(".", 1)[-1]  # C++ sees the CPU type name, e.g. FloatTensor
+        raise RuntimeError(f"cannot pin 'torch.cuda.{legacy}' only dense CPU tensors can be pinned")
+    return self.clone()
+
+
+@register(torch.Tensor.is_pinned)
+def _is_pinned(mode: FakeCudaMode, func, args, kwargs):
+    return False
+
+
+
+@register(torch._has_compatible_shallow_copy_type)
+def _passthrough(mode: FakeCudaMode, func, args, kwargs):
+    """Queries about tensors' C++ identity, not ops: no device check, nothing to badge."""
+    return func(*args, **kwargs)

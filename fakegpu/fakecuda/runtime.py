@@ -1,0 +1,103 @@
+"""The state of one fakecuda process: its devices, their allocators, the current device. No torch here.
+
+Everything the fake CUDA surface reports comes from this object, and this object takes every device fact
+from the profile (fakegpu.profiles) through THE device-spec parser (fakegpu.devices).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from fakegpu.devices import Device, resolve_devices
+from fakegpu.fakecuda.allocator import Block, DeviceAllocator
+from fakegpu.fakecuda.config import AllocatorConfig, config_from_env
+
+MiB = 1 << 20
+
+# Device memory a CUDA context holds once PyTorch initialises a device (module images, cuBLAS/cuDNN handles
+# are allocated later and separately). An estimate: with CUDA lazy loading, nvidia-smi shows a few hundred
+# MiB per process on data-centre boards before the first tensor; FAKEGPU_CUDA_CONTEXT_MIB overrides it.
+DEFAULT_CONTEXT_MIB = 500
+
+
+@dataclass
+class FakeDevice:
+    device: Device
+    allocator: DeviceAllocator
+    initialized: bool = False  # a context exists once the device is first used, as with real CUDA
+
+    @property
+    def index(self) -> int:
+        return self.device.index
+
+    @property
+    def profile(self):
+        return self.device.profile
+
+
+@dataclass
+class Runtime:
+    devices: list[FakeDevice]
+    context_bytes: int
+    current: int = 0
+    spec: str = ""
+    config: AllocatorConfig = field(default_factory=AllocatorConfig)
+
+    @classmethod
+    def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
+        env = os.environ if environ is None else environ
+        config = config_from_env(env)
+        context = int(float(env.get("FAKEGPU_CUDA_CONTEXT_MIB", DEFAULT_CONTEXT_MIB)) * MiB)
+        devices = [
+            FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0))
+            for d in resolve_devices(spec)
+        ]
+        return cls(devices, context, spec=spec, config=config)
+
+    @property
+    def count(self) -> int:
+        return len(self.devices)
+
+    def valid(self, index: int) -> bool:
+        return 0 <= index < len(self.devices)
+
+    def touch(self, index: int) -> FakeDevice:
+        """The device, with its CUDA context created on first use (the context takes device memory)."""
+        dev = self.devices[index]
+        if not dev.initialized:
+            dev.initialized = True
+            dev.allocator.non_pytorch_bytes += self.context_bytes
+        return dev
+
+    def malloc(self, index: int, nbytes: int, stream: int = 0) -> Block:
+        return self.touch(index).allocator.malloc(nbytes, stream)
+
+    def free(self, index: int, block: Block) -> None:
+        self.devices[index].allocator.free(block)
+
+    def mem_get_info(self, index: int) -> tuple[int, int]:
+        alloc = self.touch(index).allocator
+        return alloc.device_free(), alloc.device_total
+
+    def process_used_bytes(self, index: int) -> int:
+        """What nvidia-smi would list for this process on the device: context plus reserved segments."""
+        alloc = self.devices[index].allocator
+        return alloc.non_pytorch_bytes + alloc.total_allocated_memory
+
+    def summary(self) -> list[dict]:
+        rows = []
+        for d in self.devices:
+            a = d.allocator
+            rows.append({
+                "index": d.index,
+                "name": d.profile.name,
+                "uuid": d.device.uuid,
+                "total_bytes": a.device_total,
+                "allocated_bytes": a.allocated_bytes,
+                "reserved_bytes": a.reserved_bytes,
+                "peak_allocated_bytes": a.stats.core["allocated_bytes"]["all"].peak,
+                "peak_reserved_bytes": a.stats.core["reserved_bytes"]["all"].peak,
+                "process_used_bytes": self.process_used_bytes(d.index) if d.initialized else 0,
+            })
+        return rows

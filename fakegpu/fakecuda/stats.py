@@ -1,0 +1,128 @@
+"""The allocator's statistics, shaped as PyTorch's DeviceStats so memory_stats() keys match the real ones."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+# The per-pool breakdown PyTorch reports for every core statistic ("allocated_bytes.all.current", ...).
+POOL_TYPES = ("all", "small_pool", "large_pool")
+CORE_STATS = (
+    "allocation",
+    "segment",
+    "active",
+    "inactive_split",
+    "allocated_bytes",
+    "reserved_bytes",
+    "active_bytes",
+    "inactive_split_bytes",
+    "requested_bytes",
+)
+
+
+@dataclass
+class Stat:
+    current: int = 0
+    peak: int = 0
+    allocated: int = 0
+    freed: int = 0
+
+    def increase(self, amount: int) -> None:
+        self.current += amount
+        self.peak = max(self.peak, self.current)
+        self.allocated += amount
+
+    def decrease(self, amount: int) -> None:
+        self.current -= amount
+        if self.current < 0:
+            raise AssertionError("negative allocator statistic: the model lost track of a block")
+        self.freed += amount
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def reset_accumulated(self) -> None:
+        self.allocated = 0
+        self.freed = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class DeviceStats:
+    """Every counter of one device's allocator; `core[name][pool]` is a Stat."""
+
+    def __init__(self, max_split_size: int) -> None:
+        self.core: dict[str, dict[str, Stat]] = {n: {p: Stat() for p in POOL_TYPES} for n in CORE_STATS}
+        self.oversize_allocations = Stat()
+        self.oversize_segments = Stat()
+        self.num_alloc_retries = 0
+        self.num_ooms = 0
+        self.num_sync_all_streams = 0
+        self.num_device_alloc = 0
+        self.num_device_free = 0
+        self.max_split_size = max_split_size
+
+    def increase(self, name: str, pool: str, amount: int) -> None:
+        """Adds to the aggregate and to one pool, as PyTorch's per-pool stat types do."""
+        stats = self.core[name]
+        stats["all"].increase(amount)
+        stats[pool].increase(amount)
+
+    def decrease(self, name: str, pool: str, amount: int) -> None:
+        stats = self.core[name]
+        stats["all"].decrease(amount)
+        stats[pool].decrease(amount)
+
+    def current(self, name: str) -> int:
+        return self.core[name]["all"].current
+
+    def _all_stats(self) -> list[Stat]:
+        return [s for per_pool in self.core.values() for s in per_pool.values()] + [
+            self.oversize_allocations,
+            self.oversize_segments,
+        ]
+
+    def reset_peak(self) -> None:
+        for stat in self._all_stats():
+            stat.reset_peak()
+
+    def reset_accumulated(self) -> None:
+        for stat in self._all_stats():
+            stat.reset_accumulated()
+        self.num_alloc_retries = self.num_ooms = self.num_sync_all_streams = 0
+        self.num_device_alloc = self.num_device_free = 0
+
+    def as_nested_dict(self) -> dict[str, Any]:
+        """What torch._C._cuda_memoryStats returns; torch.cuda.memory_stats() flattens it with dots."""
+        nested: dict[str, Any] = {
+            name: {pool: stat.as_dict() for pool, stat in per_pool.items()} for name, per_pool in self.core.items()
+        }
+        nested.update(
+            num_alloc_retries=self.num_alloc_retries,
+            num_ooms=self.num_ooms,
+            num_sync_all_streams=self.num_sync_all_streams,
+            num_device_alloc=self.num_device_alloc,
+            num_device_free=self.num_device_free,
+            # No policy rejects allocations before cudaMalloc here (throw_on_cudamalloc_oom is not modeled).
+            num_oom_rejections=0,
+            max_split_size=self.max_split_size,
+            oversize_allocations=self.oversize_allocations.as_dict(),
+            oversize_segments=self.oversize_segments.as_dict(),
+            reserved_bytes_by_private_pools={},
+        )
+        return nested
+
+    def flat(self) -> dict[str, int]:
+        """The flattened, sorted form torch.cuda.memory_stats() returns (for callers without torch)."""
+        out: dict[str, int] = {}
+
+        def walk(prefix: str, obj: Any) -> None:
+            if isinstance(obj, dict):
+                for key, value in obj.items():
+                    walk(f"{prefix}.{key}" if prefix else str(key), value)
+            else:
+                out[prefix] = obj
+
+        walk("", self.as_nested_dict())
+        return dict(sorted(out.items()))
