@@ -7,18 +7,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fakegpu.cuda_overheads import cublas_workspace_bytes, cuda_context_bytes
+from fakegpu.fakecuda.allocator import (
+    K_LARGE_BUFFER,
+    K_MIN_BLOCK_SIZE,
+    K_MIN_LARGE_ALLOC,
+    K_ROUND_LARGE,
+    K_SMALL_BUFFER,
+    K_SMALL_SIZE,
+)
+
+__all__ = ["cublas_workspace_bytes", "cuda_context_bytes"]  # part of this module's interface for the estimators
+
 MIB = 1 << 20
 
-# The caching allocator rounds every request up to 512 bytes (kMinBlockSize) ...
-ALLOC_ROUND = 512
-# ... serves requests up to 1 MiB from 2 MiB "small" segments, requests below 10 MiB from 20 MiB segments,
-# and larger ones from segments rounded up to 2 MiB (kSmallSize, kSmallBuffer, kMinLargeAlloc, kLargeBuffer,
-# kRoundLarge in c10/cuda/CUDACachingAllocator.cpp).
-SMALL_REQUEST = 1 * MIB
-SMALL_SEGMENT = 2 * MIB
-MID_REQUEST = 10 * MIB
-MID_SEGMENT = 20 * MIB
-LARGE_ROUND = 2 * MIB
+# The caching allocator's rules have one home, fakecuda's allocator model; the estimator sums them up
+# instead of replaying them block by block.
+ALLOC_ROUND = K_MIN_BLOCK_SIZE
+SMALL_REQUEST = K_SMALL_SIZE
+SMALL_SEGMENT = K_SMALL_BUFFER
+MID_REQUEST = K_MIN_LARGE_ALLOC
+MID_SEGMENT = K_LARGE_BUFFER
+LARGE_ROUND = K_ROUND_LARGE
 
 # Freed blocks of a growing KV cache and of per-layer temporaries rarely coalesce perfectly; this share of the
 # non-weight peak is what the caching allocator is expected to hold on top (see `fakegpu calibrate compare`).
@@ -45,34 +55,6 @@ def reserved_for_resident(sizes: Iterable[int]) -> int:
         else:
             large += round_up(n, LARGE_ROUND)
     return round_up(small, SMALL_SEGMENT) + round_up(mid, MID_SEGMENT) + large
-
-
-def cuda_context_bytes(compute_capability: tuple[int, int]) -> int:
-    """Device memory a PyTorch process's CUDA context (module images, lazy loading on) costs, outside torch.
-
-    Typical nvidia-smi readings of an idle `torch.cuda.init()` process with CUDA 12: 300-600 MiB, growing with
-    architecture generation because the fat binaries carry more kernels per SM version.
-    """
-    major, _ = compute_capability
-    if major < 7:
-        return 250 * MIB
-    if major == 7:
-        return 300 * MIB
-    if major == 8:
-        return 420 * MIB
-    if major == 9:
-        return 520 * MIB
-    return 560 * MIB
-
-
-def cublas_workspace_bytes(compute_capability: tuple[int, int]) -> int:
-    """cuBLAS workspace, allocated through the caching allocator, so it counts in memory_allocated.
-
-    PyTorch's default (CUBLAS_WORKSPACE_CONFIG unset) is 4096 KiB x 2 + 16 KiB x 8, and 32 MiB on sm_90/sm_100.
-    """
-    if compute_capability in ((9, 0), (10, 0)):
-        return 4096 * 8 * 1024
-    return 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 def nccl_bytes(tensor_parallel: int) -> int:

@@ -9,16 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from fakegpu.cuda_overheads import cuda_context_bytes
 from fakegpu.devices import Device, resolve_devices
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
 from fakegpu.fakecuda.config import AllocatorConfig, config_from_env
 
 MiB = 1 << 20
 
-# Device memory a CUDA context holds once PyTorch initialises a device (module images, cuBLAS/cuDNN handles
-# are allocated later and separately). An estimate: with CUDA lazy loading, nvidia-smi shows a few hundred
-# MiB per process on data-centre boards before the first tensor; FAKEGPU_CUDA_CONTEXT_MIB overrides it.
-DEFAULT_CONTEXT_MIB = 500
 
 
 @dataclass
@@ -39,7 +36,7 @@ class FakeDevice:
 @dataclass
 class Runtime:
     devices: list[FakeDevice]
-    context_bytes: int
+    context_override: int | None  # FAKEGPU_CUDA_CONTEXT_MIB; else fakegpu.cuda_overheads by compute capability
     current: int = 0
     spec: str = ""
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
@@ -48,7 +45,8 @@ class Runtime:
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
         env = os.environ if environ is None else environ
         config = config_from_env(env)
-        context = int(float(env.get("FAKEGPU_CUDA_CONTEXT_MIB", DEFAULT_CONTEXT_MIB)) * MiB)
+        override = env.get("FAKEGPU_CUDA_CONTEXT_MIB")
+        context = int(float(override) * MiB) if override else None
         devices = [
             FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0))
             for d in resolve_devices(spec)
@@ -62,12 +60,18 @@ class Runtime:
     def valid(self, index: int) -> bool:
         return 0 <= index < len(self.devices)
 
+    def context_bytes(self, index: int) -> int:
+        """Device memory the CUDA context takes on this device (charged on first use, outside the allocator)."""
+        if self.context_override is not None:
+            return self.context_override
+        return cuda_context_bytes(self.devices[index].profile.compute_capability)
+
     def touch(self, index: int) -> FakeDevice:
         """The device, with its CUDA context created on first use (the context takes device memory)."""
         dev = self.devices[index]
         if not dev.initialized:
             dev.initialized = True
-            dev.allocator.non_pytorch_bytes += self.context_bytes
+            dev.allocator.non_pytorch_bytes += self.context_bytes(index)
         return dev
 
     def malloc(self, index: int, nbytes: int, stream: int = 0) -> Block:
