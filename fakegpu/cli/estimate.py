@@ -90,6 +90,10 @@ def plan_training(
     lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list (q_proj,v_proj) or all-linear."),
     lora_dropout: float | None = typer.Option(None, "--lora-dropout", help="LoRA dropout (default 0.0, as PEFT)."),
     optimizer: str | None = typer.Option(None, "--optimizer", help="adamw (default), adamw-8bit, sgd or adafactor."),
+    framework: str | None = typer.Option(None, "--framework", help="generic (transformers/PEFT, default) or litgpt."),
+    double_quant: bool | None = typer.Option(None, "--double-quant/--no-double-quant",
+                                             help="QLoRA absmax double quantization (default on)."),
+    bitsandbytes: str | None = typer.Option(None, "--bitsandbytes", help="Installed bitsandbytes version (0.45)."),
     precision: str | None = typer.Option(None, "--precision", help="bf16, bf16-mixed (default), fp16-mixed, fp32."),
     micro_batch: int | None = typer.Option(None, "--micro-batch", help="Default 1."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Default 2048."),
@@ -115,7 +119,7 @@ def plan_training(
 
     typed = {
         "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "lora_dropout": lora_dropout,
-        "optimizer": optimizer,
+        "optimizer": optimizer, "framework": framework, "double_quant": double_quant, "bitsandbytes": bitsandbytes,
         "precision": precision, "micro_batch": micro_batch, "seq_len": seq_len,
         "grad_checkpointing": grad_checkpointing, "zero": zero, "fsdp": fsdp, "offload": offload, "gpus": gpus,
         "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,

@@ -3,7 +3,8 @@
 Model-state sizes follow the ZeRO paper's accounting (mixed precision Adam = 2 + 2 + 12 bytes per parameter,
 partitioned by stage), except plain DDP under torch.autocast, which keeps fp32 weights and grads (4 + 4 + 8) and
 an autocast cache of half-precision weight copies. Activations are the tensors eager PyTorch saves for backward
-in a transformer layer (norm inputs, q/k/v, attention output, the MLP intermediates).
+in a transformer layer (norm inputs, q/k/v, attention output, the MLP intermediates); for LoRA/QLoRA,
+training_activations counts what frozen and 4-bit linears keep and what the framework (litgpt or HF/PEFT) adds.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fakegpu.estimate.llm import load_model, resolve_profile
 from fakegpu.estimate.model_config import ModelConfig
 from fakegpu.estimate.safetensors_header import Checkpoint
 from fakegpu.estimate.target import fits, largest, verdict
+from fakegpu.estimate.training_activations import FRAMEWORKS, adapter_layer, bnb_saves_input, lora_trainable
 from fakegpu.estimate.weights import classify, summarise
 
 REPORT = "fakegpu.plan-training/v1"
@@ -25,8 +27,12 @@ OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "adafactor")
 PRECISIONS = ("bf16", "bf16-mixed", "fp16-mixed", "fp32")
 FSDP = ("none", "full", "hybrid", "grad-op")
 OFFLOAD = ("none", "optimizer", "params")
-# NF4 with blocksize 64 and double-quantized absmax: 4 bits + ~0.127 bits of metadata per parameter.
-NF4_BYTES = (4 + 0.127) / 8
+# NF4 packs 4 bits per parameter; its QuantState adds one absmax per 64-block: fp32 (0.5 bit per parameter), or
+# with double quantization uint8 plus an fp32 absmax per 256 blocks (~0.127 bit). litgpt's `bnb.nf4` has none
+# (Fabric's _NF4Linear: compress_statistics=False); PEFT's QLoRA examples use bnb_4bit_use_double_quant.
+NF4_PACKED_BYTES = 4 / 8
+NF4_STATS_BYTES = {True: 0.127 / 8, False: 0.5 / 8}
+NF4_BYTES = NF4_PACKED_BYTES + NF4_STATS_BYTES[True]
 # DeepSpeed's default reduce/allgather bucket: 5e8 elements.
 ZERO_BUCKET_ELEMENTS = 500_000_000
 DEFAULT_CC = (8, 0)
@@ -50,10 +56,13 @@ class TrainingOptions:
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
     gpus_per_node: int = 8
+    framework: str = "generic"  # see training_activations.FRAMEWORKS
+    double_quant: bool = True  # QLoRA absmax double quantization (bnb_4bit_use_double_quant / litgpt bnb.nf4-dq)
+    bitsandbytes: str = "0.45"  # installed bitsandbytes; before 0.43.2 MatMul4Bit keeps its input alive
 
     def validate(self) -> None:
         for name, allowed in (("method", METHODS), ("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
-                              ("fsdp", FSDP), ("offload", OFFLOAD)):
+                              ("fsdp", FSDP), ("offload", OFFLOAD), ("framework", tuple(FRAMEWORKS))):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
                 raise EstimateInputError(f"--{name}", f"unknown value {value!r}; use {', '.join(allowed)}")
@@ -84,29 +93,6 @@ def _shard_stages(o: TrainingOptions) -> tuple[int, int, int, int]:
     return (group if stage >= 1 else 1, group if stage >= 2 else 1, group if stage >= 3 else 1, stage)
 
 
-def _lora_trainable(ckpt: Checkpoint, o: TrainingOptions) -> tuple[int, int]:
-    """(adapter parameters, summed input width of the adapted linears) over the whole model."""
-    targets = None if o.lora_targets == "all-linear" else {t.strip() for t in o.lora_targets.split(",") if t.strip()}
-    total = inputs = 0
-    for t in ckpt.tensors.values():
-        if len(t.shape) != 2 or (".layers." not in t.name and ".h." not in t.name):
-            continue
-        module = t.name.rsplit(".", 2)[-2] if t.name.endswith((".weight", ".qweight")) else None
-        if module is None or (targets is not None and module not in targets):
-            continue
-        if targets is None and module in ("gate",):  # MoE routers are not adapted by all-linear
-            continue
-        out_f, in_f = t.shape
-        if t.name.endswith(".qweight"):
-            in_f, out_f = t.shape[0] * 8, t.shape[1]
-        total += o.lora_rank * (in_f + out_f)
-        inputs += in_f
-    if targets is not None and total == 0:
-        wanted = ", ".join(sorted(targets))
-        raise EstimateInputError("--lora-targets", f"no linear layer named {wanted} in the checkpoint")
-    return total, inputs
-
-
 def _param_groups(ckpt: Checkpoint, cfg: ModelConfig) -> dict[str, int]:
     """Logical parameters in transformer-layer linears, embeddings/head, and the rest (norms, biases)."""
     summary_bits = 8 if cfg.quantization.get("bits") == 8 else 4
@@ -127,53 +113,69 @@ def _param_groups(ckpt: Checkpoint, cfg: ModelConfig) -> dict[str, int]:
     return groups
 
 
-def _adapter_saved(cfg: ModelConfig, o: TrainingOptions, lora_inputs: int) -> float:
-    """Per token per layer: what LoRA/QLoRA layers save for backward on top of a plain layer's activations.
+def _head_and_largest(ckpt: Checkpoint) -> tuple[int, int]:
+    """(lm_head parameters, the largest transformer-layer linear's parameters): what a 4-bit plugin dequantizes."""
+    head = largest = 0
+    for t in ckpt.tensors.values():
+        if len(t.shape) != 2:
+            continue
+        if t.name.startswith("lm_head."):
+            head += t.numel
+        elif ".layers." in t.name or ".h." in t.name:
+            largest = max(largest, t.numel * (2 if t.dtype == "U8" else 1))
+    return head, largest
 
-    - lora_dropout > 0: each adapted linear runs its input through its own nn.Dropout (PEFT keeps one per module),
-      and autograd keeps the dropped copy (for lora_A's weight grad) and the bool mask: a + 1 bytes per input
-      element. litgpt's LoRA rows (dropout 0.05, tests/data/devset) went from 0.2-3.3 % low to 0.8-3.3 % high.
-    - qlora: bitsandbytes' MatMul4Bit saves its input for backward whether or not the frozen 4-bit weight needs a
-      grad, where a frozen nn.Linear saves nothing; the distinct inputs are the attention block's (shared by
-      q/k/v), o_proj's, the MLP's (shared by gate/up) and down_proj's. Without this term litgpt's QLoRA rows
-      (Llama-2-7B, Mistral-7B, Llama-3-8B on an A10G) were 27-30 % low while their LoRA twins were within 3 %;
-      with it (and the dropout term) they are 11-14 % low. The rest is not explained here (litgpt's nf4 has no
-      double quantization, +0.3 GB; the other candidates are unmeasured).
+
+def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout_inputs: float = 0.0,
+                 dequant: float = 0.0) -> dict[str, float]:
+    """Saved-for-backward bytes of one layer, the layer inputs kept under checkpointing, and the logits peak.
+
+    Full fine-tuning counts every trainable linear's saved input (the plain-layer formula below); LoRA/QLoRA
+    layers are counted by training_activations.adapter_layer, which knows what frozen and 4-bit linears keep.
     """
-    if o.method == "full":
-        return 0.0
-    a = 4 if o.precision == "fp32" else 2
-    tp = o.tensor_parallel
-    extra = 0.0
-    if o.lora_dropout > 0:
-        extra += lora_inputs / max(1, cfg.num_layers) / tp * (a + 1)
-    if o.method == "qlora":
-        mlp_in = cfg.moe.expert_intermediate * cfg.moe.experts_per_token if cfg.moe else cfg.intermediate_size
-        extra += (3 * cfg.hidden_size + mlp_in / tp) * a
-    return extra
-
-
-def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, adapter: float = 0.0) -> dict[str, float]:
-    """Saved-for-backward bytes of one layer, the layer inputs kept under checkpointing, and the logits peak."""
     a = 4 if o.precision == "fp32" else 2
     amp_fp32_residual = o.precision in ("bf16-mixed", "fp16-mixed") and o.zero == 0 and o.fsdp == "none"
     r = 4 if o.precision == "fp32" or amp_fp32_residual else 2
     tokens = micro_batch * o.seq_len
     tp = o.tensor_parallel
     h, hd = cfg.hidden_size, cfg.head_dim
-    heads, kv_heads = cfg.num_heads / tp, max(1, -(-cfg.num_kv_heads // tp))
-    attention = (2 * heads + 2 * kv_heads) * hd * a  # roped q and k, v, and the attention output
-    if cfg.moe is not None:
-        routed = cfg.moe.experts_per_token  # each token passes through k experts
-        mlp = (4 * cfg.moe.expert_intermediate * routed + 4 * cfg.moe.shared_intermediate) / tp * a
-        mlp += cfg.moe.num_experts * 4 + cfg.moe.experts_per_token * cfg.moe.num_experts * 8
+    fw = FRAMEWORKS[o.framework]
+    stale = 0.0
+    if o.method == "full":
+        heads, kv_heads = cfg.num_heads / tp, max(1, -(-cfg.num_kv_heads // tp))
+        attention = (2 * heads + 2 * kv_heads) * hd * a  # roped q and k, v, and the attention output
+        if cfg.moe is not None:
+            routed = cfg.moe.experts_per_token  # each token passes through k experts
+            mlp = (4 * cfg.moe.expert_intermediate * routed + 4 * cfg.moe.shared_intermediate) / tp * a
+            mlp += cfg.moe.num_experts * 4 + cfg.moe.experts_per_token * cfg.moe.num_experts * 8
+        else:
+            mlp = (4 if cfg.gated_mlp else 2) * cfg.intermediate_size / tp * a
+        per_token = 4 * h * r + attention + mlp
     else:
-        mlp = (4 if cfg.gated_mlp else 2) * cfg.intermediate_size / tp * a
-    per_token = 4 * h * r + attention + mlp + adapter
-    layer = tokens * per_token
+        saves = bnb_saves_input(o.bitsandbytes)
+        layer = adapter_layer(cfg, fw, o.method, a, r, tp, dropout_inputs, saves)
+        per_token = layer["per_token"]
+        if fw.holds_last_outputs:
+            # litgpt's loop still holds the previous step's graph while this forward runs (its `logits`); what
+            # that graph pins is MatMul4Bit's inputs (bnb < 0.43.2), every layer's and lm_head's.
+            lm_head_input = h * a if o.method == "qlora" and saves and fw.quantizes_head else 0.0
+            stale = tokens * (layer["stale"] * cfg.num_layers + lm_head_input)
+    layer_bytes = tokens * per_token
     layer_input = tokens * h * r
+    # The first layer's backward (the peak's neighbour) holds gradients of the widest intermediates at once: the
+    # MLP's down-projection input, silu/act and up branches (3 x intermediate when gated).
+    width = cfg.moe.expert_intermediate * cfg.moe.experts_per_token if cfg.moe else cfg.intermediate_size
+    layer_grads = tokens * (3 if cfg.gated_mlp else 2) * width / tp * a
     logits = tokens * cfg.vocab_size * (a + 8)  # lm_head output, its fp32 copy, the loss's log-softmax
-    return {"layer": layer, "layer_input": layer_input, "logits": logits}
+    if fw.holds_last_outputs and o.method != "full":
+        # Fabric's convert_output casts the logits to fp32; the previous step's fp32 logits are still held until
+        # model() returns, next to this step's half-precision ones and then either their fp32 copy or lm_head's
+        # dequantized weight (the larger).
+        logits_fwd = tokens * cfg.vocab_size * (4 + a) + max(tokens * cfg.vocab_size * 4, dequant)
+    else:
+        logits_fwd = logits + dequant
+    return {"layer": layer_bytes, "layer_input": layer_input, "logits": logits, "logits_forward": logits_fwd,
+            "stale_graph": stale, "dequant": dequant, "layer_grads": layer_grads}
 
 
 def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, int]) -> tuple[dict, dict]:
@@ -188,6 +190,9 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     rank_linear = groups["linear"] / pp / tp
     s_states, s_grads, s_weights, stage = _shard_stages(o)
     half = o.precision != "fp32"
+    fw = FRAMEWORKS[o.framework]
+    frozen_stats = dequant = 0.0
+    layer_packed = None
     ddp_amp = o.precision in ("bf16-mixed", "fp16-mixed") and stage == 0
 
     if o.method == "full":
@@ -204,36 +209,57 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
         weights = rank_params * w_b / s_weights
         frozen = 0.0
     else:
-        adapters, lora_inputs = _lora_trainable(ckpt, o)
+        adapters, lora_inputs = lora_trainable(ckpt, o.lora_targets, o.lora_rank, fw)
         trainable = adapters / pp / tp
-        w_b, g_b, master_b, state_b = 4, 4, 0, 4  # PEFT keeps adapters in fp32 (autocast_adapter_dtype)
         base_b = 4 if o.precision == "fp32" else 2
+        # PEFT keeps adapters in fp32 (autocast_adapter_dtype); litgpt's bf16-true casts them with the model.
+        w_b = g_b = state_b = base_b if fw.adapters_in_base_dtype else 4
+        master_b = 0
         quant = summarise(ckpt, cfg.quantization)
+        head_params, largest = _head_and_largest(ckpt)
+        head_here = head_params * (emb_here / groups["embedding"] if groups["embedding"] else 0) / tp
         if o.method == "qlora" and quant.quantization is None:
-            frozen = rank_linear * NF4_BYTES + (rank_params - rank_linear) * base_b
+            quantized = rank_linear + (head_here if fw.quantizes_head else 0)
+            frozen = (quantized * NF4_PACKED_BYTES + (rank_params - quantized) * base_b) / s_weights
+            # QuantState (absmax per block) hangs off the module, not an nn.Parameter: FSDP/ZeRO-3 neither shard
+            # nor offload it, so every rank holds all of it (PEFT's 70B FSDP rows).
+            frozen_stats = quantized * NF4_STATS_BYTES[o.double_quant]
+            layer_packed = (rank_linear * NF4_PACKED_BYTES + groups["other"] / pp / tp * base_b) / max(1, layers_here)
+            # MatMul4Bit dequantizes the whole weight in half precision for each forward and grad-input matmul;
+            # Fabric's plugin quantized from fp16, so a bf16 run holds the fp16 copy and its bf16 cast.
+            dequant = fw.dequant_copies * 2 * max(largest / tp, head_here if fw.quantizes_head else 0)
         elif quant.quantization is not None:
-            frozen = quant.weight_bytes / pp / tp
+            frozen = quant.weight_bytes / pp / tp / s_weights
         else:
-            frozen = rank_params * base_b
-        frozen /= s_weights
+            frozen = rank_params * base_b / s_weights
         weights = trainable * w_b
     states_per_param = {"adamw": 2 * state_b, "adamw-8bit": 2, "sgd": state_b, "adafactor": 0.05 * state_b}[o.optimizer]
     optimizer = trainable * (states_per_param + master_b) / s_states
+    if o.method == "qlora" and fw.paged_qlora_optimizer:
+        optimizer = 0.0  # bnb PagedAdamW: states in cudaMallocManaged memory, outside max_memory_allocated
     grads = trainable * g_b / s_grads
     if o.offload in ("optimizer", "params"):
         optimizer = 0.0
     if o.offload == "params":
         weights, frozen = 0.0, 0.0
+    frozen += frozen_stats
 
-    adapter = _adapter_saved(cfg, o, lora_inputs)
-    act = _activations(cfg, o, o.micro_batch, adapter)
+    dropout_inputs = lora_inputs / max(1, cfg.num_layers) / tp if o.lora_dropout > 0 else 0.0
+    act = _activations(cfg, o, o.micro_batch, dropout_inputs, dequant)
     inflight = pp  # 1F1B keeps as many micro-batches in flight on the first stage as there are stages
     if o.grad_checkpointing:
         activations = act["layer_input"] * layers_here * inflight + act["layer"]
     else:
         activations = act["layer"] * layers_here * inflight
     layer_params = rank_params / max(1, layers_here)
-    gathered = 2 * layer_params * (2 if half else 4) if s_weights > 1 else 0  # ZeRO-3/FSDP: current + prefetched
+    if layer_packed is not None:  # QLoRA: the flat params gathered are the 4-bit storage, not bf16 weights
+        layer_params_bytes = layer_packed
+    else:
+        layer_params_bytes = layer_params * (2 if half else 4)
+    gathered = 2 * layer_params_bytes if s_weights > 1 else 0  # ZeRO-3/FSDP: current + prefetched
+    # FSDP does not reshard the root unit after forward (torch _post_forward_reshard: "Do not free the root's
+    # parameters ... immediately used for backward"): with per-layer wrapping that is embeddings, final norm, head.
+    fsdp_root = emb_here / tp * (2 if half else 4) if o.fsdp in ("full", "hybrid") and s_weights > 1 else 0
     autocast_cache = rank_linear * 2 if ddp_amp and o.method == "full" else 0
     workspace = runtime.cublas_workspace_bytes(cc)
     bucket = min(ZERO_BUCKET_ELEMENTS, trainable) * 2 if stage >= 1 else 0
@@ -243,11 +269,15 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     base = {"weights": weights, "frozen_weights": frozen, "optimizer_states": optimizer}
     phases = {
         "load": {"weights": weights, "frozen_weights": frozen},
-        "forward": {**base, "ddp_buckets": ddp_buckets, "activations": activations, "logits": act["logits"],
-                    "gathered_params": gathered, "autocast_cache": autocast_cache, "cublas_workspace": workspace},
+        "forward": {**base, "ddp_buckets": ddp_buckets, "activations": activations,
+                    "logits": act["logits_forward"], "previous_step_graph": act["stale_graph"],
+                    "gathered_params": gathered, "fsdp_root_params": fsdp_root, "autocast_cache": autocast_cache,
+                    "cublas_workspace": workspace},
         "backward": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "reduce_bucket": bucket,
-                     "activations": max(activations + act["logits"], act["layer"]), "gathered_params": gathered,
-                     "autocast_cache": autocast_cache, "cublas_workspace": workspace},
+                     "activations": max(activations + act["logits"], act["layer"]),
+                     "layer_gradients": act["layer_grads"], "dequantized_weight": act["dequant"],
+                     "gathered_params": gathered, "fsdp_root_params": fsdp_root, "autocast_cache": autocast_cache,
+                     "cublas_workspace": workspace},
         "optimizer_step": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "step_temporaries": step_temp,
                            "cublas_workspace": workspace},
     }
@@ -323,7 +353,11 @@ def _with(o: TrainingOptions, **changes) -> TrainingOptions:
 
 
 def _notes(cfg: ModelConfig, o: TrainingOptions, profile) -> list[str]:
-    notes = ["activations assume sdpa/flash attention (no stored attention matrix) and no dropout"]
+    notes = ["activations assume sdpa/flash attention (no stored attention matrix); LoRA dropout per --lora-dropout"]
+    if o.method != "full" and o.framework != "generic":
+        notes.append(f"framework={o.framework}: saved tensors follow its LoRA/QLoRA implementation")
+    if o.method == "qlora" and o.framework == "litgpt":
+        notes.append("QLoRA optimizer states (bnb PagedAdamW, unified memory) are outside max_memory_allocated")
     if profile is None:
         notes.append("no --target-profile: runtime overheads assume compute capability 8.0")
     if o.offload != "none":

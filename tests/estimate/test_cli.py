@@ -149,3 +149,14 @@ def test_plan_training_lora_dropout_costs_activation_memory(models):
 
     assert forward("0.1") > forward("0.0")
     assert invoke("plan-training", "--model-dir", str(models["tiny"]), "--lora-dropout", "1.5").exit_code == 2
+
+
+def test_plan_training_framework_options_reach_the_model(models):
+    def peak(*extra: str) -> int:
+        result = invoke("plan-training", "--model-dir", str(models["qwen3-8b"]), "--method", "qlora", "--json", *extra)
+        assert result.exit_code == 0, result.stdout
+        return json.loads(result.stdout)["data"]["peak"]["max_memory_allocated"]
+
+    assert peak("--bitsandbytes", "0.42.0") > peak("--bitsandbytes", "0.45")
+    assert peak("--no-double-quant") > peak("--double-quant")
+    assert invoke("plan-training", "--model-dir", str(models["tiny"]), "--framework", "keras").exit_code == 2

@@ -34,8 +34,15 @@ def test_zero_stages_shrink_model_states(models):
     assert states == pytest.approx(8_190_735_360 * 12 / 8, rel=0.01)
 
 
-def test_fsdp_full_matches_zero3_and_offload_removes_states(models):
-    assert peak(models, fsdp="full", gpus=8) == pytest.approx(peak(models, zero=3, gpus=8), rel=0.01)
+def test_fsdp_full_is_zero3_plus_its_unsharded_root_and_offload_removes_states(models):
+    # FSDP keeps the root unit (embeddings, final norm, lm_head) unsharded from forward into backward
+    # (torch's _post_forward_reshard); ZeRO-3 re-partitions them. Qwen3-8B: 2 x 151936 x 4096 bf16 parameters.
+    fsdp = plan_training(models["qwen3-8b"], replace(BASE, fsdp="full", gpus=8))
+    zero3 = plan_training(models["qwen3-8b"], replace(BASE, zero=3, gpus=8))
+    root = fsdp["phases"]["backward"]["components"]["fsdp_root_params"]
+    assert root == pytest.approx(2 * 151936 * 4096 * 2, rel=0.01)
+    assert zero3["phases"]["backward"]["components"]["fsdp_root_params"] == 0
+    assert fsdp["peak"]["max_memory_allocated"] == pytest.approx(zero3["peak"]["max_memory_allocated"] + root, rel=0.01)
     r = plan_training(models["qwen3-8b"], replace(BASE, zero=2, gpus=8, offload="optimizer"))
     assert r["phases"]["optimizer_step"]["components"]["optimizer_states"] == 0
 
