@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import container, devices, doctor, estimate, fakecuda, profiles
+from fakegpu.cli import container, devices, doctor, estimate, fakecuda, profiles, run
 
 app = typer.Typer(
     name="fakegpu",
@@ -24,6 +24,7 @@ app.command("demo")(fakecuda.demo)
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.add_typer(estimate.calibrate_app, name="calibrate")
+app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,77 @@
+"""Native mode costs: cudaMalloc+cudaFree pair and cudaMemGetInfo in-process (C, native/build/bin/cuda-bench),
+and one MLP training step of unmodified CUDA PyTorch under `fakegpu run` against the same step on the CPU.
+
+Targets (issue 5): a malloc/free pair at most 20 us (it is an mmap/munmap plus bookkeeping); the step's control
+flow under the shims at most 5 ms (kernels are not run, so this is the shims' and PyTorch's host overhead; the
+CPU step is printed for scale).
+Needs `make native`. Prints one line per figure; exits non-zero when a target is missed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "native" / "build" / "bin" / "cuda-bench"
+PAIR_TARGET_NS = 20_000.0
+STEP_TARGET_MS = 5.0
+
+STEP = """
+import sys, time, torch
+dev = sys.argv[1]
+m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).to(dev)
+opt = torch.optim.AdamW(m.parameters())
+x = torch.randn(64, 512, device=dev); y = torch.randint(0, 10, (64,), device=dev)
+def step():
+    opt.zero_grad(); torch.nn.functional.cross_entropy(m(x), y).backward(); opt.step()
+for _ in range(5): step()
+t = time.perf_counter(); n = 50
+for _ in range(n): step()
+print((time.perf_counter() - t) / n * 1000)
+"""
+
+
+def main() -> int:
+    if not BENCH.exists():
+        print("bench_cuda: native build absent; run `make native`", file=sys.stderr)
+        return 1
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_")}
+        env.update(FAKEGPU_DEVICES="a100:1", FAKEGPU_STATE_DIR=tmp)
+        out = subprocess.run(
+            [str(BENCH), os.environ.get("BENCH_RUNS", "20000")], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    for line in out.splitlines():
+        name, ns = line.split()
+        print(f"cuda {name}: {float(ns):.0f} ns")
+        if name.startswith("malloc_free") and float(ns) > PAIR_TARGET_NS:
+            print(f"  target missed: {PAIR_TARGET_NS:.0f} ns")
+            ok = False
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("cuda step: skipped (torch not installed)")
+        return 0 if ok else 1
+    cpu = float(subprocess.run([sys.executable, "-c", STEP, "cpu"], capture_output=True, text=True, check=True).stdout)
+    native = float(
+        subprocess.run(
+            [sys.executable, "-m", "fakegpu", "run", "--devices", "a100", "--", sys.executable, "-c", STEP, "cuda"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    print(f"cuda step (MLP 512-1024-10, batch 64, AdamW): native {native:.2f} ms (cpu, for scale: {cpu:.2f} ms)")
+    if native > STEP_TARGET_MS:
+        print(f"  target missed: {STEP_TARGET_MS} ms")
+        ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

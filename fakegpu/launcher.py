@@ -1,0 +1,230 @@
+"""`fakegpu run`: start any command with fake GPUs, in native or fakecuda mode.
+
+Both modes resolve the devices with THE parser (fakegpu.devices), write the device table into a private state
+folder and point FAKEGPU_DEVICE_TABLE / FAKEGPU_STATE_DIR / FAKEGPU_DEVICES at it, so NVML, nvidia-smi and the
+CUDA libraries of the child agree on one set of devices and one shared process state.
+
+native: the child's CUDA libraries are FakeGPU's (native/build/lib). CUDA-built PyTorch finds NVIDIA's libraries
+through DT_RPATH ($ORIGIN/../../nvidia/...), which the loader searches *before* LD_LIBRARY_PATH, so the library
+path alone cannot win: ours are put in LD_PRELOAD. A preloaded object carries its SONAME, so every later
+DT_NEEDED or dlopen of "libcudart.so.13" binds to it. Python's torch additionally preloads the nvidia wheels by
+absolute path (torch/__init__.py, _preload_cuda_deps, searching sys.path for nvidia/<pkg>/lib/); a folder first
+on PYTHONPATH that mirrors that layout with links to our libraries makes those loads resolve to ours too, so no
+NVIDIA library is mapped at all.
+
+fakecuda: FAKEGPU_RUNTIME=fakecuda and an interpreter-start hook (sitecustomize.py importing
+fakegpu.fakecuda.envhook, chaining to any sitecustomize already on the path), made by `python_hook_dir()`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fakegpu.devices import effective_seed, resolve_devices
+from fakegpu.devices.table import write_table
+from fakegpu.errors import EXIT_USAGE, FakeGPUError
+
+MODES = ("native", "fakecuda")
+DEFAULT_DEVICES = "a100:1"
+
+# Our libraries, in the order they are preloaded (a library before the ones that link it), and where the
+# nvidia-* wheels put the real ones (torch's preloader layout: nvidia/<folder>/lib/<file>).
+NATIVE_LIBS: tuple[tuple[str, str], ...] = (
+    ("libcuda.so.1", "cu13"),
+    ("libcudart.so.13", "cu13"),
+    ("libcublasLt.so.13", "cu13"),
+    ("libcublas.so.13", "cu13"),
+    ("libnccl.so.2", "nccl"),
+    ("libcudnn.so.9", "cudnn"),
+    ("libcusparse.so.12", "cu13"),
+    ("libcusolver.so.12", "cu13"),
+    ("libcufft.so.12", "cu13"),
+    ("libcufile.so.0", "cu13"),
+    ("libcusparseLt.so.0", "cusparselt"),
+    ("libnvrtc.so.13", "cu13"),
+    ("libnvshmem_host.so.3", "nvshmem"),
+    ("libcupti.so.13", "cu13"),
+)
+
+# The driver branch and CUDA version a CUDA 13 runtime needs; NVML and nvidia-smi report the same.
+NATIVE_DRIVER_VERSION = "580.95.05"
+NATIVE_CUDA_VERSION = "13000"
+
+_SITECUSTOMIZE = '''"""FakeGPU interpreter-start hook (written by fakegpu.launcher.python_hook_dir)."""
+import fakegpu.fakecuda.envhook  # noqa: F401  (activates fakecuda when FAKEGPU_RUNTIME=fakecuda)
+
+
+def _chain():
+    # Run the sitecustomize this one shadows, if any: the next one on sys.path after our folder.
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+_chain()
+del _chain
+'''
+
+
+class LaunchError(FakeGPUError):
+    """`fakegpu run` cannot set the child up (libraries not built, command not found)."""
+
+
+class LaunchUsageError(LaunchError):
+    """`fakegpu run` was called wrongly (unknown mode, no command): a usage error, exit 2."""
+
+    exit_code = EXIT_USAGE
+    code = "usage"
+
+
+@dataclass
+class LaunchEnv:
+    """What `fakegpu run` gives the child: its environment, and the private folder to remove afterwards."""
+
+    env: dict[str, str]
+    root: Path
+    devices: list = field(default_factory=list)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def python_hook_dir(parent: str | os.PathLike[str]) -> Path:
+    """Make `<parent>/pyhook/sitecustomize.py` (imports fakegpu.fakecuda.envhook, then chains to the
+    sitecustomize it shadows) and return the folder, to be put first on PYTHONPATH.
+
+    The one place the fakecuda interpreter-start hook is written: `fakegpu run --mode fakecuda` and
+    `fakegpu preflight` both use it.
+    """
+    folder = Path(parent) / "pyhook"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_SITECUSTOMIZE, encoding="utf-8")
+    return folder
+
+
+def _fakegpu_import_root() -> str:
+    """The folder that holds the `fakegpu` package, so the hook imports it whatever the child's sys.path."""
+    import fakegpu
+
+    return str(Path(fakegpu.__file__).resolve().parent.parent)
+
+
+def native_libraries(lib_dir: Path) -> list[Path]:
+    """Our CUDA libraries in preload order; raises LaunchError naming what is missing."""
+    paths = [lib_dir / name for name, _ in NATIVE_LIBS]
+    missing = [p.name for p in paths if not p.is_file()]
+    if missing:
+        raise LaunchError(
+            f"native mode needs FakeGPU's CUDA libraries in {lib_dir}, missing: {', '.join(missing)}; "
+            "build them with `make native`"
+        )
+    return paths
+
+
+def _wheel_mirror(root: Path, libs: list[Path]) -> Path:
+    """A folder laid out like site-packages/nvidia/<pkg>/lib/, linking our libraries (see the module doc)."""
+    mirror = root / "pynative"
+    for (name, folder), path in zip(NATIVE_LIBS, libs, strict=True):
+        target = mirror / "nvidia" / folder / "lib" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(path.resolve())
+    return mirror
+
+
+def _prepend(env: dict[str, str], key: str, *entries: str, sep: str = os.pathsep) -> None:
+    old = env.get(key, "")
+    env[key] = sep.join([*entries, *([old] if old else [])])
+
+
+def prepare(
+    devices: str | None = None,
+    mode: str = "native",
+    base_env: Mapping[str, str] | None = None,
+    lib_dir: str | os.PathLike[str] | None = None,
+    seed: str | None = None,
+) -> LaunchEnv:
+    """Resolve the devices, write the table into a new private folder, and return the child's environment.
+
+    Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
+    """
+    if mode not in MODES:
+        raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")
+    env = dict(os.environ if base_env is None else base_env)
+    spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
+    seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
+    resolved = resolve_devices(spec, seed=seed)  # raises InvalidDeviceSpec before anything is created
+    if mode == "native":
+        from fakegpu.doctor import native_lib_dir
+
+        libs = native_libraries(Path(lib_dir) if lib_dir else native_lib_dir())
+    root = Path(tempfile.mkdtemp(prefix="fakegpu-run-"))
+    try:
+        state = root / "state"
+        state.mkdir()
+        table = root / "devices.tbl"
+        write_table(table, resolved, spec, seed)
+        env.update(
+            FAKEGPU_DEVICES=spec,
+            FAKEGPU_SEED=seed,
+            FAKEGPU_DEVICE_TABLE=str(table),
+            FAKEGPU_STATE_DIR=str(state),
+            FAKEGPU_MODE=mode,
+        )
+        if mode == "native":
+            env.pop("FAKEGPU_RUNTIME", None)
+            env.setdefault("FAKEGPU_DRIVER_VERSION", NATIVE_DRIVER_VERSION)
+            env.setdefault("FAKEGPU_CUDA_VERSION", NATIVE_CUDA_VERSION)
+            lib_folder = str(libs[0].parent.resolve())
+            _prepend(env, "LD_PRELOAD", *(str(p.resolve()) for p in libs), sep=":")
+            _prepend(env, "LD_LIBRARY_PATH", lib_folder, sep=":")
+            _prepend(env, "PYTHONPATH", str(_wheel_mirror(root, libs)))
+        else:
+            env["FAKEGPU_RUNTIME"] = "fakecuda"
+            _prepend(env, "PYTHONPATH", str(python_hook_dir(root)), _fakegpu_import_root())
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return LaunchEnv(env=env, root=root, devices=resolved)
+
+
+def run(
+    command: Sequence[str],
+    devices: str | None = None,
+    mode: str = "native",
+    lib_dir: str | os.PathLike[str] | None = None,
+) -> int:
+    """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do)."""
+    if not command:
+        raise LaunchUsageError("no command given: fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...")
+    launch = prepare(devices, mode, lib_dir=lib_dir)
+    try:
+        try:
+            proc = subprocess.run(list(command), env=launch.env, check=False)
+        except FileNotFoundError as exc:
+            raise LaunchError(f"command not found: {command[0]}") from exc
+        except PermissionError as exc:
+            raise LaunchError(f"cannot execute {command[0]}: permission denied") from exc
+        rc = proc.returncode
+        return 128 - rc if rc < 0 else rc
+    finally:
+        launch.cleanup()
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    sys.exit(run(sys.argv[1:]))

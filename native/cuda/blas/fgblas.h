@@ -1,0 +1,28 @@
+/* Internals of FakeGPU's cuBLAS and cuBLASLt. A handle holds what the program set on it; a GEMM is validated,
+ * counted with its FLOPs (for the process report) and not computed: in native mode kernels do not run, so
+ * result values are not valid. */
+#ifndef FGBLAS_H
+#define FGBLAS_H
+
+#pragma GCC visibility push(default)
+#include <cublasLt.h>
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+#pragma GCC visibility pop
+
+#include "fg_log.h"
+#include "fgc_unsup.h"
+
+struct cublasContext {
+    int device;
+    cudaStream_t stream;
+    void *workspace;
+    size_t workspace_bytes;
+    cublasMath_t math_mode;
+    cublasPointerMode_t pointer_mode;
+};
+
+/* Count one GEMM-like call: `batch` products of (m x k) by (k x n). */
+FG_HIDDEN void fgblas_record(const char *api, long long m, long long n, long long k, long long batch);
+
+#endif

@@ -1,0 +1,83 @@
+/* Internals of FakeGPU's libcuda.so.1, the core every FakeGPU CUDA library stands on: devices (from the
+ * shared device table), contexts, device memory with per-device capacity, streams and events. libcudart,
+ * cuBLAS and NCCL call into it through the public driver API, as NVIDIA's runtime does, so one process has one
+ * memory account whichever API allocated. Kernels are never executed: launches are recorded. */
+#ifndef FGD_H
+#define FGD_H
+
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "fg_devices.h"
+#include "fg_log.h"
+#include "fgc_unsup.h"
+
+/* Per-SM and per-block limits: the profile's sm_limits (compiled from profiles/compute_capabilities.yaml). */
+typedef struct {
+    unsigned smem_per_sm, smem_per_block, smem_per_block_optin;
+    unsigned regs_per_sm, regs_per_block;
+    unsigned max_threads_per_sm, max_threads_per_block, max_blocks_per_sm, warp_size;
+} fgd_limits;
+
+struct CUctx_st {
+    int device;
+    unsigned flags;
+    atomic_int retained; /* primary context reference count (cuDevicePrimaryCtxRetain/Release) */
+};
+
+struct CUstream_st {
+    int device;
+    unsigned flags;
+    int priority;
+};
+
+struct CUevent_st {
+    int device;
+    unsigned flags;
+    atomic_llong t_ns; /* host CLOCK_MONOTONIC time of the last record; 0: never recorded */
+};
+
+typedef struct {
+    unsigned long long capacity; /* what allocations may use: the CUDA total less the context */
+    unsigned long long context;  /* the context's own footprint, charged once the context exists */
+    atomic_ullong used, peak, allocs, frees;
+    atomic_int active; /* a context exists: the process shows on this device in nvidia-smi */
+} fgd_mem;
+
+typedef struct {
+    int loaded;
+    CUresult load_error; /* what cuInit answers */
+    fg_devset devs;
+    fgd_limits lim[FG_MAX_DEVICES];
+    fgd_mem mem[FG_MAX_DEVICES];
+    struct CUctx_st ctx[FG_MAX_DEVICES];
+    int driver_version; /* cuDriverGetVersion: 13000 for CUDA 13.0 */
+} fgd_world;
+
+FG_HIDDEN extern fgd_world fgd;
+
+/* Load devices once (thread-safe); returns what cuInit returns. */
+FG_HIDDEN CUresult fgd_init(void);
+FG_HIDDEN CUresult fgd_check_device(CUdevice dev);
+/* The context of the calling thread (or of device 0 when none is current: the runtime's lazy default). */
+FG_HIDDEN struct CUctx_st *fgd_current(void);
+/* The context is in use: charge its footprint to the device (once). */
+FG_HIDDEN void fgd_activate(struct CUctx_st *c);
+FG_HIDDEN void fgd_limits_load(void);
+FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
+/* Memory usage changed: republish the process's entry in the shared state (rate-limited, in the background). */
+FG_HIDDEN void fgd_state_changed(void);
+FG_HIDDEN long long fgd_now_ns(void);
+
+#define FGD_INIT()                                                                                                \
+    do {                                                                                                          \
+        CUresult fgd_rc_ = fgd_init();                                                                            \
+        if (fgd_rc_ != CUDA_SUCCESS)                                                                              \
+            return fgd_rc_;                                                                                       \
+    } while (0)
+
+#endif

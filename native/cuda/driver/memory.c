@@ -1,0 +1,414 @@
+/* Device memory. Each allocation is its own anonymous mapping made with MAP_NORESERVE: the address space is
+ * reserved, and host memory is spent only on pages the program writes (a memcpy to the device), so a simulated
+ * 8x80 GB node fits on a small host. Capacity is enforced per device: an allocation that would take the
+ * device past its CUDA total, less the context's footprint, fails with CUDA_ERROR_OUT_OF_MEMORY exactly as a
+ * real board does. Device pointers are host addresses, so copies and memsets are plain memcpy/memset. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "fgd.h"
+
+/* The driver hands out whole 2 MiB pages for device allocations on current boards; what a device "uses"
+ * (cuMemGetInfo, nvidia-smi) counts pages, not requested bytes. */
+#define FGD_PAGE (2ULL << 20)
+
+typedef struct {
+    uintptr_t base;
+    size_t size;    /* requested */
+    size_t charged; /* pages, what capacity counts */
+    int device;
+    int host; /* page-locked host memory (cuMemHostAlloc), not device memory */
+} fgd_alloc;
+
+/* Sorted by base, so an interior pointer (cuPointerGetAttribute, cuMemGetAddressRange) is a binary search. */
+static fgd_alloc *allocs;
+static size_t nallocs, cap_allocs;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t find_floor(uintptr_t p) /* index of the last alloc with base <= p, or nallocs */
+{
+    size_t lo = 0, hi = nallocs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (allocs[mid].base <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo == 0 ? nallocs : lo - 1;
+}
+
+static int insert(const fgd_alloc *a)
+{
+    if (nallocs == cap_allocs) {
+        size_t n = cap_allocs ? cap_allocs * 2 : 1024;
+        fgd_alloc *grown = realloc(allocs, n * sizeof *grown);
+        if (!grown)
+            return -1;
+        allocs = grown;
+        cap_allocs = n;
+    }
+    size_t lo = 0, hi = nallocs; /* first index whose base is above the new one */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (allocs[mid].base <= a->base)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t at = lo;
+    memmove(&allocs[at + 1], &allocs[at], (nallocs - at) * sizeof *allocs);
+    allocs[at] = *a;
+    nallocs++;
+    return 0;
+}
+
+/* The allocation holding p (device or host), copied out; 0 if p is not ours. */
+FG_HIDDEN int fgd_lookup(const void *p, fgd_alloc *out);
+int fgd_lookup(const void *p, fgd_alloc *out)
+{
+    pthread_mutex_lock(&lock);
+    size_t i = nallocs ? find_floor((uintptr_t)p) : nallocs;
+    int hit = i < nallocs && (uintptr_t)p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1);
+    if (hit && out)
+        *out = allocs[i];
+    pthread_mutex_unlock(&lock);
+    return hit;
+}
+
+static void *reserve(size_t bytes)
+{
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
+{
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (bytes == 0) {
+        *out = NULL;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    size_t charged = (bytes + FGD_PAGE - 1) / FGD_PAGE * FGD_PAGE;
+    if (charged < bytes)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fgd_mem *m = host ? NULL : &fgd.mem[c->device];
+    if (m) {
+        /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
+        unsigned long long used = atomic_load(&m->used);
+        do {
+            if (used + charged > m->capacity)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+        } while (!atomic_compare_exchange_weak(&m->used, &used, used + charged));
+    }
+    void *p = reserve(charged);
+    fgd_alloc a = {(uintptr_t)p, bytes, charged, c ? c->device : 0, host};
+    pthread_mutex_lock(&lock);
+    int bad = !p || insert(&a) != 0;
+    pthread_mutex_unlock(&lock);
+    if (bad) {
+        if (p)
+            munmap(p, charged);
+        if (m)
+            atomic_fetch_sub(&m->used, charged);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (m) {
+        unsigned long long now = atomic_load(&m->used), peak = atomic_load(&m->peak);
+        while (now > peak && !atomic_compare_exchange_weak(&m->peak, &peak, now))
+            ;
+        atomic_fetch_add(&m->allocs, 1);
+        fgd_activate(c);
+        fgd_state_changed();
+    }
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult release(void *p, int host)
+{
+    if (!p)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&lock);
+    size_t i = nallocs ? find_floor((uintptr_t)p) : nallocs;
+    if (i == nallocs || allocs[i].base != (uintptr_t)p || allocs[i].host != host) {
+        pthread_mutex_unlock(&lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    fgd_alloc a = allocs[i];
+    memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
+    nallocs--;
+    pthread_mutex_unlock(&lock);
+    munmap(p, a.charged);
+    if (!host) {
+        atomic_fetch_sub(&fgd.mem[a.device].used, a.charged);
+        atomic_fetch_add(&fgd.mem[a.device].frees, 1);
+        fgd_state_changed();
+    }
+    return CUDA_SUCCESS;
+}
+
+#define FGD_CTX(var)                                                                                              \
+    FGD_INIT();                                                                                                   \
+    struct CUctx_st *var = fgd_current();                                                                         \
+    if (!var)                                                                                                     \
+        return CUDA_ERROR_INVALID_CONTEXT
+
+FGC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    FGD_CTX(c);
+    void *p = NULL;
+    CUresult rc = alloc(c, bytesize, 0, &p);
+    if (dptr)
+        *dptr = (CUdeviceptr)(uintptr_t)p;
+    return rc;
+}
+
+FGC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    (void)hStream; /* stream order is program order here: nothing runs asynchronously */
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+
+FGC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    (void)flags; /* managed memory counts against the device it was allocated on */
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+
+FGC_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width, size_t height,
+                                       unsigned int elementSize)
+{
+    if (!pitch || elementSize == 0 || elementSize > 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pitch = (width + 511) / 512 * 512; /* the 512-byte texture pitch alignment */
+    return cuMemAlloc_v2(dptr, *pitch * height);
+}
+
+FGC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    FGD_INIT();
+    return release((void *)(uintptr_t)dptr, 0);
+}
+
+FGC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    (void)hStream;
+    return cuMemFree_v2(dptr);
+}
+
+FGC_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    FGD_INIT();
+    return alloc(fgd_current(), bytesize, 1, pp);
+}
+
+FGC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags; /* portable / mapped / write-combined make no difference without a device */
+    return cuMemAllocHost_v2(pp, bytesize);
+}
+
+FGC_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    FGD_INIT();
+    return release(p, 1);
+}
+
+FGC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    FGD_CTX(c);
+    if (!free || !total)
+        return CUDA_ERROR_INVALID_VALUE;
+    const fg_device *d = &fgd.devs.dev[c->device];
+    fgd_mem *m = &fgd.mem[c->device];
+    fgd_activate(c);
+    *total = d->cuda_total ? d->cuda_total : d->mem_total;
+    unsigned long long used = atomic_load(&m->used);
+    *free = used < m->capacity ? m->capacity - used : 0;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    FGD_INIT();
+    fgd_alloc a;
+    if (!fgd_lookup((void *)(uintptr_t)dptr, &a) || a.host)
+        return CUDA_ERROR_NOT_FOUND;
+    if (pbase)
+        *pbase = a.base;
+    if (psize)
+        *psize = a.size;
+    return CUDA_SUCCESS;
+}
+
+/* ---- copies and fills: plain host operations, since device pointers are host addresses ---- */
+
+static CUresult copy(void *dst, const void *src, size_t n)
+{
+    FGD_INIT();
+    if (n && (!dst || !src))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n)
+        memmove(dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+#define P(x) ((void *)(uintptr_t)(x))
+FGC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(P(dst), P(src), n); }
+FGC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    (void)s;
+    return copy(P(dst), P(src), n);
+}
+FGC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return copy(P(dst), src, n); }
+FGC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy(dst, P(src), n); }
+FGC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(P(dst), P(src), n); }
+FGC_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    (void)s;
+    return copy(P(dst), src, n);
+}
+FGC_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    (void)s;
+    return copy(dst, P(src), n);
+}
+FGC_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+    (void)s;
+    return copy(P(dst), P(src), n);
+}
+FGC_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n)
+{
+    (void)dc, (void)sc;
+    return copy(P(dst), P(src), n);
+}
+FGC_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n,
+                                      CUstream s)
+{
+    (void)dc, (void)sc, (void)s;
+    return copy(P(dst), P(src), n);
+}
+
+static CUresult fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
+{
+    FGD_INIT();
+    if (n && !dst)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (width == 1) {
+        memset(P(dst), (int)(value & 0xff), n);
+    } else if (width == 2) {
+        uint16_t *p = P(dst), v = (uint16_t)value;
+        for (size_t i = 0; i < n; i++)
+            p[i] = v;
+    } else {
+        uint32_t *p = P(dst);
+        for (size_t i = 0; i < n; i++)
+            p[i] = value;
+    }
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fill(d, v, 1, n); }
+FGC_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return fill(d, v, 2, n); }
+FGC_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return fill(d, v, 4, n); }
+FGC_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+    (void)s;
+    return fill(d, v, 1, n);
+}
+FGC_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+    (void)s;
+    return fill(d, v, 2, n);
+}
+FGC_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+    (void)s;
+    return fill(d, v, 4, n);
+}
+
+/* ---- pointer attributes ---- */
+
+FGC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    FGD_INIT();
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    fgd_alloc a;
+    int ours = fgd_lookup(P(ptr), &a);
+    switch (attribute) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE; /* what the driver says of pageable host memory */
+        *(unsigned *)data = a.host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = P(ptr);
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(CUcontext *)data = &fgd.ctx[a.device];
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(int *)data = a.device;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(CUdeviceptr *)data = a.base;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(size_t *)data = a.size;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *(int *)data = 0;
+        return ours ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        if (!ours)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(unsigned long long *)data = a.base;
+        return CUDA_SUCCESS;
+    default:
+        return (CUresult)fgc_refuse("cuda", "cuPointerGetAttribute(attribute)", CUDA_ERROR_NOT_SUPPORTED);
+    }
+}
+
+FGC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data, CUdeviceptr ptr)
+{
+    if (n && (!attrs || !data))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUresult rc = cuPointerGetAttribute(data[i], attrs[i], ptr);
+        /* The plural form reports "unregistered host memory" as a memory type of 0 instead of failing. */
+        if (rc == CUDA_ERROR_INVALID_VALUE && attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE)
+            *(unsigned *)data[i] = 0;
+        else if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_VALUE)
+            return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Totals for the process report and the shared state. */
+FG_HIDDEN size_t fgd_live_allocations(void);
+size_t fgd_live_allocations(void)
+{
+    pthread_mutex_lock(&lock);
+    size_t n = nallocs;
+    pthread_mutex_unlock(&lock);
+    return n;
+}

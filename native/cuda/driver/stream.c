@@ -1,0 +1,179 @@
+/* Streams and events. Nothing runs asynchronously (kernels are recorded, copies happen at the call), so every
+ * stream is always idle: queries succeed, synchronisation returns at once, and an event's time is the host
+ * clock when it was recorded, so elapsed times measure the host-side control flow between two records. */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "fgd.h"
+
+static int stream_device(void)
+{
+    struct CUctx_st *c = fgd_current();
+    return c ? c->device : 0;
+}
+
+FGC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
+{
+    FGD_INIT();
+    if (!ph)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->device = stream_device();
+    s->flags = flags;
+    s->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority; /* clamped to the range, as CUDA does */
+    *ph = s;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamCreate(CUstream *ph, unsigned int flags) { return cuStreamCreateWithPriority(ph, flags, 0); }
+
+/* The legacy (0, CU_STREAM_LEGACY) and per-thread (CU_STREAM_PER_THREAD) default streams are not objects. */
+static int is_default(CUstream s) { return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
+
+FGC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
+{
+    FGD_INIT();
+    if (is_default(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return fgd_init(); }
+FGC_EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return fgd_init(); }
+FGC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
+{
+    (void)s, (void)e, (void)flags;
+    return fgd_init();
+}
+
+FGC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *priority)
+{
+    FGD_INIT();
+    if (!priority)
+        return CUDA_ERROR_INVALID_VALUE;
+    *priority = is_default(s) ? 0 : s->priority;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
+{
+    FGD_INIT();
+    if (!flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    *flags = is_default(s) ? 0 : s->flags;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice *dev)
+{
+    FGD_INIT();
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dev = is_default(s) ? stream_device() : s->device;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long *id)
+{
+    FGD_INIT();
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    *id = is_default(s) ? (unsigned long long)(uintptr_t)s : (unsigned long long)(uintptr_t)s;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
+{
+    (void)s;
+    FGD_INIT();
+    if (!status)
+        return CUDA_ERROR_INVALID_VALUE;
+    *status = CU_STREAM_CAPTURE_STATUS_NONE; /* graph capture is not supported yet, so never capturing */
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *user, unsigned int flags)
+{
+    (void)flags;
+    FGD_INIT();
+    if (!cb)
+        return CUDA_ERROR_INVALID_VALUE;
+    cb(s, CUDA_SUCCESS, user); /* all earlier work on the stream is already done */
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
+{
+    (void)s;
+    FGD_INIT();
+    if (!fn)
+        return CUDA_ERROR_INVALID_VALUE;
+    fn(user);
+    return CUDA_SUCCESS;
+}
+
+/* ---- events ---- */
+
+FGC_EXPORT CUresult cuEventCreate(CUevent *ph, unsigned int flags)
+{
+    FGD_INIT();
+    if (!ph)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->device = stream_device();
+    e->flags = flags;
+    *ph = e;
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
+{
+    FGD_INIT();
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
+{
+    (void)s;
+    FGD_INIT();
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    atomic_store(&e->t_ns, fgd_now_ns());
+    return CUDA_SUCCESS;
+}
+
+FGC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags)
+{
+    (void)flags;
+    return cuEventRecord(e, s);
+}
+
+FGC_EXPORT CUresult cuEventQuery(CUevent e)
+{
+    FGD_INIT();
+    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+FGC_EXPORT CUresult cuEventSynchronize(CUevent e) { return cuEventQuery(e); }
+
+FGC_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+    FGD_INIT();
+    if (!ms || !start || !end)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((start->flags | end->flags) & CU_EVENT_DISABLE_TIMING)
+        return CUDA_ERROR_INVALID_HANDLE;
+    long long a = atomic_load(&start->t_ns), b = atomic_load(&end->t_ns);
+    if (!a || !b)
+        return CUDA_ERROR_INVALID_HANDLE; /* never recorded */
+    *ms = (float)((double)(b - a) / 1e6);
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,412 @@
+/* Kernels: what nvcc-generated host code registers at load time (__cudaRegisterFatBinary, __cudaRegisterFunction,
+ * __cudaRegisterVar) and how it launches (__cudaPushCallConfiguration/__cudaPopCallConfiguration, then
+ * cudaLaunchKernel, or with CUDA 13 __cudaGetKernel + __cudaLaunchKernel). Device code is never run: a launch
+ * is validated and counted per kernel name, and the counts go to the process report. Registered device
+ * variables live at their host shadow's address, so cudaMemcpyToSymbol and cudaGetSymbolAddress work on it. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rt.h"
+
+typedef struct {
+    const void *host_fun; /* the host stub's address: the key programs launch by */
+    const char *name;     /* the device function's (mangled) name, in the registering binary's rodata */
+    atomic_ullong launches;
+} kernel;
+
+/* Open addressing keyed by host_fun; a libtorch_cuda registers tens of thousands of kernels at load time. */
+static kernel **table;
+static size_t table_cap, table_n;
+static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_ullong total_launches, unknown_launches;
+
+static size_t slot_of(const void *key, size_t cap)
+{
+    uintptr_t h = (uintptr_t)key;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h & (cap - 1);
+}
+
+static void put(kernel *k) /* caller holds the write lock and has room */
+{
+    size_t i = slot_of(k->host_fun, table_cap);
+    while (table[i] && table[i]->host_fun != k->host_fun)
+        i = (i + 1) & (table_cap - 1);
+    if (!table[i])
+        table_n++;
+    table[i] = k;
+}
+
+static kernel *find(const void *host_fun)
+{
+    kernel *k = NULL;
+    pthread_rwlock_rdlock(&table_lock);
+    if (table_cap) {
+        size_t i = slot_of(host_fun, table_cap);
+        while (table[i] && table[i]->host_fun != host_fun)
+            i = (i + 1) & (table_cap - 1);
+        k = table[i];
+    }
+    pthread_rwlock_unlock(&table_lock);
+    return k;
+}
+
+FGC_EXPORT void **__cudaRegisterFatBinary(void *fatCubin)
+{
+    /* The handle only has to be unique and stable; the fat binary itself is never read. */
+    void **handle = calloc(1, sizeof *handle);
+    if (handle)
+        *handle = fatCubin;
+    return handle;
+}
+
+FGC_EXPORT void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
+
+FGC_EXPORT void __cudaUnregisterFatBinary(void **handle)
+{
+    /* Kernels of an unloaded binary stay in the table: their names are still wanted by the exit report, and
+     * a host stub address cannot be launched once its library is gone. */
+    (void)handle;
+}
+
+FGC_EXPORT void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
+                                       int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
+{
+    (void)handle, (void)deviceFun, (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+    kernel *k = calloc(1, sizeof *k);
+    if (!k)
+        return;
+    k->host_fun = hostFun;
+    k->name = deviceName ? deviceName : deviceFun;
+    pthread_rwlock_wrlock(&table_lock);
+    if ((table_n + 1) * 2 > table_cap) {
+        size_t cap = table_cap ? table_cap * 2 : 4096;
+        kernel **old = table;
+        size_t old_cap = table_cap;
+        table = calloc(cap, sizeof *table);
+        if (!table) {
+            table = old;
+            pthread_rwlock_unlock(&table_lock);
+            free(k);
+            return;
+        }
+        table_cap = cap;
+        table_n = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i])
+                put(old[i]);
+        free(old);
+    }
+    put(k);
+    pthread_rwlock_unlock(&table_lock);
+}
+
+FGC_EXPORT void __cudaRegisterVar(void **handle, char *hostVar, char *deviceAddress, const char *deviceName, int ext,
+                                  size_t size, int constant, int global)
+{
+    (void)handle, (void)hostVar, (void)deviceAddress, (void)deviceName, (void)ext, (void)size, (void)constant,
+        (void)global;
+}
+
+FGC_EXPORT void __cudaRegisterManagedVar(void **handle, void **hostVarPtrAddress, char *deviceAddress,
+                                         const char *deviceName, int ext, size_t size, int constant, int global)
+{
+    (void)handle, (void)hostVarPtrAddress, (void)deviceAddress, (void)deviceName, (void)ext, (void)size,
+        (void)constant, (void)global;
+}
+
+FGC_EXPORT char __cudaInitModule(void **handle)
+{
+    (void)handle;
+    return 1;
+}
+
+/* ---- launch configuration: a small per-thread stack, pushed by <<<>>> and popped by the launch stub ---- */
+
+typedef struct {
+    dim3 grid, block;
+    size_t shmem;
+    cudaStream_t stream;
+} config;
+
+static __thread config stack[16];
+static __thread unsigned depth;
+
+FGC_EXPORT unsigned __cudaPushCallConfiguration(dim3 grid, dim3 block, size_t shmem, struct CUstream_st *stream)
+{
+    if (depth < sizeof stack / sizeof stack[0])
+        stack[depth] = (config){grid, block, shmem, stream};
+    depth++;
+    return 0;
+}
+
+FGC_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_t *shmem, void *stream)
+{
+    if (depth == 0)
+        return rt_ret(cudaErrorInvalidConfiguration);
+    depth--;
+    if (depth < sizeof stack / sizeof stack[0]) {
+        config c = stack[depth];
+        if (grid)
+            *grid = c.grid;
+        if (block)
+            *block = c.block;
+        if (shmem)
+            *shmem = c.shmem;
+        if (stream)
+            *(cudaStream_t *)stream = c.stream;
+    }
+    return cudaSuccess;
+}
+
+static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem)
+{
+    RT_CONTEXT();
+    int max_threads = 0, max_smem = 0, dev = rt_device();
+    cudaDeviceGetAttribute(&max_threads, cudaDevAttrMaxThreadsPerBlock, dev);
+    cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    /* What a real launch rejects before running anything. */
+    if (!grid.x || !grid.y || !grid.z || !threads || threads > (unsigned)max_threads || grid.y > 65535 ||
+        grid.z > 65535 || block.z > 64 || shmem > (size_t)max_smem)
+        return rt_ret(cudaErrorInvalidConfiguration);
+    atomic_fetch_add_explicit(&total_launches, 1, memory_order_relaxed);
+    if (k)
+        atomic_fetch_add_explicit(&k->launches, 1, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&unknown_launches, 1, memory_order_relaxed);
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+                                        cudaStream_t stream)
+{
+    (void)args, (void)stream;
+    if (!func)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    return launch(find(func), grid, block, shmem);
+}
+
+FGC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args,
+                                                   size_t shmem, cudaStream_t stream)
+{
+    return cudaLaunchKernel(func, grid, block, args, shmem, stream);
+}
+
+FGC_EXPORT cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *cfg, const void *func, void **args)
+{
+    if (!cfg)
+        return rt_ret(cudaErrorInvalidValue);
+    return cudaLaunchKernel(func, cfg->gridDim, cfg->blockDim, args, cfg->dynamicSmemBytes, cfg->stream);
+}
+
+/* CUDA 13's launch path: the generated stub asks once for a kernel handle, then launches by handle. Our
+ * handle is the registry entry. */
+FGC_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *out, const void *hostFun)
+{
+    if (!out)
+        return rt_ret(cudaErrorInvalidValue);
+    kernel *k = find(hostFun);
+    *out = (cudaKernel_t)k;
+    return k ? cudaSuccess : rt_ret(cudaErrorInvalidDeviceFunction);
+}
+
+FGC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kern, dim3 grid, dim3 block, void **args, size_t shmem,
+                                          cudaStream_t stream)
+{
+    (void)args, (void)stream;
+    if (!kern)
+        return rt_ret(cudaErrorInvalidDeviceFunction);
+    return launch((kernel *)kern, grid, block, shmem);
+}
+
+FGC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kern, dim3 grid, dim3 block, void **args, size_t shmem,
+                                               cudaStream_t stream)
+{
+    return __cudaLaunchKernel(kern, grid, block, args, shmem, stream);
+}
+
+/* ---- function attributes and occupancy, from the device's limits ---- */
+
+FGC_EXPORT cudaError_t cudaFuncGetAttributes(struct cudaFuncAttributes *a, const void *func)
+{
+    if (!a || !func)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_CONTEXT();
+    int dev = rt_device(), major = 0, minor = 0, threads = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cudaDeviceGetAttribute(&threads, cudaDevAttrMaxThreadsPerBlock, dev);
+    memset(a, 0, sizeof *a);
+    /* No binary to inspect: a typical kernel's numbers (32 registers, no static shared memory). */
+    a->maxThreadsPerBlock = threads;
+    a->numRegs = 32;
+    a->ptxVersion = a->binaryVersion = major * 10 + minor;
+    a->maxDynamicSharedSizeBytes = 48 * 1024;
+    a->preferredShmemCarveout = -1;
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaFuncSetAttribute(const void *func, enum cudaFuncAttribute attr, int value)
+{
+    (void)attr, (void)value;
+    return rt_ret(func ? cudaSuccess : cudaErrorInvalidDeviceFunction);
+}
+
+FGC_EXPORT cudaError_t cudaFuncSetCacheConfig(const void *func, enum cudaFuncCache cfg)
+{
+    (void)cfg;
+    return rt_ret(func ? cudaSuccess : cudaErrorInvalidDeviceFunction);
+}
+
+FGC_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *num, const void *func,
+                                                                             int blockSize, size_t smem,
+                                                                             unsigned int flags)
+{
+    (void)flags;
+    if (!num || !func || blockSize <= 0)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_CONTEXT();
+    int dev = rt_device(), per_sm = 0, blocks = 0, warp = 32, smem_sm = 0, regs_sm = 0;
+    cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxThreadsPerMultiProcessor, dev);
+    cudaDeviceGetAttribute(&blocks, cudaDevAttrMaxBlocksPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&warp, cudaDevAttrWarpSize, dev);
+    cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
+    cudaDeviceGetAttribute(&regs_sm, cudaDevAttrMaxRegistersPerMultiprocessor, dev);
+    int threads = (blockSize + warp - 1) / warp * warp;
+    int n = per_sm / threads;
+    if (n > blocks)
+        n = blocks;
+    int by_regs = regs_sm / (32 * threads); /* the 32 registers cudaFuncGetAttributes reports */
+    if (n > by_regs)
+        n = by_regs;
+    if (smem && (int)(smem_sm / smem) < n)
+        n = (int)(smem_sm / smem);
+    *num = n;
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *num, const void *func, int blockSize,
+                                                                     size_t smem)
+{
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(num, func, blockSize, smem, 0);
+}
+
+/* ---- device variables: they live at their host shadow's address ---- */
+
+FGC_EXPORT cudaError_t cudaGetSymbolAddress(void **devPtr, const void *symbol)
+{
+    if (!devPtr || !symbol)
+        return rt_ret(cudaErrorInvalidSymbol);
+    *devPtr = (void *)symbol;
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaMemcpyToSymbol(const void *symbol, const void *src, size_t count, size_t offset,
+                                          enum cudaMemcpyKind kind)
+{
+    (void)kind;
+    if (!symbol || (count && !src))
+        return rt_ret(cudaErrorInvalidSymbol);
+    memmove((char *)symbol + offset, src, count);
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, size_t offset,
+                                            enum cudaMemcpyKind kind)
+{
+    (void)kind;
+    if (!symbol || (count && !dst))
+        return rt_ret(cudaErrorInvalidSymbol);
+    memmove(dst, (const char *)symbol + offset, count);
+    return cudaSuccess;
+}
+
+/* ---- the driver API through the runtime: our libcuda's entry points, never NVIDIA's ---- */
+
+FGC_EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                                                        unsigned long long flags,
+                                                        enum cudaDriverEntryPointQueryResult *status)
+{
+    if (!symbol || !funcPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    CUdriverProcAddressQueryResult q = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    CUresult rc = cuGetProcAddress_v2(symbol, funcPtr, (int)cudaVersion, flags, &q);
+    if (status)
+        *status = q == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess : cudaDriverEntryPointSymbolNotFound;
+    /* Like CUDA: a missing symbol is reported through the status, the call itself succeeds. */
+    return rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_FOUND ? cudaSuccess : rt_ret(rt_err(rc));
+}
+
+FGC_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr, unsigned long long flags,
+                                               enum cudaDriverEntryPointQueryResult *status)
+{
+    return cudaGetDriverEntryPointByVersion(symbol, funcPtr, FG_CUDART_VERSION, flags, status);
+}
+
+/* ---- the report: launches per kernel ---- */
+
+static int by_launches(const void *a, const void *b)
+{
+    unsigned long long x = atomic_load(&(*(kernel *const *)a)->launches);
+    unsigned long long y = atomic_load(&(*(kernel *const *)b)->launches);
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+__attribute__((destructor)) static void write_report(void)
+{
+    const char *dir = getenv("FAKEGPU_REPORT_DIR");
+    if (!dir || !*dir)
+        return;
+    char path[1024], tmp[1100];
+    snprintf(path, sizeof path, "%s/cudart-%d.json", dir, (int)getpid());
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    pthread_rwlock_rdlock(&table_lock);
+    kernel **launched = calloc(table_n + 1, sizeof *launched);
+    size_t n = 0;
+    for (size_t i = 0; launched && i < table_cap; i++)
+        if (table[i] && atomic_load(&table[i]->launches))
+            launched[n++] = table[i];
+    if (launched)
+        qsort(launched, n, sizeof *launched, by_launches);
+    fprintf(f,
+            "{\"library\": \"cudart\", \"mode\": \"native\", \"pid\": %d, \"registered_kernels\": %zu, "
+            "\"kernel_launches\": %llu, \"unregistered_launches\": %llu, \"kernels\": {",
+            (int)getpid(), table_n, (unsigned long long)atomic_load(&total_launches),
+            (unsigned long long)atomic_load(&unknown_launches));
+    for (size_t i = 0; i < n; i++) {
+        fputs(i ? ", " : "", f);
+        json_string(f, launched[i]->name ? launched[i]->name : "?");
+        fprintf(f, ": %llu", (unsigned long long)atomic_load(&launched[i]->launches));
+    }
+    pthread_rwlock_unlock(&table_lock);
+    free(launched);
+    fprintf(f, "}}\n");
+    if (fclose(f) == 0)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+}

@@ -1,0 +1,171 @@
+/* Memory through the runtime: allocations go to the driver (one account per device, capacity enforced there);
+ * copies and fills are plain host operations because device pointers are host addresses. */
+#include <stdint.h>
+#include <string.h>
+
+#include "rt.h"
+
+FGC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+    if (!devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_CONTEXT();
+    if (size == 0) { /* CUDA answers a zero-byte request with a NULL pointer and success */
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAlloc_v2(&p, size);
+    *devPtr = rc == CUDA_SUCCESS ? (void *)(uintptr_t)p : NULL;
+    return rt_ret(rc == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : rt_err(rc));
+}
+
+FGC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
+{
+    (void)stream; /* stream order is program order here */
+    return cudaMalloc(devPtr, size);
+}
+
+FGC_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    (void)flags;
+    return cudaMalloc(devPtr, size);
+}
+
+/* cudaFree(NULL) is how programs (PyTorch among them) ask for the context to exist. */
+FGC_EXPORT cudaError_t cudaFree(void *devPtr)
+{
+    RT_CONTEXT();
+    return RT(cuMemFree_v2((CUdeviceptr)(uintptr_t)devPtr));
+}
+
+FGC_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
+{
+    (void)stream;
+    return cudaFree(devPtr);
+}
+
+FGC_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+    RT_CONTEXT();
+    return rt_ret(cuMemAllocHost_v2(ptr, size) == CUDA_SUCCESS ? cudaSuccess : cudaErrorMemoryAllocation);
+}
+
+FGC_EXPORT cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags)
+{
+    RT_CONTEXT();
+    return rt_ret(cuMemHostAlloc(ptr, size, flags) == CUDA_SUCCESS ? cudaSuccess : cudaErrorMemoryAllocation);
+}
+
+FGC_EXPORT cudaError_t cudaFreeHost(void *ptr) { return RT(cuMemFreeHost(ptr)); }
+
+/* Registering host memory pins it on a real system; here every host page is already reachable. */
+FGC_EXPORT cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+    (void)flags;
+    return rt_ret(ptr && size ? cudaSuccess : cudaErrorInvalidValue);
+}
+
+FGC_EXPORT cudaError_t cudaHostUnregister(void *ptr) { return rt_ret(ptr ? cudaSuccess : cudaErrorInvalidValue); }
+
+FGC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
+{
+    RT_CONTEXT();
+    return RT(cuMemGetInfo_v2(free, total));
+}
+
+static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+    if ((unsigned)kind > cudaMemcpyDefault)
+        return rt_ret(cudaErrorInvalidMemcpyDirection);
+    if (n && (!dst || !src))
+        return rt_ret(cudaErrorInvalidValue);
+    if (n)
+        memmove(dst, src, n);
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+    return copy(dst, src, n, kind);
+}
+
+FGC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                                       cudaStream_t stream)
+{
+    (void)stream;
+    return copy(dst, src, n, kind);
+}
+
+FGC_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n)
+{
+    (void)dd, (void)sd;
+    return copy(dst, src, n, cudaMemcpyDeviceToDevice);
+}
+
+FGC_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n, cudaStream_t s)
+{
+    (void)dd, (void)sd, (void)s;
+    return copy(dst, src, n, cudaMemcpyDeviceToDevice);
+}
+
+FGC_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                    size_t height, enum cudaMemcpyKind kind)
+{
+    if (width > dpitch || width > spitch)
+        return rt_ret(cudaErrorInvalidPitchValue);
+    for (size_t r = 0; r < height; r++) {
+        cudaError_t e = copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                         size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+    (void)stream;
+    return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+}
+
+FGC_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+    if (count && !devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    if (count)
+        memset(devPtr, value, count);
+    return cudaSuccess;
+}
+
+FGC_EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+    (void)stream;
+    return cudaMemset(devPtr, value, count);
+}
+
+FGC_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *ptr)
+{
+    if (!a)
+        return rt_ret(cudaErrorInvalidValue);
+    memset(a, 0, sizeof *a);
+    unsigned type = 0;
+    int device = 0;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+    if (cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS) {
+        a->type = cudaMemoryTypeUnregistered; /* plain host memory: success since CUDA 11 */
+        a->device = -2;
+        a->hostPointer = (void *)ptr;
+        return cudaSuccess;
+    }
+    cuPointerGetAttribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+    a->device = device;
+    if (type == CU_MEMORYTYPE_HOST) {
+        a->type = cudaMemoryTypeHost;
+        a->hostPointer = a->devicePointer = (void *)ptr;
+    } else {
+        a->type = cudaMemoryTypeDevice;
+        a->devicePointer = (void *)ptr;
+    }
+    return cudaSuccess;
+}

@@ -1,0 +1,81 @@
+"""Fixtures for FakeGPU's CUDA libraries (built by `make native` into native/build/lib).
+
+Without a build these tests skip with the reason, unless CI=true: then they fail, because CI must build them.
+Each test process gets its own device table and state folder through `fakegpu run` or the `cuda_env` fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LIB_DIR = REPO / "native" / "build" / "lib"
+IN_CI = os.environ.get("CI") == "true"
+LIBS = (
+    "libcuda.so.1",
+    "libcudart.so.13",
+    "libcublas.so.13",
+    "libcublasLt.so.13",
+    "libnccl.so.2",
+    "libcudnn.so.9",
+    "libcusparse.so.12",
+    "libcusolver.so.12",
+    "libcufft.so.12",
+    "libcufile.so.0",
+    "libcusparseLt.so.0",
+    "libnvrtc.so.13",
+    "libnvshmem_host.so.3",
+    "libcupti.so.13",
+)
+
+
+def _require(what: str, ok: bool) -> None:
+    if not ok:
+        if IN_CI:
+            pytest.fail(what)
+        pytest.skip(what)
+
+
+@pytest.fixture(scope="session")
+def cuda_build() -> Path:
+    missing = [n for n in LIBS if not (LIB_DIR / n).exists()]
+    _require(f"native CUDA build absent ({', '.join(missing)}); run `make native`", not missing)
+    return LIB_DIR
+
+
+@pytest.fixture(scope="session")
+def cuda_torch() -> None:
+    """PyPI's CUDA build of torch (what native mode must fool)."""
+    try:
+        import torch
+    except ImportError:
+        _require("torch is not installed", False)
+        return
+    _require(f"torch {torch.__version__} is not a CUDA 13 build", (torch.version.cuda or "").startswith("13"))
+
+
+@pytest.fixture
+def cuda_env(tmp_path: Path, cuda_build: Path) -> dict[str, str]:
+    """An environment with a2 x A100 device table and a private state folder (for ctypes tests)."""
+    from fakegpu.devices import resolve_devices
+    from fakegpu.devices.table import write_table
+
+    table = tmp_path / "devices.tbl"
+    write_table(table, resolve_devices("a100:2", seed="0"), "a100:2", "0")
+    state = tmp_path / "state"
+    state.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    env.update(FAKEGPU_DEVICE_TABLE=str(table), FAKEGPU_STATE_DIR=str(state), FAKEGPU_LIB=str(cuda_build))
+    return env
+
+
+def run_fakegpu(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    return subprocess.run(
+        [sys.executable, "-m", "fakegpu", "run", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )

@@ -1,0 +1,58 @@
+"""`fakegpu run`: device resolution, exit status, the fakecuda hook folder."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from fakegpu.launcher import prepare, python_hook_dir
+from tests.native_cuda.conftest import run_fakegpu
+
+
+def test_bad_spec_is_a_usage_error() -> None:
+    proc = run_fakegpu(["--devices", "nope:2", "--", "true"])
+    assert proc.returncode == 2 and "invalid device spec" in proc.stderr
+
+
+def test_bad_mode_and_missing_command_are_usage_errors() -> None:
+    assert run_fakegpu(["--mode", "cuda", "--", "true"]).returncode == 2
+    assert run_fakegpu([]).returncode == 2
+
+
+def test_child_status_and_environment(cuda_build) -> None:
+    proc = run_fakegpu(["--devices", "a100:2", "--", "sh", "-c", 'echo "$FAKEGPU_DEVICES"; exit 7'])
+    assert proc.returncode == 7 and proc.stdout.strip() == "a100:2"
+
+
+def test_native_env_preloads_our_libraries(cuda_build) -> None:
+    launch = prepare("h100:1", "native", base_env={"PATH": "/usr/bin"}, lib_dir=cuda_build)
+    try:
+        pre = launch.env["LD_PRELOAD"].split(":")
+        assert Path(pre[0]).name == "libcuda.so.1" and all(Path(p).is_file() for p in pre)
+        assert Path(launch.env["FAKEGPU_DEVICE_TABLE"]).is_file()
+        mirror = Path(launch.env["PYTHONPATH"].split(":")[0])
+        assert (mirror / "nvidia" / "cu13" / "lib" / "libcudart.so.13").resolve() == (cuda_build / "libcudart.so.13")
+    finally:
+        launch.cleanup()
+    assert not launch.root.exists()
+
+
+def test_hook_dir_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os; os.environ['CHAINED'] = '1'\n")
+    hook = python_hook_dir(tmp_path / "x")
+    repo = Path(__file__).resolve().parents[2]
+    env = {"PYTHONPATH": f"{hook}:{repo}:{other}", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; print(os.environ.get('CHAINED'), 'fakegpu.fakecuda.envhook' in sys.modules)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.split() == ["1", "True"], out.stderr

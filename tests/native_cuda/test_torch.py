@@ -1,0 +1,74 @@
+"""Unmodified CUDA-built PyTorch under `fakegpu run` (native mode): devices, caching allocator, OOM, a step."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.native_cuda.conftest import run_fakegpu
+
+pytestmark = [pytest.mark.native, pytest.mark.torch]
+
+ACCEPT = """
+import re, torch
+p = torch.cuda.get_device_properties(0)
+print("avail", torch.cuda.is_available(), torch.cuda.device_count())
+print("props", p.name, p.total_memory, p.major, p.minor, p.multi_processor_count)
+x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+free, total = torch.cuda.mem_get_info()
+print("mem", torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), free, total)
+maps = open("/proc/self/maps").read()
+print("nvidia", sorted(set(re.findall(r"nvidia/\\S*/lib/(libcu\\S*|libnccl\\S*)", maps))))
+"""
+
+
+def lines(out: str) -> dict[str, list[str]]:
+    return {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.strip()}
+
+
+def test_acceptance_a100x2(cuda_build, cuda_torch) -> None:
+    proc = run_fakegpu(["--devices", "a100:2", "--", sys.executable, "-c", ACCEPT])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = lines(proc.stdout)
+    assert out["avail"] == ["True", "2"]
+    assert out["props"] == ["NVIDIA", "A100-SXM4-80GB", "84986036224", "8", "0", "108"]
+    allocated, reserved, free, total = map(int, out["mem"])
+    assert allocated == 1 << 30 and reserved == 1 << 30
+    assert total == 84986036224 and free == total - (420 << 20) - reserved
+    assert out["nvidia"] == ["[]"], "no NVIDIA CUDA library may be mapped"
+
+
+def test_oom_past_capacity_and_fits_on_a100_not_t4(cuda_build, cuda_torch) -> None:
+    code = """
+import torch
+try:
+    torch.empty(20 << 30, dtype=torch.uint8, device="cuda")
+    print("fits")
+except torch.OutOfMemoryError:
+    print("oom")
+"""
+    assert run_fakegpu(["--devices", "a100", "--", sys.executable, "-c", code]).stdout.strip() == "fits"
+    assert run_fakegpu(["--devices", "t4", "--", sys.executable, "-c", code]).stdout.strip() == "oom"
+
+
+def test_mlp_training_step_and_nvidia_smi(cuda_build, cuda_torch) -> None:
+    code = """
+import os, subprocess, torch
+m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
+opt = torch.optim.AdamW(m.parameters())
+x = torch.randn(64, 256, device="cuda"); y = torch.randint(0, 10, (64,), device="cuda")
+loss = torch.nn.functional.cross_entropy(m(x), y); loss.backward(); opt.step(); torch.cuda.synchronize()
+print("peak", torch.cuda.max_memory_allocated(), torch.cuda.memory_reserved())
+smi = os.path.join(os.environ["LD_LIBRARY_PATH"].split(":")[0], "..", "bin", "nvidia-smi")
+import time; time.sleep(0.1)
+print(subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
+                     capture_output=True, text=True).stdout.strip())
+"""
+    proc = run_fakegpu(["--devices", "a100:2", "--", sys.executable, "-c", code])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, smi = proc.stdout.strip().splitlines()[:2]
+    peak, reserved = map(int, first.split()[1:])
+    assert 0 < peak <= reserved
+    pid, used = smi.split(", ")
+    assert int(pid) > 0 and int(used.split()[0]) == 420 + reserved // (1 << 20)
