@@ -28,10 +28,14 @@ def cuda_context_bytes(compute_capability: tuple[int, int]) -> int:
 
 
 def cublas_workspace_bytes(compute_capability: tuple[int, int]) -> int:
-    """cuBLAS workspace, allocated through the caching allocator, so it counts in memory_allocated.
+    """cuBLAS workspace PyTorch takes from its caching allocator for a GEMM.
 
-    PyTorch's default (CUBLAS_WORKSPACE_CONFIG unset) is 4096 KiB x 2 + 16 KiB x 8, and 32 MiB on sm_90/sm_100.
+    Default (CUBLAS_WORKSPACE_CONFIG unset): 4096 KiB x 2 + 16 KiB x 8, and 32 MiB on sm_90 and sm_100. PyTorch
+    2.15's CublasHandlePool.cpp also gives 32 MiB to 11.x and 12.x, but the dev set's Qwen3-8B row (torch 2.9.1
+    on an RTX PRO 5000, sm_120) grew by only 13 MB over its load during inference, so 12.x keeps the small
+    workspace here until a 2.15 measurement says otherwise. With workspace caching off (2.15's default) it is
+    allocated and freed around each call: it raises the peak and keeps a segment reserved.
     """
     if compute_capability in ((9, 0), (10, 0)):
-        return 4096 * 8 * 1024
+        return 32 * MIB
     return 4096 * 1024 * 2 + 16 * 1024 * 8
