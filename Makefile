@@ -41,10 +41,9 @@ test: all
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not docker and not torch and not slow" $(PYTEST_ARGS)
 
+# The main job: build what is missing, register the runtime, show fake GPUs in a plain Debian container.
 demo: all
-	$(VENV)/bin/fakegpu devices "a100:2,h100"
-	@echo
-	$(VENV)/bin/fakegpu doctor || true
+	FAKEGPU=$(VENV)/bin/fakegpu images/demo.sh
 
 images: all
 	@if [ -x images/build.sh ]; then images/build.sh; else echo "images: nothing to build yet"; fi

@@ -66,14 +66,24 @@ def install(
     daemon_json: Path = typer.Option(Path("/etc/docker/daemon.json"), "--config", help="daemon.json to edit."),
     no_reload: bool = typer.Option(False, "--no-reload", help="Do not signal dockerd."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    front_dir: Path | None = typer.Option(None, "--front-dir", envvar="FAKEGPU_FRONT_DIR",
+                                          help="Where the sh fronts go (default <prefix>/libexec/fakegpu)."),
 ) -> None:
-    """Add the runtime to daemon.json (other keys kept, atomic, backed up) and reload dockerd."""
+    """Write the sh fronts, add the runtime to daemon.json (other keys kept, atomic, backed up), reload dockerd."""
     from fakegpu_hook import daemon_json as dj
+    from fakegpu_hook import front
 
-    try:
-        path = _script("fakegpu-container-runtime")
-    except FakeGPUError as exc:
-        raise fail("runtime install", exc, as_json) from exc
+    # dockerd runs the registered path on every runtime call: register the sh front, which starts Python for
+    # `create` only, rather than the Python console script.
+    directory = str(front_dir) if front_dir else front.default_front_dir()
+    files = front.front_files(directory)
+    path = next(p for p in files if p.endswith(front.RUNTIME_FRONT))
+    if not dry_run:
+        try:
+            front.write_fronts(files)
+        except OSError as exc:
+            raise fail("runtime install", FakeGPUError(f"cannot write the runtime front in {directory}: {exc}"),
+                       as_json) from exc
     _daemon_change("runtime install", daemon_json, dry_run, as_json, no_reload,
                    lambda data: dj.with_runtime(data, name, path, set_default))
 

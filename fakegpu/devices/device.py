@@ -6,10 +6,21 @@ devices on every run and every host, and FAKEGPU_SEED (e.g. a node rank) gives e
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
-
 from fakegpu.profiles import Profile
+
+# CPython's built-in SHA-256 gives hashlib's digest without loading OpenSSL's libcrypto, which costs several
+# milliseconds in every process that resolves devices, the container runtime at each start among them.
+try:
+    from _sha2 import sha256 as _sha256  # Python 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256 as _sha256  # Python 3.10, 3.11
+    except ImportError:
+        from hashlib import sha256 as _sha256
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on the hook's path, at every container start
+    from typing import Any
 
 # PCI bus numbers of the eight GPUs in an HGX/DGX baseboard, in NVML's index order; larger specs take the
 # next PCI domain, as multi-domain hosts do.
@@ -17,7 +28,7 @@ _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 
 
 def _digest(seed: str, index: int, profile_id: str) -> bytes:
-    return hashlib.sha256(f"fakegpu:{seed}:{index}:{profile_id}".encode()).digest()
+    return _sha256(f"fakegpu:{seed}:{index}:{profile_id}".encode()).digest()
 
 
 class Device:

@@ -13,13 +13,17 @@ newline. The hook and `fakegpu run` write it; libnvidia-ml, the CUDA shims and f
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
 
 from fakegpu.devices.device import Device
-from fakegpu.profiles import Profile
+
+# typing, pathlib and tempfile cost milliseconds on the hook's path, at every container start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+    from typing import Any
+
+    from fakegpu.profiles import Profile
 
 TABLE_FORMAT = 1
 HEADER_TAG = "fakegpu-device-table"
@@ -73,18 +77,28 @@ def render_table(devices: Iterable[Device], spec: str, seed: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(path: Path, devices: Iterable[Device], spec: str, seed: str) -> None:
+def write_table(path: str | Path, devices: Iterable[Device], spec: str, seed: str) -> None:
     """Write atomically (temp file + rename in the same folder), so a reader never sees half a table."""
     text = render_table(devices, spec, seed)
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".devices-", dir=path.parent)
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    for attempt in range(100):
+        tmp = os.path.join(folder, f".devices-{os.getpid()}-{attempt}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"cannot make a temporary file in {folder}")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
         raise
 
 

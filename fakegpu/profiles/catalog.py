@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from typing import Any
 
 from fakegpu.errors import CatalogError, UnknownProfile
 from fakegpu.profiles.matching import closest, normalise
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds on the hook's path, at every container start
+    from collections.abc import Iterator, Mapping
+    from typing import Any
 
 CATALOG_FORMAT = 1
 # os.path rather than pathlib, and no dataclasses: this module is on the hook's import path, where every

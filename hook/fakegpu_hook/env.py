@@ -6,17 +6,32 @@ Unset, empty, 'void' and 'none' mean hands off, as for the NVIDIA runtime. The s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing and collections cost milliseconds at every container start
+    from collections.abc import Iterable
 
 OFF_VALUES = ("", "void", "none")
 
 
-@dataclass(frozen=True)
 class DeviceRequest:
-    spec: str
-    seed: str | None
-    source: str  # the variable that asked, for messages
+    """spec, seed, and source (the variable that asked, for messages). A plain class: `dataclasses` imports
+    `inspect`, milliseconds on every container start."""
+
+    __slots__ = ("seed", "source", "spec")
+
+    def __init__(self, spec: str, seed: str | None, source: str) -> None:
+        self.spec, self.seed, self.source = spec, seed, source
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeviceRequest):
+            return NotImplemented
+        return (self.spec, self.seed, self.source) == (other.spec, other.seed, other.source)
+
+    def __hash__(self) -> int:
+        return hash((self.spec, self.seed, self.source))
+
+    def __repr__(self) -> str:
+        return f"DeviceRequest(spec={self.spec!r}, seed={self.seed!r}, source={self.source!r})"
 
 
 def env_lookup(env: Iterable[str], name: str) -> str | None:

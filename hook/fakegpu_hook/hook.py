@@ -9,12 +9,11 @@ Errors: one line on stderr (runc shows it in `docker run`'s error), exit 1, noth
 
 from __future__ import annotations
 
-import argparse
 import os
-import shutil
 import sys
 import time
-from pathlib import Path
+
+# No argparse, pathlib or shutil on the way in: each costs milliseconds, paid at every container start.
 
 # The runtime already gives the hook an explicit environment; scrubbing again guards other callers (podman
 # hooks.d, manual runs) against loader and interpreter variables from wherever they came.
@@ -27,17 +26,51 @@ def _scrub_environment() -> None:
             del os.environ[key]
 
 
-def _parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="fakegpu-hook", description=__doc__.splitlines()[0])
-    p.add_argument("--native-dir", default="")
-    p.add_argument("--nvidia-smi", default="")
-    p.add_argument("--state-root", default="/run/fakegpu")
-    p.add_argument("--nvidia-profile", default="a100")
-    p.add_argument("--honour-nvidia-env", action="store_true")
-    # Only a prestart hook runs in the host's mount namespace; a createContainer hook is already inside the
-    # container's, where the state's pid is the container's own pid 1 and names nothing on the host's /proc.
-    p.add_argument("--join-mount-ns", action="store_true")
-    return p.parse_args(argv)
+# The hook's options: the runtime (or a hooks.d/CDI file) writes them, so the set is small and fixed.
+_VALUE_OPTIONS = {"--native-dir": "native_dir", "--nvidia-smi": "nvidia_smi", "--state-root": "state_root",
+                  "--nvidia-profile": "nvidia_profile"}
+# Only a prestart hook runs in the host's mount namespace; a createContainer hook is already inside the
+# container's, where the state's pid is the container's own pid 1 and names nothing on the host's /proc.
+# --prepared: the runtime has resolved the devices and written <state root>/<id>/devices.tbl.
+_FLAG_OPTIONS = {"--honour-nvidia-env": "honour_nvidia_env", "--join-mount-ns": "join_mount_ns",
+                 "--prepared": "prepared"}
+
+
+class HookArgs:
+    def __init__(self) -> None:
+        self.native_dir = ""
+        self.nvidia_smi = ""
+        self.state_root = "/run/fakegpu"
+        self.nvidia_profile = "a100"
+        self.honour_nvidia_env = False
+        self.join_mount_ns = False
+        self.prepared = False
+
+
+class UsageError_(Exception):
+    pass
+
+
+def _parse_args(argv: list[str]) -> HookArgs:
+    args = HookArgs()
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name, eq, value = arg.partition("=")
+        if name in _VALUE_OPTIONS:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise UsageError_(f"option {name} needs a value")
+                i += 1
+                value = argv[i]
+            setattr(args, _VALUE_OPTIONS[name], value)
+        elif arg in _FLAG_OPTIONS:
+            setattr(args, _FLAG_OPTIONS[arg], True)
+        else:
+            options = ", ".join([*_VALUE_OPTIONS, *_FLAG_OPTIONS])
+            raise UsageError_(f"unknown argument {arg!r} (options: {options}; the OCI state comes on stdin)")
+        i += 1
+    return args
 
 
 def _enter_mount_namespace(pid: int | None) -> None:
@@ -68,16 +101,32 @@ class HookLog:
     def __call__(self, line: str) -> None:
         self.lines.append(f"{time.strftime('%H:%M:%S')} {line}")
 
-    def save(self, path: Path) -> None:
+    def save(self, path: str) -> None:
         try:
-            path.write_text("\n".join(self.lines) + "\n", encoding="utf-8")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(self.lines) + "\n")
         except OSError:
             pass
 
 
-def run(state_text: str, args: argparse.Namespace, log: HookLog) -> None:
-    from fakegpu.devices import effective_seed, resolve_devices
-    from fakegpu.devices.table import write_table
+def prepared_table(path: str, spec: str, seed: str | None) -> tuple[int, str] | None:
+    """(device count, seed) of a table the runtime wrote for this very request, else None."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("fakegpu-device-table\t"):
+                    fields = dict(p.partition("=")[::2] for p in line.rstrip("\n").split("\t")[1:])
+                    if fields.get("spec") != spec or (seed is not None and fields.get("seed") != seed):
+                        return None
+                    return int(fields["count"]), fields.get("seed", "")
+                if not line.startswith("#"):
+                    return None
+    except (OSError, KeyError, ValueError):
+        return None
+    return None
+
+
+def run(state_text: str, args: HookArgs, log: HookLog) -> None:
     from fakegpu.profiles.catalog import COMPILED_CATALOG
     from fakegpu_hook.env import device_request
     from fakegpu_hook.inject import Injection, plan_injection
@@ -86,29 +135,37 @@ def run(state_text: str, args: argparse.Namespace, log: HookLog) -> None:
     from fakegpu_hook.settings import Settings
 
     state = read_state(state_text)
-    bundle = Path(state["bundle"])
-    spec = Spec.load(bundle / "config.json")
+    bundle = state["bundle"]
+    spec = Spec.load(os.path.join(bundle, "config.json"))
     request = device_request(spec.env, args.honour_nvidia_env, args.nvidia_profile)
     if request is None:
         log("the container asks for no devices; nothing to do")
         return
-    seed = effective_seed(request.seed)
-    devices = resolve_devices(request.spec, seed=seed)
     settings = Settings(native_lib_dir=args.native_dir, nvidia_smi=args.nvidia_smi).resolved()
 
-    host_dir = Path(args.state_root) / state["id"]
-    host_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(host_dir, 0o1777)  # processes of any user in the container record their state here
-    table = host_dir / "devices.tbl"
-    write_table(table, devices, request.spec, seed)
-    log(f"{len(devices)} devices from {request.source}={request.spec!r} seed={seed!r}")
+    host_dir = os.path.join(args.state_root, state["id"])
+    table = os.path.join(host_dir, "devices.tbl")
+    prepared = prepared_table(table, request.spec, request.seed) if args.prepared else None
+    if prepared is not None:
+        count, seed = prepared
+        log(f"{count} devices from {request.source}={request.spec!r} seed={seed!r} (table by the runtime)")
+    else:
+        from fakegpu.devices import effective_seed, resolve_devices
+        from fakegpu.devices.table import write_table
+
+        seed = effective_seed(request.seed)
+        devices = resolve_devices(request.spec, seed=seed)
+        count = len(devices)
+        os.makedirs(host_dir, exist_ok=True)
+        os.chmod(host_dir, 0o1777)  # processes of any user in the container record their state here
+        write_table(table, devices, request.spec, seed)
+        log(f"{count} devices from {request.source}={request.spec!r} seed={seed!r}")
 
     if args.join_mount_ns:
         _enter_mount_namespace(state.get("pid"))
-    with Root(str(spec.root_path(bundle))) as root:
-        plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, str(table),
-                              os.path.splitext(str(COMPILED_CATALOG))[0] + ".tbl", str(host_dir),
-                              len(devices))
+    with Root(spec.root_path(bundle)) as root:
+        plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table,
+                              os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", host_dir, count)
         for note in plan.notes:
             log(note)
         log(f"libraries go to {plan.lib_dir}")
@@ -125,15 +182,21 @@ def main(argv: list[str] | None = None) -> int:
     # Recorded before scrubbing, so a test (or a user) can see what environment the hook was really given.
     log(f"hook environment: {', '.join(sorted(os.environ))}")
     _scrub_environment()
-    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError_ as exc:
+        print(f"fakegpu-hook: {exc}", file=sys.stderr)
+        return 2
     state_text = sys.stdin.read()
-    container_dir: Path | None = None
+    container_dir: str | None = None
     try:
         from fakegpu_hook.oci import read_state
 
-        container_dir = Path(args.state_root) / read_state(state_text)["id"]
+        container_dir = os.path.join(args.state_root, read_state(state_text)["id"])
         run(state_text, args, log)
     except Exception as exc:
+        import shutil
+
         from fakegpu.errors import FakeGPUError
 
         message = exc.message if isinstance(exc, FakeGPUError) else str(exc)
@@ -141,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         if container_dir is not None:
             shutil.rmtree(container_dir, ignore_errors=True)
         return 1
-    if container_dir is not None and container_dir.is_dir():
-        log.save(container_dir / "hook.log")
+    if container_dir is not None and os.path.isdir(container_dir):
+        log.save(os.path.join(container_dir, "hook.log"))
     return 0
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 
 from fakegpu_hook.rootfs import Root, bind_mount, unmount
 from fakegpu_hook.settings import (
@@ -24,14 +23,17 @@ _GLIBC_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/aarc
                "lib/aarch64-linux-gnu", "usr/lib64", "lib64", "usr/lib", "lib")
 
 
-@dataclass
 class Plan:
-    lib_dir: str
-    files: list[tuple[str, str]] = field(default_factory=list)   # (host source, container path), read-only
-    links: list[tuple[str, str]] = field(default_factory=list)   # (container path, link target)
-    dirs: list[tuple[str, str]] = field(default_factory=list)    # (host source, container path), read-write
-    nodes: list[tuple[str, int, int]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    """What goes into one container. A plain class: `dataclasses` imports `inspect`, milliseconds at every
+    container start."""
+
+    def __init__(self, lib_dir: str) -> None:
+        self.lib_dir = lib_dir
+        self.files: list[tuple[str, str]] = []   # (host source, container path), read-only
+        self.links: list[tuple[str, str]] = []   # (container path, link target)
+        self.dirs: list[tuple[str, str]] = []    # (host source, container path), read-write
+        self.nodes: list[tuple[str, int, int]] = []
+        self.notes: list[str] = []
 
 
 def library_dir(root: Root) -> str:
@@ -83,6 +85,36 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
     plan.nodes.append(("/dev/nvidia-uvm-tools", UVM_MAJOR, 1))
     plan.nodes.extend((f"/dev/nvidia{i}", NVIDIA_MAJOR, i) for i in range(device_count))
     return plan
+
+
+def prepare_targets(root: Root, plan: Plan) -> None:
+    """Make every mount target and link of a plan in the container root, from the host, before runc runs:
+    the same safe resolution as the hook's (symlinks at targets replaced, never followed out of the root),
+    after which runc only bind-mounts onto plain files and folders. Files that land inside a mounted folder
+    (the tables in /run/fakegpu) need no target in the image: runc makes theirs in the host folder."""
+    for _, dest in plan.dirs:
+        os.close(root.dir_target(dest))
+    inside = tuple(dest.rstrip("/") + "/" for _, dest in plan.dirs)
+    for _, dest in plan.files:
+        if not dest.startswith(inside):
+            os.close(root.file_target(dest))
+    for path, target in plan.links:
+        root.symlink(path, target)
+
+
+def oci_mounts(plan: Plan) -> list[dict[str, object]]:
+    """The plan's bind mounts as config.json `mounts` entries, folders first (files go on top of them)."""
+    rw = ["bind", "rw", "nosuid", "nodev", "noexec"]
+    ro = ["bind", "ro", "nosuid", "nodev"]
+    return ([{"destination": dest, "type": "bind", "source": src, "options": list(rw)} for src, dest in plan.dirs]
+            + [{"destination": dest, "type": "bind", "source": src, "options": list(ro)}
+               for src, dest in plan.files])
+
+
+def oci_devices(plan: Plan) -> list[dict[str, object]]:
+    """The plan's device nodes as `linux.devices` entries: runc makes them in the container's own /dev."""
+    return [{"path": path, "type": "c", "major": major, "minor": minor, "fileMode": 0o666, "uid": 0, "gid": 0}
+            for path, major, minor in plan.nodes]
 
 
 class Injection:

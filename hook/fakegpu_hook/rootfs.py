@@ -9,7 +9,6 @@ path a second time.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import stat
@@ -19,9 +18,21 @@ MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
 MNT_DETACH = 0x2
 MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_LIBC = None
+
+
+def _libc():
+    """libc through ctypes, loaded on the first mount: the runtime, which only prepares targets, never pays
+    for ctypes and libffi (milliseconds at every container start)."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+        libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        _LIBC = libc
+    return _LIBC
 
 
 class RootfsError(Exception):
@@ -33,13 +44,21 @@ def _dir_flags() -> int:
 
 
 class Root:
-    """An open container root. Use as a context manager so every descriptor is closed."""
+    """An open container root. Use as a context manager so every descriptor is closed.
 
-    def __init__(self, path: str) -> None:
+    With `cache_dirs`, each folder is resolved once and its descriptor reused: every lookup in an image on
+    fuse-overlayfs is a round trip to the FUSE daemon. Only for callers that mount nothing while the root is
+    open (a mount over a cached folder would not be seen through its old descriptor): the runtime's
+    preparation, not the hook."""
+
+    def __init__(self, path: str, cache_dirs: bool = False) -> None:
         self.path = path
         self.fd = os.open(path, _dir_flags())
+        self._dirs: dict[str, int] | None = {} if cache_dirs else None
 
     def close(self) -> None:
+        for fd in (self._dirs or {}).values():
+            os.close(fd)
         os.close(self.fd)
 
     def __enter__(self) -> Root:
@@ -89,7 +108,13 @@ class Root:
                 os.close(fd)
 
     def open_dir(self, path: str, create: bool = False) -> int:
-        return self._walk(path.strip("/").split("/"), create)
+        """An O_PATH descriptor of the folder at path inside the root (the caller closes it)."""
+        if self._dirs is None:
+            return self._walk(path.strip("/").split("/"), create)
+        key = "/" + path.strip("/")
+        if key not in self._dirs:
+            self._dirs[key] = self._walk(path.strip("/").split("/"), create)
+        return os.dup(self._dirs[key])
 
     def exists(self, path: str) -> bool:
         parent, name = os.path.split(path.rstrip("/"))
@@ -171,6 +196,8 @@ class Root:
 
 def _check(rc: int, what: str) -> None:
     if rc != 0:
+        import ctypes
+
         err = ctypes.get_errno()
         raise RootfsError(f"{what}: {os.strerror(err)} ({errno.errorcode.get(err, err)})")
 
@@ -179,13 +206,13 @@ def bind_mount(source: str, target_fd: int, readonly: bool = True, noexec: bool 
     """Bind source onto the object behind target_fd, then remount it nosuid,nodev (and ro); returns the
     mount point's path as the kernel names it, for umount."""
     proc_path = f"/proc/self/fd/{target_fd}"
-    _check(_libc.mount(source.encode(), proc_path.encode(), None, MS_BIND, None), f"bind {source}")
+    _check(_libc().mount(source.encode(), proc_path.encode(), None, MS_BIND, None), f"bind {source}")
     flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | (MS_RDONLY if readonly else 0) | (
         MS_NOEXEC if noexec else 0)
     # The remount must name the new mount, which now sits on top of the same path.
     mounted = os.readlink(proc_path)
     try:
-        _check(_libc.mount(None, mounted.encode(), None, flags, None), f"remount {mounted} read-only")
+        _check(_libc().mount(None, mounted.encode(), None, flags, None), f"remount {mounted} read-only")
     except RootfsError:
         unmount(mounted)
         raise
@@ -193,4 +220,4 @@ def bind_mount(source: str, target_fd: int, readonly: bool = True, noexec: bool 
 
 
 def unmount(path: str) -> None:
-    _libc.umount2(path.encode(), MNT_DETACH)
+    _libc().umount2(path.encode(), MNT_DETACH)

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+
+_STARTED = time.monotonic()  # for inject.log: what `create` costs once Python is up
 
 # Docker calls the runtime 4-6 times per container (create, start, state, kill, delete): every import here
 # is paid on each, so the pass-through path touches os and sys only.
 
-# runc's global options that take a value; anything else starting with '-' before the command is a flag.
-_GLOBAL_WITH_VALUE = {"--root", "--log", "--log-format", "--criu", "--rootless"}
+# runc's (and crun's) global options that take a value, written with one dash or two; anything else starting
+# with '-' before the command is a flag. The sh front (front.py) applies the same rule.
+GLOBAL_OPTIONS_WITH_VALUE = ("root", "log", "log-format", "criu", "rootless", "cgroup-manager")
+_GLOBAL_WITH_VALUE = {d + o for o in GLOBAL_OPTIONS_WITH_VALUE for d in ("-", "--")}
 
 
 class RuntimeError_(Exception):
@@ -72,7 +77,6 @@ def report_error(argv: list[str], message: str) -> None:
     if not path:
         return
     import json
-    import time
 
     try:
         with open(path, "a", encoding="utf-8") as f:
@@ -97,23 +101,38 @@ def hook_path(configured: str) -> str:
     return found
 
 
-def prepare_create(bundle: str, settings) -> None:
-    """Validate the request and add the hook; raises with a message meant for the `docker run` user."""
+def find_container_id(args: list[str]) -> str:
+    """create's last argument is the container id; '' when it cannot name a folder."""
+    cid = args[-1] if args else ""
+    if not cid or cid.startswith("-") or "/" in cid or cid in (".", ".."):
+        return ""
+    return cid
+
+
+def _user_namespace(spec) -> bool:
+    namespaces = (spec.data.get("linux") or {}).get("namespaces") or []
+    return any(isinstance(ns, dict) and ns.get("type") == "user" for ns in namespaces)
+
+
+def prepare_create(bundle: str, settings, container_id: str = "") -> None:
+    """Validate the request, write the device table, then either prepare the root and add the mounts and
+    device nodes (injection "runtime") or add the hook (injection "hook"); raises with a message meant for
+    the `docker run` user."""
     from fakegpu_hook.env import device_request
-    from fakegpu_hook.modifiers import AddHook, ModifierList, SetEnv
     from fakegpu_hook.oci import Spec
-    from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
 
     spec = Spec.load(os.path.join(bundle, "config.json"))
     request = device_request(spec.env, settings.honour_nvidia_env, settings.nvidia_profile)
     if request is None:
         return
     # Validate here, before runc starts anything, so a bad spec fails `docker run` with the parser's message.
-    from fakegpu.devices import resolve_devices
+    from fakegpu.devices import DEFAULT_SEED, resolve_devices
     from fakegpu.errors import FakeGPUError
 
+    # The hook runs with a minimal environment, so FAKEGPU_SEED from dockerd's environment is not used here.
+    seed = request.seed if request.seed is not None else DEFAULT_SEED
     try:
-        resolve_devices(request.spec, seed=request.seed)
+        devices = resolve_devices(request.spec, seed=seed)
     except FakeGPUError as exc:
         message = exc.message
         part = getattr(exc, "part", None)
@@ -124,17 +143,82 @@ def prepare_create(bundle: str, settings) -> None:
                        f"{'...' if len(part) > 80 else ''}: {reason}")
         raise RuntimeError_(f"{request.source}: {message}") from exc
     settings = settings.resolved()
+    host_dir = os.path.join(settings.state_root, container_id) if container_id else ""
+    if host_dir:
+        # The devices are resolved already: write the table now, for runc's mounts or for the hook.
+        from fakegpu.devices.table import write_table
+
+        os.makedirs(host_dir, exist_ok=True)
+        os.chmod(host_dir, 0o1777)  # processes of any user in the container record their state here
+        write_table(os.path.join(host_dir, "devices.tbl"), devices, request.spec, seed)
+    try:
+        # In a user namespace runc cannot mknod (it would bind the host's /dev/nvidia*, which do not exist):
+        # the hook makes stand-ins there.
+        if settings.injection == "runtime" and host_dir and not _user_namespace(spec):
+            _inject_by_runtime(spec, bundle, settings, host_dir, len(devices),
+                               f"{len(devices)} devices from {request.source}={request.spec!r} seed={seed!r}")
+        else:
+            _add_hook(spec, settings, prepared=bool(host_dir))
+        spec.flush()
+    except BaseException:
+        if host_dir:
+            cleanup_state(container_id, settings.state_root)
+        raise
+
+
+def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, summary: str) -> None:
+    """Everything the hook would do, minus its process: the targets are made in the container root from here
+    (the root is mounted at create, and no container process exists yet), and runc bind-mounts onto them and
+    makes the device nodes from config.json. One Python process per container start instead of two."""
+    from fakegpu.profiles.catalog import COMPILED_CATALOG
+    from fakegpu_hook.inject import oci_devices, oci_mounts, plan_injection, prepare_targets
+    from fakegpu_hook.modifiers import AddDevices, AddMounts, ModifierList, SetEnv
+    from fakegpu_hook.rootfs import Root, RootfsError
+    from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
+
+    lines = [f"runtime environment: {', '.join(sorted(os.environ))}", summary]
+    try:
+        with Root(spec.root_path(bundle), cache_dirs=True) as root:
+            plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi,
+                                  os.path.join(host_dir, "devices.tbl"),
+                                  os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", host_dir, count)
+            prepare_targets(root, plan)
+    except (OSError, RootfsError) as exc:
+        raise RuntimeError_(f"cannot prepare the container root: {exc}") from exc
+    lines += plan.notes
+    lines.append(f"libraries go to {plan.lib_dir}")
+    lines += [f"mount {src} -> {dest}" for src, dest in [*plan.dirs, *plan.files]]
+    lines += [f"link {path} -> {target}" for path, target in plan.links]
+    lines.append(f"device nodes: {len(plan.nodes)} under /dev (made by runc)")
+    ModifierList([AddMounts(oci_mounts(plan)), AddDevices(oci_devices(plan)),
+                  SetEnv("FAKEGPU_DEVICE_TABLE", CONTAINER_DEVICE_TABLE)]).modify(spec)
+    lines.append(f"prepared in {(time.monotonic() - _STARTED) * 1000:.1f} ms after the runtime's imports began")
+    stamp = time.strftime("%H:%M:%S")
+    try:
+        with open(os.path.join(host_dir, "inject.log"), "w", encoding="utf-8") as f:
+            f.write("".join(f"{stamp} {line}\n" for line in lines))
+    except OSError:
+        pass
+
+
+def _add_hook(spec, settings, prepared: bool) -> None:
+    from fakegpu_hook.modifiers import AddHook, ModifierList, SetEnv
+    from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
+
     args = ["--native-dir", settings.native_lib_dir, "--nvidia-smi", settings.nvidia_smi,
             "--state-root", settings.state_root, "--nvidia-profile", settings.nvidia_profile]
     if settings.honour_nvidia_env:
         args.append("--honour-nvidia-env")
     if settings.hook_stage == "prestart":
         args.append("--join-mount-ns")
+    if prepared:
+        # The table is written: `--prepared` spares the hook a second resolution (it checks the table's spec
+        # against the container's and redoes it on a mismatch).
+        args.append("--prepared")
     ModifierList([
         AddHook(hook_path(settings.hook_path), args, stage=settings.hook_stage),
         SetEnv("FAKEGPU_DEVICE_TABLE", CONTAINER_DEVICE_TABLE),
     ]).modify(spec)
-    spec.flush()
 
 
 def cleanup_state(container_id: str, state_root: str) -> None:
@@ -193,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         if command == "create":
-            prepare_create(find_bundle(argv[index + 1:]), settings)
+            prepare_create(find_bundle(argv[index + 1:]), settings, find_container_id(argv[index + 1:]))
         elif command == "delete":
             cleanup_state(argv[-1] if len(argv) > index + 1 else "", settings.state_root)
     except Exception as exc:  # every failure must reach `docker run` as one readable line

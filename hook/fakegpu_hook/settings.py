@@ -10,36 +10,78 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields, replace
-from pathlib import Path
 
 DEFAULT_CONFIG = "/etc/fakegpu/config.json"
 HOOK_STAGES = ("createContainer", "prestart")
+# runtime: the runtime prepares the root and hands runc the bind mounts and device nodes in config.json (one
+# Python process per container start); hook: the runtime adds fakegpu-hook, which does it all inside runc.
+INJECTIONS = ("runtime", "hook")
 
 
 def _repo_native_lib() -> str:
     import fakegpu
 
-    return str(Path(fakegpu.__file__).resolve().parents[1] / "native" / "build" / "lib")
+    checkout = os.path.dirname(os.path.dirname(os.path.realpath(fakegpu.__file__)))
+    return os.path.join(checkout, "native", "build", "lib")
 
 
-@dataclass(frozen=True)
-class Settings:
-    low_level_runtime: str = "runc"
+# Every setting and its default. A plain class rather than a dataclass: `dataclasses` (with `inspect`) and
+# `pathlib` cost milliseconds, and this module is imported at every container start.
+DEFAULTS: dict[str, object] = {
+    "low_level_runtime": "runc",
     # The NVIDIA runtime's variables are only honoured on request: an image written for real GPUs should not
     # silently get fake ones on a host that also has the FakeGPU runtime as default.
-    honour_nvidia_env: bool = False
-    nvidia_profile: str = "a100"
-    native_lib_dir: str = ""
-    nvidia_smi: str = ""
-    state_root: str = "/run/fakegpu"
-    hook_path: str = ""
-    hook_stage: str = "createContainer"
+    "honour_nvidia_env": False,
+    "nvidia_profile": "a100",
+    "native_lib_dir": "",
+    "nvidia_smi": "",
+    "state_root": "/run/fakegpu",
+    "hook_path": "",
+    "hook_stage": "createContainer",
+    "injection": "runtime",
+}
+
+
+class Settings:
+    """Immutable by convention; `replace()` makes a changed copy."""
+
+    __slots__ = tuple(DEFAULTS)
+    low_level_runtime: str
+    honour_nvidia_env: bool
+    nvidia_profile: str
+    native_lib_dir: str
+    nvidia_smi: str
+    state_root: str
+    hook_path: str
+    hook_stage: str
+    injection: str
+
+    def __init__(self, **values: object) -> None:
+        unknown = set(values) - set(DEFAULTS)
+        if unknown:
+            raise TypeError(f"unknown settings {sorted(unknown)}")
+        for name, default in DEFAULTS.items():
+            object.__setattr__(self, name, values.get(name, default))
+
+    def replace(self, **changes: object) -> Settings:
+        return Settings(**{**self.as_dict(), **changes})
+
+    def as_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in DEFAULTS}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Settings) and self.as_dict() == other.as_dict()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.as_dict().items()))
+
+    def __repr__(self) -> str:
+        return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
     def resolved(self) -> Settings:
         lib = self.native_lib_dir or _repo_native_lib()
-        smi = self.nvidia_smi or str(Path(lib).parent / "bin" / "nvidia-smi")
-        return replace(self, native_lib_dir=lib, nvidia_smi=smi)
+        smi = self.nvidia_smi or os.path.join(os.path.dirname(lib.rstrip("/")), "bin", "nvidia-smi")
+        return self.replace(native_lib_dir=lib, nvidia_smi=smi)
 
 
 _ENV = {
@@ -51,6 +93,7 @@ _ENV = {
     "FAKEGPU_STATE_ROOT": "state_root",
     "FAKEGPU_HOOK_PATH": "hook_path",
     "FAKEGPU_HOOK_STAGE": "hook_stage",
+    "FAKEGPU_INJECTION": "injection",
 }
 
 
@@ -71,12 +114,13 @@ def _coerce(name: str, value: object) -> object:
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     """The config file (missing is fine; unreadable or unknown keys are errors), then FAKEGPU_* overrides."""
     environ = os.environ if environ is None else environ
-    path = Path(environ.get("FAKEGPU_CONFIG") or DEFAULT_CONFIG)
+    path = environ.get("FAKEGPU_CONFIG") or DEFAULT_CONFIG
     values: dict[str, object] = {}
-    known = {f.name for f in fields(Settings)}
-    if path.exists():
+    known = set(DEFAULTS)
+    if os.path.exists(path):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
         except (OSError, ValueError) as exc:
             raise SettingsError(f"cannot read FakeGPU config {path}: {exc}") from exc
         if not isinstance(data, dict) or set(data) - known:
@@ -86,9 +130,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
     for var, name in _ENV.items():
         if environ.get(var):
             values[name] = _coerce(name, environ[var])
-    settings = Settings(**values)  # type: ignore[arg-type]
+    settings = Settings(**values)
     if settings.hook_stage not in HOOK_STAGES:
         raise SettingsError(f"hook_stage {settings.hook_stage!r} is not one of {HOOK_STAGES}")
+    if settings.injection not in INJECTIONS:
+        raise SettingsError(f"injection {settings.injection!r} is not one of {INJECTIONS}")
     return settings
 
 

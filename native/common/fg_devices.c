@@ -490,6 +490,9 @@ static int spec_is_none(const char *spec)
     return strcmp(norm, "void") == 0 || strcmp(norm, "none") == 0;
 }
 
+/* Where the container runtime mounts the device table (hook/README.md). */
+#define FG_CONTAINER_TABLE "/run/fakegpu/devices.tbl"
+
 int fg_devices_load(fg_devset *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -503,6 +506,15 @@ int fg_devices_load(fg_devset *out, char *err, size_t errlen)
         return rc;
     }
     const char *spec = getenv("FAKEGPU_DEVICES");
+    /* Inside a container the table is mounted at a fixed place; processes whose environment was cleaned
+     * (env -i, su -, sudo) still see the GPUs, as they would on a real host. An explicit FAKEGPU_DEVICES,
+     * even empty or void, is the user's word and wins. */
+    if (!spec && access(FG_CONTAINER_TABLE, R_OK) == 0) {
+        int rc = read_device_table(FG_CONTAINER_TABLE, out, err, errlen);
+        if (rc == FG_DEV_OK)
+            snprintf(out->source, sizeof out->source, "%s", FG_CONTAINER_TABLE);
+        return rc;
+    }
     if (!spec || spec_is_none(spec)) {
         fg_strlcpy(out->source, "no FAKEGPU_DEVICE_TABLE and no FAKEGPU_DEVICES", sizeof out->source);
         return FG_DEV_OK;

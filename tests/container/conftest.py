@@ -57,12 +57,17 @@ def _registered(docker_client) -> bool:
     return RUNTIME in docker_client.info().get("Runtimes", {})
 
 
+DAEMON_JSON = Path("/etc/docker/daemon.json")
+
+
 @pytest.fixture(scope="session")
 def fakegpu_runtime(docker_client, base_image):
-    """Register the runtime with the machine's daemon via `fakegpu runtime install`; undo it afterwards if
-    this session was the one that added it."""
+    """Register this checkout's runtime with the machine's daemon via `fakegpu runtime install`; afterwards
+    uninstall it if this session added it, or put back the daemon.json it found (e.g. another checkout's
+    registration)."""
     need(os.geteuid() == 0, "registering a runtime edits /etc/docker/daemon.json and needs root")
     added = not _registered(docker_client)
+    found = DAEMON_JSON.read_bytes() if DAEMON_JSON.exists() else None
     result = run_cli("runtime", "install", "--name", RUNTIME)
     assert result.returncode == 0, result.stderr
     for _ in range(50):
@@ -71,9 +76,17 @@ def fakegpu_runtime(docker_client, base_image):
         time.sleep(0.2)
     assert _registered(docker_client), "dockerd did not pick up the runtime after SIGHUP"
     yield RUNTIME
+    _cleanup(docker_client)
     if added:
         run_cli("runtime", "uninstall", "--name", RUNTIME)
-    _cleanup(docker_client)
+    elif found is not None and DAEMON_JSON.read_bytes() != found:
+        from fakegpu_hook import daemon_json
+
+        tmp = DAEMON_JSON.with_name(".daemon.json.fakegpu-test")
+        tmp.write_bytes(found)
+        os.chmod(tmp, DAEMON_JSON.stat().st_mode & 0o7777)
+        tmp.replace(DAEMON_JSON)
+        daemon_json.reload_daemon()
 
 
 def _cleanup(client) -> None:

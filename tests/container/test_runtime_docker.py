@@ -71,14 +71,27 @@ def test_garbage_spec_fails_the_start_naming_the_part(spec, named):
     assert after <= before
 
 
-def test_hook_failure_fails_the_start_and_leaves_nothing(base_image):
+INJECTIONS = ["runtime", "hook"]
+
+
+@pytest.fixture(params=INJECTIONS)
+def injection(request, site_config):
+    """Each hostile-image test runs with both injections: the default (the runtime prepares the root, runc
+    mounts) and the hook."""
+    if request.param != "runtime":
+        site_config({"injection": request.param})
+    return request.param
+
+
+def test_injection_failure_fails_the_start_and_leaves_nothing(base_image, injection):
     image = build_image("run-is-a-file", "ARG BASE\nFROM $BASE\nRUN rm -rf /run && echo x > /run\n")
     name = f"fakegpu-test-fail-{os.getpid()}"
     result = docker("run", "--name", name, "--label", LABEL, "--runtime=fakegpu",
                     "-e", "FAKEGPU_DEVICES=a100:2", image, "true")
     try:
         assert result.returncode != 0
-        assert "fakegpu-hook:" in result.stderr and "not a directory" in result.stderr
+        who = "fakegpu-hook:" if injection == "hook" else "cannot prepare the container root"
+        assert who in result.stderr and "not a directory" in result.stderr
         cid = docker("inspect", "-f", "{{.Id}}", name, check=True).stdout.strip()
         assert not (STATE_ROOT / cid).exists()
         assert cid not in Path("/proc/self/mountinfo").read_text()
@@ -86,7 +99,7 @@ def test_hook_failure_fails_the_start_and_leaves_nothing(base_image):
         docker("rm", "-f", name)
 
 
-def test_symlinks_pointing_out_of_the_root_leave_the_host_alone(tmp_path):
+def test_symlinks_pointing_out_of_the_root_leave_the_host_alone(tmp_path, injection):
     host = tmp_path / "host-target"
     host.mkdir()
     (host / "keep").write_text("host file\n")
@@ -101,7 +114,7 @@ def test_symlinks_pointing_out_of_the_root_leave_the_host_alone(tmp_path):
     assert (host / "keep").read_text() == "host file\n"
 
 
-def test_image_ld_preload_does_not_reach_the_hook():
+def test_image_ld_preload_does_not_reach_fakegpu(injection):
     image = build_image("ld-preload", "ARG BASE\nFROM $BASE\nENV LD_PRELOAD=/nonexistent/evil.so PYTHONPATH=/evil\n")
     name = f"fakegpu-test-preload-{os.getpid()}"
     started = docker("run", "-d", "--name", name, "--label", LABEL, "--runtime=fakegpu",
@@ -109,8 +122,8 @@ def test_image_ld_preload_does_not_reach_the_hook():
     try:
         assert started.returncode == 0, started.stderr
         cid = started.stdout.strip()
-        log = (STATE_ROOT / cid / "hook.log").read_text()
-        env_line = next(line for line in log.splitlines() if "hook environment:" in line)
+        log = (STATE_ROOT / cid / ("hook.log" if injection == "hook" else "inject.log")).read_text()
+        env_line = next(line for line in log.splitlines() if " environment:" in line)
         assert "LD_PRELOAD" not in env_line and "PYTHONPATH" not in env_line and "PATH" in env_line
         assert "1 devices" in log
     finally:

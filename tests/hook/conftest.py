@@ -20,22 +20,37 @@ NATIVE_DIR = "/opt/fakegpu/lib"
 
 @pytest.fixture
 def bundle(tmp_path):
-    """Copy of tests/data/bundles/<case>, so the runtime can rewrite it."""
+    """Copy of tests/data/bundles/<case>, so the runtime can rewrite it, with a small Debian-like root."""
 
     def make(case: str) -> Path:
         dest = tmp_path / case
         shutil.copytree(DATA / "bundles" / case, dest)
+        if not (dest / "rootfs").exists():
+            shutil.copytree(DATA / "rootfs" / "debian", dest / "rootfs", symlinks=True)
         return dest
 
     return make
 
 
-@pytest.fixture
-def runtime_env(tmp_path):
-    """Settings pinned for golden files, no config file, and the mock runc first on PATH."""
+ENTRY_VAR = "FAKEGPU_TEST_RUNTIME_ENTRY"
+
+
+@pytest.fixture(params=["python", "sh-front"])
+def runtime_env(request, tmp_path):
+    """Settings pinned for golden files, no config file, and the mock runc first on PATH. Every runtime test
+    runs twice: through the Python console script and through the sh front that `fakegpu runtime install`
+    registers (it starts Python for `create` only)."""
+    from fakegpu_hook import front
+
     log = tmp_path / "runc.log"
+    entry = str(Path(sys.executable).with_name("fakegpu-container-runtime"))
+    if request.param == "sh-front":
+        files = front.front_files(str(tmp_path / "front"))
+        front.write_fronts(files)
+        entry = next(p for p in files if p.endswith(front.RUNTIME_FRONT))
     return {
         **os.environ,
+        ENTRY_VAR: entry,
         "PATH": f"{MOCK_BIN}:{os.environ['PATH']}",
         "MOCK_RUNC_LOG": str(log),
         "FAKEGPU_CONFIG": str(tmp_path / "no-config.json"),
@@ -46,8 +61,8 @@ def runtime_env(tmp_path):
 
 
 def run_runtime(args: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("fakegpu-container-runtime")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+    exe = env.get(ENTRY_VAR) or str(Path(sys.executable).with_name("fakegpu-container-runtime"))
+    return subprocess.run([exe, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
 
 
 def runc_calls(env: dict[str, str]) -> list[list[str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from typer.testing import CliRunner
@@ -10,6 +11,13 @@ from typer.testing import CliRunner
 from fakegpu.cli.main import app
 
 ORIGINAL = '{"data-root": "/var/lib/docker", "log-opts": {"max-size": "10m"}, "runtimes": {"other": {"path": "/x"}}}'
+
+
+@pytest.fixture(autouse=True)
+def front_dir(tmp_path, monkeypatch):
+    """`runtime install` writes its sh fronts here, not into the virtual environment."""
+    monkeypatch.setenv("FAKEGPU_FRONT_DIR", str(tmp_path / "front"))
+    return tmp_path / "front"
 
 
 @pytest.fixture
@@ -23,13 +31,15 @@ def cli(*args):
     return CliRunner().invoke(app, list(args))
 
 
-def test_install_keeps_other_keys_and_is_idempotent(daemon_json):
+def test_install_keeps_other_keys_and_is_idempotent(daemon_json, front_dir):
     result = cli("runtime", "install", "--config", str(daemon_json), "--no-reload")
     assert result.exit_code == 0, result.output
     data = json.loads(daemon_json.read_text())
     assert data["data-root"] == "/var/lib/docker" and data["log-opts"] == {"max-size": "10m"}
     assert data["runtimes"]["other"] == {"path": "/x"}
-    assert data["runtimes"]["fakegpu"]["path"].endswith("fakegpu-container-runtime")
+    assert data["runtimes"]["fakegpu"]["path"] == str(front_dir / "fakegpu-container-runtime")
+    assert (front_dir / "fakegpu-container-runtime").read_text().startswith("#!/bin/sh")
+    assert os.access(front_dir / "fakegpu-hook", os.X_OK)
     assert "default-runtime" not in data
     after_first = daemon_json.read_bytes()
     result = cli("runtime", "install", "--config", str(daemon_json), "--no-reload")
@@ -38,12 +48,13 @@ def test_install_keeps_other_keys_and_is_idempotent(daemon_json):
     assert (daemon_json.parent / "daemon.json.fakegpu.bak").read_text() == ORIGINAL
 
 
-def test_dry_run_writes_nothing(daemon_json):
+def test_dry_run_writes_nothing(daemon_json, front_dir):
     result = cli("runtime", "install", "--config", str(daemon_json), "--dry-run", "--set-default")
     assert result.exit_code == 0
     assert '"default-runtime": "fakegpu"' in result.output and "dry run" in result.output
     assert daemon_json.read_text() == ORIGINAL
     assert sorted(p.name for p in daemon_json.parent.iterdir()) == ["daemon.json"]
+    assert not front_dir.exists()
 
 
 def test_uninstall_restores_the_original_bytes(daemon_json):

@@ -89,3 +89,25 @@ def test_hook_without_request_does_nothing(setup):
     bundle, native, state = setup
     result = run_hook(bundle, native, state, ["FAKEGPU_DEVICES=void"], f"grep -c ' {bundle}' /proc/self/mountinfo")
     assert result.stdout.strip() == "0"
+
+
+def test_prepared_table_spares_a_second_resolution(setup):
+    """With --prepared the hook takes the runtime's table when it matches the container's request."""
+    from fakegpu.devices import resolve_devices
+    from fakegpu.devices.table import write_table
+
+    bundle, native, state = setup
+    (state / "ctr-1").mkdir(parents=True)
+    write_table(state / "ctr-1" / "devices.tbl", resolve_devices("a100:3", seed="0"), "a100:3", "0")
+    config = json.loads((DATA / "bundles" / "gpu" / "config.json").read_text())
+    config["process"]["env"] = ["FAKEGPU_DEVICES=a100:3"]
+    (bundle / "config.json").write_text(json.dumps(config))
+    state_json = json.dumps({"id": "ctr-1", "pid": 1, "bundle": str(bundle), "status": "creating"})
+    script = (f"{HOOK} --native-dir {native / 'lib'} --nvidia-smi {native / 'bin' / 'nvidia-smi'} "
+              f"--state-root {state} --prepared && ls {bundle / 'rootfs' / 'dev'}")
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            input=state_json, capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "nvidia2" in result.stdout and "nvidia3" not in result.stdout
+    assert "(table by the runtime)" in (state / "ctr-1" / "hook.log").read_text()

@@ -132,3 +132,21 @@ def test_plan_without_native_build_says_so(root_copy, tmp_path):
         plan = plan_injection(r, str(tmp_path / "none"), str(tmp_path / "none/smi"), "/t/d", "/t/c", "/t/s", 1)
     assert [dest for _, dest in plan.files] == ["/run/fakegpu/devices.tbl"]
     assert any("libnvidia-ml.so.1" in n for n in plan.notes)
+
+
+def test_cached_folders_resolve_once_and_close(root_copy, host_dir):
+    root_path = root_copy("debian")
+    (root_path / "usr" / "link-out").symlink_to(host_dir)
+    with Root(str(root_path), cache_dirs=True) as root:
+        first = root.open_dir("/usr/lib/x86_64-linux-gnu")
+        second = root.open_dir("usr/lib/x86_64-linux-gnu/")
+        assert first != second and os.path.samestat(os.fstat(first), os.fstat(second))
+        os.close(first)
+        os.close(second)
+        os.close(root.file_target("/usr/link-out/x"))  # followed inside the root, cached like any folder
+        cached = root.open_dir("/usr/link-out")
+        assert os.path.samestat(os.fstat(cached), os.stat(root_path / str(host_dir).lstrip("/")))
+        os.close(cached)
+        opened = len(os.listdir("/proc/self/fd"))
+    assert len(os.listdir("/proc/self/fd")) < opened
+    assert snapshot(host_dir) == [("passwd", b"root:x:0:0\n")]

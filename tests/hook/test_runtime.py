@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.hook.conftest import DATA, HOOK_PATH, MOCK_BIN, NATIVE_DIR, run_runtime, runc_calls
 
 DOCKER_GLOBAL = ["--root", "/var/run/docker/runtime-runc/moby", "--log", "LOG", "--log-format", "json"]
@@ -17,7 +19,11 @@ def create_args(bundle: Path, log: Path) -> list[str]:
     return [*glob, "create", "--bundle", str(bundle), "--pid-file", str(bundle / "init.pid"), "ctr-1"]
 
 
+HOOK = {"FAKEGPU_INJECTION": "hook"}
+
+
 def test_gpu_bundle_gets_the_hook_golden(bundle, runtime_env, tmp_path):
+    runtime_env = {**runtime_env, **HOOK}
     b = bundle("gpu")
     result = run_runtime(create_args(b, tmp_path / "log.json"), runtime_env)
     assert result.returncode == 0, result.stderr
@@ -30,6 +36,9 @@ def test_gpu_bundle_gets_the_hook_golden(bundle, runtime_env, tmp_path):
     assert not any(e.startswith(("LD_", "PYTHON")) for e in hook["env"])
     calls = runc_calls(runtime_env)
     assert len(calls) == 1 and calls[0][0].endswith("runc") and calls[0][1:] == create_args(b, tmp_path / "log.json")
+    # The runtime resolved the devices once and left the table where the hook (--prepared) reads it.
+    table = (Path(runtime_env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "devices.tbl").read_text()
+    assert "\tcount=" in table and table.count("\ndevice\t") >= 1
 
 
 @pytest.mark.parametrize("case", ["plain", "void", "nvidia"])
@@ -44,7 +53,7 @@ def test_bundle_that_asks_for_nothing_is_byte_identical(case, bundle, runtime_en
 
 def test_nvidia_env_honoured_on_request(bundle, runtime_env, tmp_path):
     b = bundle("nvidia")
-    env = {**runtime_env, "FAKEGPU_HONOUR_NVIDIA_ENV": "1"}
+    env = {**runtime_env, **HOOK, "FAKEGPU_HONOUR_NVIDIA_ENV": "1"}
     assert run_runtime(create_args(b, tmp_path / "log.json"), env).returncode == 0
     hook = json.loads((b / "config.json").read_text())["hooks"]["createContainer"][0]
     assert "--honour-nvidia-env" in hook["args"]
@@ -74,7 +83,7 @@ def test_other_commands_pass_through_unchanged(args, runtime_env):
 
 def test_bundle_defaults_to_cwd(bundle, runtime_env):
     b = bundle("gpu")
-    assert run_runtime(["create", "ctr-1"], runtime_env, cwd=b).returncode == 0
+    assert run_runtime(["create", "ctr-1"], {**runtime_env, **HOOK}, cwd=b).returncode == 0
     assert "createContainer" in json.loads((b / "config.json").read_text())["hooks"]
 
 
@@ -88,7 +97,7 @@ def test_delete_removes_the_container_state_folder(runtime_env):
 
 def test_prestart_stage_joins_the_mount_namespace(bundle, runtime_env, tmp_path):
     b = bundle("gpu")
-    env = {**runtime_env, "FAKEGPU_HOOK_STAGE": "prestart"}
+    env = {**runtime_env, **HOOK, "FAKEGPU_HOOK_STAGE": "prestart"}
     assert run_runtime(create_args(b, tmp_path / "l"), env).returncode == 0
     hooks = json.loads((b / "config.json").read_text())["hooks"]
     assert hooks["prestart"][0]["path"] == "/usr/bin/docker-proxy-hook"
@@ -108,7 +117,105 @@ def test_missing_low_level_runtime(runtime_env):
 
 
 def test_retried_create_adds_the_hook_once(bundle, runtime_env, tmp_path):
+    runtime_env = {**runtime_env, **HOOK}
     b = bundle("gpu")
     for _ in range(2):
         assert run_runtime(create_args(b, tmp_path / "l"), runtime_env).returncode == 0
     assert len(json.loads((b / "config.json").read_text())["hooks"]["createContainer"]) == 1
+
+
+# Injection "runtime" (the default): the runtime prepares the root and hands runc mounts and device nodes.
+
+@pytest.fixture
+def native(tmp_path):
+    lib, bin_ = tmp_path / "native" / "lib", tmp_path / "native" / "bin"
+    lib.mkdir(parents=True)
+    bin_.mkdir()
+    (lib / "libnvidia-ml.so.1").write_text("nvml")
+    (lib / "libnvidia-ml.so").symlink_to("libnvidia-ml.so.1")
+    (lib / "catalog.tbl").write_text("catalog")
+    (bin_ / "nvidia-smi").write_text("#!/bin/sh\n")
+    return lib
+
+
+def test_runtime_injection_adds_mounts_and_devices(bundle, runtime_env, tmp_path, native):
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)}
+    b = bundle("gpu")
+    original = json.loads((b / "config.json").read_text())
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    assert result.returncode == 0, result.stderr
+    got = json.loads((b / "config.json").read_text())
+    state = Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1"
+    lib = "/usr/lib/x86_64-linux-gnu"
+    added = got["mounts"][len(original["mounts"]):]
+    assert got["mounts"][:len(original["mounts"])] == original["mounts"]
+    assert [(m["destination"], m["source"]) for m in added] == [
+        ("/run/fakegpu", str(state)),
+        (f"{lib}/libnvidia-ml.so.1", str(native / "libnvidia-ml.so.1")),
+        (f"{lib}/catalog.tbl", str(native / "catalog.tbl")),
+        ("/usr/bin/nvidia-smi", str(native.parent / "bin" / "nvidia-smi")),
+        ("/run/fakegpu/devices.tbl", str(state / "devices.tbl")),
+        ("/run/fakegpu/catalog.tbl", str(REPO / "fakegpu" / "data" / "catalog.tbl")),
+    ]
+    assert added[0]["options"] == ["bind", "rw", "nosuid", "nodev", "noexec"]
+    assert all(m["options"] == ["bind", "ro", "nosuid", "nodev"] and m["type"] == "bind" for m in added[1:])
+    devices = got["linux"]["devices"]
+    assert [d["path"] for d in devices] == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                            "/dev/nvidia0", "/dev/nvidia1"]
+    assert devices[3] == {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0, "fileMode": 0o666,
+                          "uid": 0, "gid": 0}
+    assert got["hooks"] == original["hooks"]  # no hook: nothing of ours runs inside runc
+    assert "FAKEGPU_DEVICE_TABLE=/run/fakegpu/devices.tbl" in got["process"]["env"]
+    # Mount targets and the development link exist in the root, made from the host before runc runs.
+    root = b / "rootfs"
+    assert (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").is_file()
+    assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so") == "libnvidia-ml.so.1"
+    assert (root / "usr/bin/nvidia-smi").is_file() and (root / "run/fakegpu").is_dir()
+    assert "count=2" in (state / "devices.tbl").read_text()
+    log = (state / "inject.log").read_text()
+    assert "2 devices from FAKEGPU_DEVICES='a100:2'" in log and "made by runc" in log
+    # A retried create on the same bundle adds nothing twice.
+    assert run_runtime(create_args(b, tmp_path / "log.json"), env).returncode == 0
+    again = json.loads((b / "config.json").read_text())
+    assert again["mounts"] == got["mounts"] and again["linux"]["devices"] == devices
+
+
+def test_runtime_injection_never_follows_a_link_out_of_the_root(bundle, runtime_env, tmp_path, native):
+    outside = tmp_path / "host"
+    outside.mkdir()
+    b = bundle("gpu")
+    (b / "rootfs" / "usr" / "bin").mkdir(parents=True)
+    (b / "rootfs" / "usr" / "bin" / "nvidia-smi").symlink_to(outside / "smi")
+    (b / "rootfs" / "run").symlink_to(outside)
+    result = run_runtime(create_args(b, tmp_path / "l"), {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)})
+    assert result.returncode == 0, result.stderr
+    assert list(outside.iterdir()) == []
+    assert (b / "rootfs" / "usr" / "bin" / "nvidia-smi").is_file()  # the image's link replaced, not followed
+    assert (b / "rootfs" / str(outside).lstrip("/") / "fakegpu").is_dir()  # /run followed inside the root
+
+
+def test_runtime_injection_failure_leaves_config_and_state_alone(bundle, runtime_env, tmp_path):
+    b = bundle("gpu")
+    (b / "rootfs" / "run").write_text("a file where a folder belongs")
+    before = (b / "config.json").read_bytes()
+    result = run_runtime(create_args(b, tmp_path / "l"), runtime_env)
+    assert result.returncode == 1
+    assert "cannot prepare the container root" in result.stderr and "not a directory" in result.stderr
+    assert (b / "config.json").read_bytes() == before
+    assert not (Path(runtime_env["FAKEGPU_STATE_ROOT"]) / "ctr-1").exists()
+    assert runc_calls(runtime_env) == []
+
+
+def test_user_namespace_falls_back_to_the_hook(bundle, runtime_env, tmp_path):
+    b = bundle("gpu")
+    config = json.loads((b / "config.json").read_text())
+    config["linux"].setdefault("namespaces", []).append({"type": "user"})
+    (b / "config.json").write_text(json.dumps(config))
+    assert run_runtime(create_args(b, tmp_path / "l"), runtime_env).returncode == 0
+    got = json.loads((b / "config.json").read_text())
+    assert got["hooks"]["createContainer"][0]["path"] == HOOK_PATH and "devices" not in got["linux"]
+
+
+def test_unknown_injection_is_refused(bundle, runtime_env, tmp_path):
+    result = run_runtime(create_args(bundle("gpu"), tmp_path / "l"), {**runtime_env, "FAKEGPU_INJECTION": "magic"})
+    assert result.returncode == 1 and "injection 'magic'" in result.stderr

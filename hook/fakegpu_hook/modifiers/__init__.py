@@ -6,14 +6,15 @@ in-memory spec.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Protocol
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at every container start
+    from collections.abc import Iterable
+    from typing import Protocol
 
-from fakegpu_hook.oci import Spec
+    from fakegpu_hook.oci import Spec
 
-
-class Modifier(Protocol):
-    def modify(self, spec: Spec) -> None: ...
+    class Modifier(Protocol):
+        def modify(self, spec: Spec) -> None: ...
 
 
 class ModifierList:
@@ -54,3 +55,27 @@ class SetEnv:
         env = spec.data.setdefault("process", {}).setdefault("env", [])
         if not any(e.startswith(self.name + "=") for e in env):
             env.append(f"{self.name}={self.value}")
+
+
+class AddMounts:
+    """Append bind mounts to config.json; a destination already mounted (a retried create) is left alone."""
+
+    def __init__(self, mounts: list[dict[str, object]]) -> None:
+        self.mounts = mounts
+
+    def modify(self, spec: Spec) -> None:
+        mounts = spec.data.setdefault("mounts", [])
+        present = {m.get("destination") for m in mounts if isinstance(m, dict)}
+        mounts.extend(m for m in self.mounts if m["destination"] not in present)
+
+
+class AddDevices:
+    """Append `linux.devices` nodes; a path already listed (by Docker's --device, or a retried create) wins."""
+
+    def __init__(self, devices: list[dict[str, object]]) -> None:
+        self.devices = devices
+
+    def modify(self, spec: Spec) -> None:
+        devices = spec.data.setdefault("linux", {}).setdefault("devices", [])
+        present = {d.get("path") for d in devices if isinstance(d, dict)}
+        devices.extend(d for d in self.devices if d["path"] not in present)

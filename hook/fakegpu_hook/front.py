@@ -1,0 +1,181 @@
+"""The installed entry points: small POSIX sh fronts that `fakegpu runtime install` writes and registers.
+
+Docker calls its runtime 4-6 times per container (create, start, state, kill, delete). A Python entry point
+pays interpreter start-up (and the editable install's import hook) on every one of them; the runtime front
+finds runc's subcommand in sh and execs the low-level runtime directly for everything but `create`, removes
+the per-container state folder itself on `delete`, and starts Python only for `create` of any container and
+for a configuration it cannot read in sh. Python is started isolated (`-I -S`: no site, no .pth files, no
+PYTHON* variables) with the package folders put on sys.path, which also makes the hook front cheap.
+
+The subcommand rule here and `runtime.find_command` are one rule written twice; tests run both on the same
+argument lists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+
+from fakegpu_hook.runtime import GLOBAL_OPTIONS_WITH_VALUE
+
+RUNTIME_FRONT = "fakegpu-container-runtime"
+HOOK_FRONT = "fakegpu-hook"
+
+_RUNTIME_TEMPLATE = r"""#!/bin/sh
+# fakegpu-container-runtime front, written by `fakegpu runtime install`: rerun that rather than editing this.
+# Every command but create and delete execs the low-level runtime at once; Python starts for create only.
+PYTHON=@PYTHON@
+PYCODE=@PYCODE@
+
+py() { exec "$PYTHON" -I -S -c "$PYCODE" "$@"; }
+
+# A config file that sets low_level_runtime or state_root: read a plain string value in sh, else Python.
+conf_value() {
+    _v=$(sed -n "s/.*\"$1\"[[:space:]]*:[[:space:]]*\"\([^\"\\\\]*\)\".*/\1/p" "$conf" 2>/dev/null) || return 1
+    [ -n "$_v" ] || return 1
+    printf '%s\n' "$_v"
+}
+
+cmd=
+skip=
+take=
+for a in "$@"; do
+    if [ -n "$take" ]; then cmd=$a; break; fi
+    if [ -n "$skip" ]; then skip=; continue; fi
+    case $a in
+        --) take=1 ;;
+        @OPTIONS@) skip=1 ;;
+        -*) ;;
+        *) cmd=$a; break ;;
+    esac
+done
+
+low=${FAKEGPU_LOW_LEVEL_RUNTIME:-}
+root=${FAKEGPU_STATE_ROOT:-}
+conf=${FAKEGPU_CONFIG:-/etc/fakegpu/config.json}
+if [ -e "$conf" ]; then
+    mentions=
+    while IFS= read -r line || [ -n "$line" ]; do
+        case $line in
+            *low_level_runtime*) mentions="$mentions low" ;;
+        esac
+        case $line in
+            *state_root*) mentions="$mentions root" ;;
+        esac
+    done < "$conf"
+    case $mentions in
+        *low*) [ -n "$low" ] || low=$(conf_value low_level_runtime) || py "$@" ;;
+    esac
+    case $mentions in
+        *root*) [ -n "$root" ] || root=$(conf_value state_root) || py "$@" ;;
+    esac
+fi
+low=${low:-runc}
+root=${root:-/run/fakegpu}
+
+case $cmd in
+    create) py "$@" ;;
+    delete)
+        for id in "$@"; do :; done
+        case $id in
+            ''|-*|*/*|.|..) ;;
+            *) if [ -d "$root/$id" ]; then rm -rf -- "${root:?}/$id"; fi ;;
+        esac
+        ;;
+esac
+exec "$low" "$@"
+"""
+
+_HOOK_TEMPLATE = r"""#!/bin/sh
+# fakegpu-hook front, written by `fakegpu runtime install`: rerun that rather than editing this.
+exec @PYTHON@ -I -S -c @PYCODE@ "$@"
+"""
+
+
+def _pycode(module: str, self_path: str, pypath: list[str]) -> str:
+    # JSON strings are Python literals too, and their double quotes sit well inside sh's single quotes.
+    return (f"import sys; sys.path[:0] = {json.dumps(pypath)}; sys.argv[0] = {json.dumps(self_path)}; "
+            f"from {module} import main; sys.exit(main())")
+
+
+def package_path() -> list[str]:
+    """The folders that hold the packages `fakegpu` and `fakegpu_hook` (one folder for a wheel install, two for
+    an editable install of the checkout), for an interpreter started without site."""
+    import fakegpu
+    import fakegpu_hook
+
+    out: list[str] = []
+    for pkg in (fakegpu_hook, fakegpu):
+        folder = os.path.dirname(os.path.dirname(os.path.abspath(pkg.__file__)))
+        if folder not in out:
+            out.append(folder)
+    return out
+
+
+def render_runtime_front(python: str, self_path: str, pypath: list[str]) -> str:
+    options = "|".join(f"-{o}|--{o}" for o in GLOBAL_OPTIONS_WITH_VALUE)
+    return (_RUNTIME_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
+            .replace("@PYCODE@", shlex.quote(_pycode("fakegpu_hook.runtime", self_path, pypath)))
+            .replace("@OPTIONS@", options))
+
+
+def render_hook_front(python: str, self_path: str, pypath: list[str]) -> str:
+    return (_HOOK_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
+            .replace("@PYCODE@", shlex.quote(_pycode("fakegpu_hook.hook", self_path, pypath))))
+
+
+def default_front_dir() -> str:
+    """`<prefix>/libexec/fakegpu`: the virtual environment's (or /usr/local's) own, beside nothing of Docker's."""
+    return os.path.join(sys.prefix, "libexec", "fakegpu")
+
+
+def front_files(directory: str, python: str | None = None, pypath: list[str] | None = None) -> dict[str, str]:
+    """{path: content} of both fronts for `directory`."""
+    python = python or sys.executable
+    pypath = pypath if pypath is not None else package_path()
+    runtime = os.path.join(directory, RUNTIME_FRONT)
+    hook = os.path.join(directory, HOOK_FRONT)
+    return {runtime: render_runtime_front(python, runtime, pypath), hook: render_hook_front(python, hook, pypath)}
+
+
+def write_fronts(files: dict[str, str]) -> list[str]:
+    """Write each front whose content differs (atomically, mode 0755); the paths written."""
+    written = []
+    for path, text in files.items():
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text and os.access(path, os.X_OK):
+                    continue
+        except OSError:
+            pass
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".front.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        written.append(path)
+    return written
+
+
+def remove_fronts(directory: str) -> list[str]:
+    removed = []
+    for name in (RUNTIME_FRONT, HOOK_FRONT):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            os.unlink(path)
+            removed.append(path)
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass
+    return removed
