@@ -39,3 +39,53 @@ def demo(
     typer.echo(table([(m["index"], _mib(m["peak_allocated_bytes"]), _mib(m["peak_reserved_bytes"]),
                        _mib(m["process_used_bytes"])) for m in result.memory],
                      ["GPU", "PEAK ALLOCATED", "PEAK RESERVED", "PROCESS USED"]))
+
+
+def _verdict_line(doc: dict) -> str:
+    text = {"PASS_FIT": "fits", "FAIL_OOM": "out of memory", "RUNTIME_ERROR": "the command failed"}[doc["verdict"]]
+    return f"verdict: {doc['verdict']} ({text}) on {doc['devices_spec']} [{doc['mode']}]"
+
+
+def preflight(
+    command: list[str] = typer.Argument(..., help="The command to run, after `--`, e.g. -- python train.py"),
+    devices: str = typer.Option("a100", "--devices", help="Device spec, e.g. 'a100', 't4:2'."),
+    mode: str = typer.Option("fakecuda", "--mode", help="fakecuda (PyTorch on the CPU) or native (CUDA shims)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (the command's stdout goes to "
+                                                       "stderr)."),
+) -> None:
+    """Run a training command on fake GPUs: peak memory per device, headroom, and whether it fits.
+
+    Exit status: 0 PASS_FIT, 2 FAIL_OOM, 1 the command failed otherwise.
+    """
+    import sys
+
+    from fakegpu.devices import resolve_devices
+
+    if mode not in ("fakecuda", "native"):
+        raise fail("preflight", FakeGPUError(f"unknown mode {mode!r}: fakecuda or native"), as_json)
+    try:
+        resolve_devices(devices)
+    except FakeGPUError as exc:
+        raise fail("preflight", exc, as_json) from exc
+    if mode == "native":
+        error = FakeGPUError("preflight --mode native is not available yet (it needs the native CUDA shims); "
+                             "use --mode fakecuda")
+        error.exit_code = 2
+        raise fail("preflight", error, as_json)
+    from fakegpu.fakecuda.preflight import run_preflight
+
+    doc = run_preflight(list(command), devices, stdout=sys.stderr if as_json else None)
+    if as_json:
+        emit_json("preflight", doc, doc["exit_code"])
+        raise typer.Exit(doc["exit_code"])
+    typer.echo("")
+    typer.echo(_verdict_line(doc))
+    typer.echo(table([(d["index"], d["name"], _mib(d["peak_allocated_bytes"]), _mib(d["peak_reserved_bytes"]),
+                       _mib(d["peak_used_bytes"]), _mib(d["capacity_bytes"]), _mib(d["headroom_bytes"]))
+                      for d in doc["devices"]],
+                     ["GPU", "NAME", "PEAK ALLOCATED", "PEAK RESERVED", "PEAK USED", "CAPACITY", "HEADROOM"]))
+    if doc["oom"]["occurred"]:
+        typer.echo(f"OOM on GPU {doc['oom']['device']}: {doc['oom']['message']}")
+    for note in doc["notes"]:
+        typer.echo(f"note: {note}")
+    raise typer.Exit(doc["exit_code"])

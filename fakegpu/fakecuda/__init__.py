@@ -34,6 +34,9 @@ def activate(devices: str | None = None) -> Runtime:
     api = FakeCudaApi(mode)
     api.install()
     mode.__enter__()
+    from fakegpu.fakecuda import distributed
+
+    distributed.install()  # backend "nccl" -> gloo on the CPU tensors
     _active.update(runtime=runtime, mode=mode, api=api)
     return runtime
 
@@ -42,6 +45,9 @@ def deactivate() -> None:
     """Undo activate(): the mode leaves the stack and torch.cuda gets its own functions back."""
     if not _active:
         return
+    from fakegpu.fakecuda import distributed
+
+    distributed.uninstall()
     _active["mode"].__exit__(None, None, None)
     _active["api"].uninstall()
     _active.clear()

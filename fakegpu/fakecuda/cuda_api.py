@@ -15,9 +15,17 @@ import torch.cuda
 import torch.cuda.memory
 import torch.cuda.random
 
+from fakegpu.fakecuda import (
+    blas,  # noqa: F401  (registers the matrix-product handlers on the mode)
+    persist,
+    report,
+    state,
+)
 from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
 from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
+from fakegpu.fakecuda.tensor import malloc
+from fakegpu.fakecuda.workspace import BlasConfig, Workspaces
 
 
 class FakeCudaApi:
@@ -26,6 +34,9 @@ class FakeCudaApi:
         self.rt = mode.runtime
         self._saved: list[tuple[Any, str, Any]] = []
         self.streams = StreamState(self.rt.count)
+        rt = self.rt
+        self.workspaces = Workspaces(BlasConfig.from_env(), lambda i, n: malloc(rt, i, n), rt.free,
+                                     lambda i: rt.devices[i].profile.compute_capability)
         api = self
 
         class Stream(FakeStream):
@@ -125,6 +136,7 @@ class FakeCudaApi:
         return self.allocator(device).stats.as_nested_dict()
 
     def reset_peak_memory_stats(self, device: Any = None) -> None:
+        self.rt.fold_peaks(self.checked(device))
         self.allocator(device).stats.reset_peak()
 
     def reset_accumulated_memory_stats(self, device: Any = None) -> None:
@@ -133,6 +145,7 @@ class FakeCudaApi:
     def empty_cache(self) -> None:
         for d in self.rt.devices:
             d.allocator.empty_cache()
+        self.rt.usage_changed()
 
     def mem_get_info(self, device: Any = None) -> tuple[int, int]:
         return self.rt.mem_get_info(self.checked(device))
@@ -149,6 +162,27 @@ class FakeCudaApi:
         if alloc.allowed_memory_maximum is None:
             return 1.0
         return alloc.allowed_memory_maximum / alloc.device_total
+
+    # -- cuBLAS workspaces (torch.backends.cuda.cublas_workspace_size, the clear torch's own tests call)
+
+    def clear_cublas_workspaces(self) -> None:
+        self.workspaces.clear()
+
+    def get_cublas_workspace_size(self) -> int:
+        return self.workspaces.chosen_bytes(self.rt.current)
+
+    def set_cublas_workspace_size(self, size: int) -> None:
+        if size < 0:
+            raise ValueError("workspace size must be non-negative")
+        self.workspaces.size_override = int(size)
+
+    def get_cublaslt_workspace_size(self) -> int:
+        return self.workspaces.lt_bytes(self.rt.current)
+
+    def set_cublaslt_workspace_size(self, size: int) -> None:
+        if size < 0:
+            raise ValueError("workspace size must be non-negative")
+        self.workspaces.config.lt_bytes = int(size)
 
     # -- RNG: fake CUDA random ops draw from the CPU generator, so "cuda" seeds seed that generator
 
@@ -171,8 +205,8 @@ class FakeCudaApi:
         return [self.get_rng_state() for _ in self.rt.devices]
 
     def set_rng_state_all(self, new_states) -> None:
-        for state in new_states:
-            self.set_rng_state(state)
+        for new_state in new_states:
+            self.set_rng_state(new_state)
 
     # -- install
 
@@ -199,6 +233,13 @@ class FakeCudaApi:
             (c, "Stream", self.Stream),
             (c, "Event", self.Event),
         ]
+        pairs += [
+            (torch._C, "_cuda_clearCublasWorkspaces", self.clear_cublas_workspaces),
+            (torch._C, "_cuda_getCublasWorkspaceSize", self.get_cublas_workspace_size),
+            (torch._C, "_cuda_setCublasWorkspaceSize", self.set_cublas_workspace_size),
+            (torch._C, "_cuda_getCublasLtWorkspaceSize", self.get_cublaslt_workspace_size),
+            (torch._C, "_cuda_setCublasLtWorkspaceSize", self.set_cublaslt_workspace_size),
+        ]
         a = torch.accelerator
         pairs += [
             (a, "is_available", self.is_available),
@@ -223,6 +264,11 @@ class FakeCudaApi:
         return pairs
 
     def install(self) -> None:
+        self.rt.workspaces = self.workspaces
+        self.publisher = state.Publisher(self.rt)
+        self.rt.on_usage = self.publisher.notify
+        self.reporter = report.install_from_env(self.rt)
+        persist.install(self.mode)
         for owner, name, fn in self.replacements():
             self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
             setattr(owner, name, fn)
@@ -230,6 +276,10 @@ class FakeCudaApi:
         torch.cuda._check_bf16_tensor_supported.cache_clear()
 
     def uninstall(self) -> None:
+        self.rt.workspaces = None
+        self.rt.on_usage = None
+        self.publisher.close()
+        persist.uninstall()
         while self._saved:
             owner, name, original = self._saved.pop()
             if original is _MISSING:

@@ -13,11 +13,14 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+from fakegpu.fakecuda import amp
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, malloc, unbadge
 
 Handler = Callable[["FakeCudaMode", Any, tuple, dict], Any]
 HANDLERS: dict[Any, Handler] = {}
+
+_autocast_on = torch.is_autocast_enabled
 
 # Ops that legitimately combine a CUDA tensor with CPU tensors (cross-device copies, CPU index tensors).
 _MIXED_OK: set[Any] = {
@@ -93,10 +96,20 @@ class FakeCudaMode(TorchFunctionMode):
         if device is not None:
             return factory(self, func, args, kwargs)
         index = self._common_device(func, args, kwargs)
-        out = func(*args, **kwargs)
         if index is None:
-            return out
-        return self._badge_outputs(out, index, args)
+            return func(*args, **kwargs)
+        if _autocast_on("cuda"):  # CUDA's autocast rules, applied here because the kernels are CPU ones
+            args, kwargs = amp.cast_args(self, func, args, kwargs)
+        return self._badge_outputs(func(*args, **kwargs), index, args)
+
+    def run_default(self, func, args: tuple, kwargs: dict):
+        """What __torch_function__ does for a function without a handler (inlined there: it is the hot path)."""
+        index = self._common_device(func, args, kwargs)
+        if index is None:
+            return func(*args, **kwargs)
+        if _autocast_on("cuda"):
+            args, kwargs = amp.cast_args(self, func, args, kwargs)
+        return self._badge_outputs(func(*args, **kwargs), index, args)
 
     def _common_device(self, func, args, kwargs) -> int | None:
         """The fake device of the inputs; raises PyTorch's error when inputs sit on different devices."""
@@ -163,8 +176,9 @@ _NO_META: set[Any] = {torch.tensor, torch.as_tensor, torch.asarray}
 @register(torch.Tensor.to)
 def _to(mode: FakeCudaMode, func, args, kwargs):
     self = args[0]
+    kwargs = dict(kwargs)
+    copy = kwargs.pop("copy", False)  # _parse_to knows device/dtype/non_blocking/memory_format only
     device, dtype, _non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
-    copy = kwargs.get("copy", False)
     options = {"dtype": dtype or self.dtype}
     if memory_format is not None:
         options["memory_format"] = memory_format
@@ -218,23 +232,6 @@ def _set_data(mode: FakeCudaMode, func, args, kwargs):
         badge(self, new._fc_index, mode.tracker)
     elif type(self) in FAKE_TYPES:
         unbadge(self)
-
-
-@register(torch.Tensor.pin_memory)
-def _pin_memory(mode: FakeCudaMode, func, args, kwargs):
-    # Pinned host memory needs the CUDA driver; host memory here is ordinary, and a copy keeps the
-    # "returns a new tensor" contract.
-    self = args[0]
-    if type(self) in FAKE_TYPES:
-        legacy = self.type().rsplit(".", 1)[-1]  # C++ sees the CPU type name, e.g. FloatTensor
-        raise RuntimeError(f"cannot pin 'torch.cuda.{legacy}' only dense CPU tensors can be pinned")
-    return self.clone()
-
-
-@register(torch.Tensor.is_pinned)
-def _is_pinned(mode: FakeCudaMode, func, args, kwargs):
-    return False
-
 
 
 @register(torch._has_compatible_shallow_copy_type)

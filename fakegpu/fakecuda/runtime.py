@@ -7,15 +7,17 @@ from the profile (fakegpu.profiles) through THE device-spec parser (fakegpu.devi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fakegpu.cuda_overheads import cuda_context_bytes
 from fakegpu.devices import Device, resolve_devices
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
 from fakegpu.fakecuda.config import AllocatorConfig, config_from_env
+from fakegpu.fakecuda.errors import ModelOutOfMemory
+from fakegpu.fakecuda.workspace import Workspaces
 
 MiB = 1 << 20
-
 
 
 @dataclass
@@ -40,6 +42,10 @@ class Runtime:
     current: int = 0
     spec: str = ""
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
+    workspaces: Workspaces | None = None  # cuBLAS workspaces; set up by the torch layer (it raises torch's OOM)
+    on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
+    ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
+    folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
@@ -72,10 +78,25 @@ class Runtime:
         if not dev.initialized:
             dev.initialized = True
             dev.allocator.non_pytorch_bytes += self.context_bytes(index)
+            self.usage_changed()
         return dev
 
+    def usage_changed(self) -> None:
+        if self.on_usage is not None:
+            self.on_usage()
+
     def malloc(self, index: int, nbytes: int, stream: int = 0) -> Block:
-        return self.touch(index).allocator.malloc(nbytes, stream)
+        alloc = self.touch(index).allocator
+        reserved = alloc.total_allocated_memory
+        try:
+            return alloc.malloc(nbytes, stream)
+        except ModelOutOfMemory as oom:
+            self.ooms.append(oom)
+            raise
+        finally:
+            # segments change on new cudaMalloc and on the free-and-retry before an OOM, never on a cache hit
+            if alloc.total_allocated_memory != reserved and self.on_usage is not None:
+                self.on_usage()
 
     def free(self, index: int, block: Block) -> None:
         self.devices[index].allocator.free(block)
@@ -88,6 +109,16 @@ class Runtime:
         """What nvidia-smi would list for this process on the device: context plus reserved segments."""
         alloc = self.devices[index].allocator
         return alloc.non_pytorch_bytes + alloc.total_allocated_memory
+
+    def fold_peaks(self, index: int) -> None:
+        """Keep the process-lifetime peaks across a user's reset_peak_memory_stats (preflight reports them)."""
+        self.folded_peaks[index] = self.lifetime_peaks(index)
+
+    def lifetime_peaks(self, index: int) -> tuple[int, int]:
+        """(peak allocated, peak reserved) since the process started."""
+        core = self.devices[index].allocator.stats.core
+        old = self.folded_peaks.get(index, (0, 0))
+        return max(old[0], core["allocated_bytes"]["all"].peak), max(old[1], core["reserved_bytes"]["all"].peak)
 
     def summary(self) -> list[dict]:
         rows = []

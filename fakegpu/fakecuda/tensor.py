@@ -51,6 +51,18 @@ class _FakeCudaMixin:
     def get_device(self) -> int:
         return self._fc_index
 
+    def __reduce_ex__(self, proto):
+        # Pickle exactly what torch pickles for a CUDA tensor: a plain tensor or parameter, whose storage
+        # persist.py tags "cuda:N". The badge (class, _fc_index) is lifted for the call only.
+        cls, index = type(self), self._fc_index
+        self.__class__ = _PLAIN_OF[cls]
+        del self._fc_index
+        try:
+            return self.__reduce_ex__(proto)
+        finally:
+            self.__class__ = cls
+            self._fc_index = index
+
     def __repr__(self, *args, **kwargs) -> str:
         # torch prints a subclass's name where a real CUDA tensor prints "tensor("
         text = super().__repr__(*args, **kwargs)

@@ -58,6 +58,42 @@ def train_lm(device: str, steps: int = 4) -> list[float]:
     return losses
 
 
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.head = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+def train_convnet(device: str, steps: int = 5, amp_dtype=None) -> list[float]:
+    torch.manual_seed(0)
+    model = ConvNet().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x = torch.randn(32, 3, 16, 16, device=device)
+    y = torch.randint(0, 10, (32,), device=device)
+    scaler = torch.amp.GradScaler(enabled=amp_dtype is torch.float16)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        with torch.autocast("cuda", dtype=amp_dtype or torch.float16, enabled=amp_dtype is not None):
+            loss = nn.functional.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        losses.append(nn.functional.cross_entropy(model(x), y).item())  # eval mode: BatchNorm's running stats
+    return losses
+
+
 def test_mlp_losses_match_cpu(fakecuda):
     reference = train_mlp("cpu")
     fakecuda("a100")
@@ -82,3 +118,19 @@ def test_training_leaves_everything_on_the_fake_device(fakecuda):
         assert p.grad.device == torch.device("cuda", 1) and p.grad.is_cuda
     assert torch.cuda.memory_allocated(0) == 0
     assert torch.cuda.memory_allocated(1) > 0
+
+
+def test_convnet_losses_match_cpu(fakecuda):
+    reference = train_convnet("cpu")
+    fakecuda("a100")
+    assert reference[4] < reference[0]
+    assert train_convnet("cuda") == pytest.approx(reference, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_convnet_trains_under_cuda_autocast(fakecuda, dtype):
+    reference = train_convnet("cpu")
+    fakecuda("a100")
+    losses = train_convnet("cuda", amp_dtype=getattr(torch, dtype))
+    # mixed precision: the same trajectory to half-precision tolerance
+    assert losses == pytest.approx(reference, rel=2e-2)

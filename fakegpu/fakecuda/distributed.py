@@ -1,0 +1,226 @@
+"""torch.distributed backend "nccl" under fakecuda: real collectives, carried by gloo on the CPU tensors.
+
+A fake CUDA tensor is a CPU tensor to C++ (tensor.py), so c10d dispatches its collectives to whatever backend
+the process group registered for the *cpu* device type. install() re-registers the backend name "nccl" through
+torch's own extension point, `Backend.register_backend` (torch itself registers its builtin backends that way),
+with a creator that builds torch's ProcessGroupGloo and registers it on the group for both cpu and cuda.
+Everything above the backend (init_process_group's rendezvous, env:// and tcp://, `get_backend()` == "nccl",
+DDP's reducer) is torch's unchanged code, and the numbers are real: gloo moves each rank's actual data.
+(FSDP needs more than a backend; README.md says what.)
+
+Calls and bytes per collective come from ProcessGroup.register_pre_hook, torch's per-group hook that also sees
+the collectives C++ issues (DDP's bucket all-reduces), not only the Python API.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
+
+# What NCCL version a CPU build of torch (which has no NCCL) reports: the one PyPI's CUDA torch 2.15 bundles.
+_FALLBACK_NCCL_VERSION = (2, 30, 7)
+
+
+@dataclass
+class CollectiveCount:
+    calls: int = 0
+    bytes: int = 0  # nccl-tests' "size": the larger of what a rank sends and what it receives, per call
+
+
+class CollectiveStats:
+    """Per-process counts of collectives by op name (all_reduce, all_gather_into_tensor, ...). Thread-safe:
+    c10d may issue collectives from its own threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ops: dict[str, CollectiveCount] = {}
+
+    def record(self, op: str, nbytes: int) -> None:
+        with self._lock:
+            count = self._ops.get(op)
+            if count is None:
+                count = self._ops[op] = CollectiveCount()
+            count.calls += 1
+            count.bytes += nbytes
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return {op: {"calls": c.calls, "bytes": c.bytes} for op, c in sorted(self._ops.items())}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._ops.clear()
+
+
+STATS = CollectiveStats()
+
+
+def collective_stats() -> dict[str, dict[str, int]]:
+    """{op: {"calls": n, "bytes": b}} for this process since activation (or the last reset)."""
+    return STATS.snapshot()
+
+
+def reset_collective_stats() -> None:
+    STATS.reset()
+
+
+# c10d's hook names, as the torch.distributed functions that issue them are called (what a report reader knows).
+_OP_NAMES = {
+    "ALLREDUCE": "all_reduce", "ALLREDUCE_COALESCED": "all_reduce_coalesced", "BROADCAST": "broadcast",
+    "REDUCE": "reduce", "ALLGATHER": "all_gather", "ALLGATHER_BASE": "all_gather_into_tensor",
+    "ALLGATHER_COALESCED": "all_gather_coalesced",
+    "ALLGATHER_INTO_TENSOR_COALESCED": "all_gather_into_tensor_coalesced", "REDUCE_SCATTER": "reduce_scatter",
+    "REDUCE_SCATTER_BASE": "reduce_scatter_tensor",
+    "REDUCE_SCATTER_TENSOR_COALESCED": "reduce_scatter_tensor_coalesced",
+    "ALLTOALL": "all_to_all", "ALLTOALL_BASE": "all_to_all_single",
+    "BARRIER": "barrier", "SCATTER": "scatter", "GATHER": "gather", "SEND": "send", "RECV": "recv",
+}
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _count(args) -> None:
+    # A hook that raised would fail the collective; counting must never do that.
+    try:
+        op = _OP_NAMES.get(args.name.name, args.name.name.lower())
+        STATS.record(op, max(_nbytes(args.input_tensors), _nbytes(args.output_tensors)))
+    except Exception:
+        STATS.record("uncounted", 0)
+
+
+_HOOK_ID = 0x66616B65  # "fake": one id per group, so a second registration replaces rather than doubles
+
+
+def _create_nccl_on_gloo(opts, backend_options) -> dist.Backend:
+    """The "nccl" creator: torch's own gloo creator, serving the group's cpu and cuda device types.
+
+    backend_options is a ProcessGroupNCCL.Options when the caller passed pg_options; gloo has no use for NCCL's
+    knobs (streams, NVLS, ...), so they are accepted and not applied, as gloo itself would ignore them.
+    """
+    c10d.Backend._ensure_backend_registered(c10d.Backend.GLOO)
+    gloo = c10d.Backend._plugins[c10d.Backend.GLOO.upper()].creator_fn(opts, None)
+    group = opts.process_group
+    if group is not None:
+        # c10d picks a backend by the tensor's C++ device type, which for a fake CUDA tensor is cpu. The helper
+        # registers this backend for "cuda" (NCCL's capability); cpu is added here so "cuda:nccl" stays what
+        # get_backend_config() reports, as with real NCCL.
+        group._register_backend(torch.device("cpu"), _BACKEND_TYPE, gloo)
+        group.register_pre_hook(_HOOK_ID, _count)
+    _drain_at_exit()
+    return gloo
+
+
+# Why a pause at exit: a gloo worker thread destroys each finished work just *after* waking the waiter, and the
+# work holds the collective's tensors. Fake CUDA tensors (like any tensor Python still knew) keep a Python
+# object, so that destruction takes the GIL. If the main thread has meanwhile reached interpreter
+# finalization, CPython 3.11 ends the worker thread inside a noexcept destructor and the process dies with
+# "terminate called without an active exception" (SIGABRT; measured with plain gloo + DDP too, about 1 run in
+# 3 on this machine). Releasing the GIL briefly from an atexit handler, which runs before finalization starts,
+# lets the workers finish. Registered once, on the first group, so processes without one pay nothing.
+_EXIT_DRAIN_S = 0.1
+_drain_registered = False
+
+
+def _drain_gloo_workers() -> None:
+    time.sleep(_EXIT_DRAIN_S)
+
+
+def _drain_at_exit() -> None:
+    global _drain_registered
+    if not _drain_registered:
+        _drain_registered = True
+        atexit.register(_drain_gloo_workers)
+
+
+# The type c10d files the backend under. NCCL, so that every torch-level view of the group (its default
+# backend, _get_backend_name(), code that branches on "nccl") is what a real NCCL group shows; code that needs
+# the C++ class itself goes by the object, and isinstance(..., ProcessGroupNCCL) is honestly False.
+_BACKEND_TYPE = dist.ProcessGroup.BackendType.NCCL
+_NCCL = c10d.Backend.NCCL
+
+
+class _Installed:
+    """What install() replaced, so uninstall() can put torch back exactly."""
+
+    def __init__(self) -> None:
+        B = c10d.Backend
+        self.plugin = B._plugins.get(_NCCL.upper())
+        self.capability = list(B.backend_capability.get(_NCCL, ["cuda"]))
+        self.backend_type = B.backend_type_map.get(_NCCL)
+        self.functions: list[tuple[Any, str, Any]] = []
+
+    def replace(self, owner: Any, name: str, fn: Any) -> None:
+        self.functions.append((owner, name, getattr(owner, name, None)))
+        setattr(owner, name, fn)
+
+    def restore(self) -> None:
+        B = c10d.Backend
+        if self.plugin is None:
+            # torch registers its builtins lazily, from entry points, the first time a name is asked for
+            B._plugins.pop(_NCCL.upper(), None)
+        else:
+            B._plugins[_NCCL.upper()] = self.plugin
+        B.backend_capability[_NCCL] = self.capability
+        if self.backend_type is not None:
+            B.backend_type_map[_NCCL] = self.backend_type
+        while self.functions:
+            owner, name, original = self.functions.pop()
+            setattr(owner, name, original)
+
+
+_installed: _Installed | None = None
+
+
+def install() -> None:
+    """Make backend "nccl" mean NCCL-on-gloo in this process (fakecuda.activate() calls this)."""
+    global _installed
+    if _installed is not None:
+        return
+    state = _Installed()
+    c10d.Backend.register_backend(_NCCL, _create_nccl_on_gloo, extended_api=True, devices=state.capability,
+                                  _backend_type=_BACKEND_TYPE)
+    # A CPU build of torch has no NCCL at all: answer as the CUDA build does.
+    if not hasattr(torch._C, "_nccl_version"):
+        state.replace(torch.cuda.nccl, "version", nccl_version)
+        state.replace(torch.cuda.nccl, "is_available", nccl_is_available)
+    if not dist.is_nccl_available():
+        state.replace(dist, "is_nccl_available", _true)
+        state.replace(c10d, "is_nccl_available", _true)
+    _installed = state
+
+
+def uninstall() -> None:
+    global _installed
+    if _installed is not None:
+        _installed.restore()
+        _installed = None
+
+
+def _true() -> bool:
+    return True
+
+
+def nccl_version() -> tuple[int, int, int]:
+    return _FALLBACK_NCCL_VERSION
+
+
+def nccl_is_available(tensors) -> bool:
+    """torch.cuda.nccl.is_available's rule (dense, contiguous, CUDA, one tensor per device) for a CPU build."""
+    devices = set()
+    for t in tensors:
+        if t.is_sparse or not t.is_contiguous() or not t.is_cuda or t.get_device() in devices:
+            return False
+        devices.add(t.get_device())
+    return True
+
+
+__all__ = ["CollectiveStats", "collective_stats", "install", "reset_collective_stats", "uninstall"]

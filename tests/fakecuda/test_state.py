@@ -1,0 +1,87 @@
+"""fakecuda publishes its device memory to the shared state; the native nvidia-smi lists the process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fakegpu.fakecuda.runtime import Runtime
+from fakegpu.fakecuda.state import INTERVAL_S, Publisher, state_dir
+from tests.conftest import IN_CI, REPO
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+
+def read(publisher: Publisher) -> dict[int, int]:
+    if not os.path.exists(publisher.path):
+        return {}
+    rows = {}
+    for line in open(publisher.path).read().splitlines():
+        cells = dict(c.split("=", 1) for c in line.split("\t")[1:])
+        assert cells["pid"] == str(os.getpid()) and cells["type"] == "C" and "\t" not in cells["name"]
+        rows[int(cells["device"])] = int(cells["used_bytes"])
+    return rows
+
+
+def test_state_dir_resolution(tmp_path):
+    assert state_dir({"FAKEGPU_STATE_DIR": str(tmp_path)}) == str(tmp_path)
+    if not os.path.isdir("/run/fakegpu"):
+        assert state_dir({"TMPDIR": "/x"}) == f"/x/fakegpu-{os.getuid()}"
+
+
+def test_usage_is_context_plus_reserved_rises_at_once_falls_throttled(tmp_path):
+    rt = Runtime.from_spec("a100:2", environ={})
+    pub = Publisher(rt, str(tmp_path))
+    rt.on_usage = pub.notify
+    assert read(pub) == {}                       # nothing used, no file
+    block = rt.malloc(1, 100 * MiB)              # context + one 100 MiB segment, published at once
+    context = rt.context_bytes(1)
+    assert read(pub) == {1: context + 100 * MiB}
+    rt.free(1, block)                            # cached: nvidia-smi still shows the segment
+    rt.malloc(1, 100)                            # a cache hit on a new small segment: 2 MiB more, a rise
+    assert read(pub) == {1: context + 102 * MiB}
+    rt.devices[1].allocator.empty_cache()
+    rt.usage_changed()                           # a fall right after a write waits for the interval
+    assert read(pub) == {1: context + 102 * MiB}
+    time.sleep(INTERVAL_S * 3)
+    assert read(pub) == {1: context + 2 * MiB}
+    pub.close()
+    assert not os.path.exists(pub.path) and not os.listdir(tmp_path)
+
+
+SCRIPT = """
+import sys, torch
+import fakegpu.fakecuda.auto
+x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.torch
+def test_nvidia_smi_lists_the_fakecuda_process(tmp_path):
+    pytest.importorskip("torch")
+    smi = REPO / "native" / "build" / "bin" / "nvidia-smi"
+    if not smi.exists():
+        if IN_CI:
+            pytest.fail("native/build/bin/nvidia-smi missing under CI: `make native` must run first")
+        pytest.skip("native nvidia-smi not built (make native)")
+    env = {**os.environ, "FAKEGPU_DEVICES": "a100", "FAKEGPU_STATE_DIR": str(tmp_path)}
+    child = subprocess.Popen([sys.executable, "-c", SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        out = subprocess.run([str(smi), "--query-compute-apps=pid,used_memory", "--format=csv"], env=env,
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        # 1 GiB in one segment plus the A100's CUDA context (fakegpu.cuda_overheads: 420 MiB)
+        assert f"{child.pid}, {1024 + 420} MiB" in out.stdout.splitlines()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+    assert not (tmp_path / f"{child.pid}.proc").exists()  # removed at exit

@@ -1,0 +1,89 @@
+"""cuBLAS / cuBLASLt workspaces through the allocator model, as torch 2.15 takes them (see workspace.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakegpu.cuda_overheads import cublas_workspace_bytes
+from fakegpu.fakecuda.workspace import BlasConfig, parse_workspace_config
+
+MiB = 1 << 20
+KiB = 1 << 10
+
+
+def test_workspace_config_parsing():
+    assert parse_workspace_config(":4096:8") == 32 * MiB
+    assert parse_workspace_config(":4096:2:16:8") == 4096 * KiB * 2 + 16 * KiB * 8
+    assert parse_workspace_config("garbage") is None
+    config = BlasConfig.from_env({"TORCH_CUBLAS_WORKSPACE_CACHE": "1", "CUBLAS_WORKSPACE_CONFIG": ":16:8",
+                                  "CUBLASLT_WORKSPACE_SIZE": "2048", "TORCH_CUBLASLT_UNIFIED_WORKSPACE": "0"})
+    assert (config.caching, config.unified, config.chosen_override, config.lt_bytes) == (True, False, 128 * KiB,
+                                                                                         2 * MiB)
+    assert BlasConfig.from_env({}) == BlasConfig()
+
+
+torch_tests = pytest.mark.torch
+
+
+def _matmul_deltas(torch):
+    a = torch.randn(64, 64, device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    c = a @ a
+    return c, torch.cuda.memory_allocated() - base, torch.cuda.max_memory_allocated() - base
+
+
+@torch_tests
+def test_first_matmul_takes_a_transient_workspace_by_default(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    _, kept, peak = _matmul_deltas(torch)
+    ws = cublas_workspace_bytes((8, 0))  # 8 MiB + 128 KiB: a 1-10 MiB request, so a 20 MiB segment
+    assert kept == 64 * 64 * 4  # only the product stays allocated
+    assert peak == 64 * 64 * 4 + ws
+    assert torch.cuda.memory_reserved() == 2 * MiB + 20 * MiB  # the small-pool segment and the workspace's
+    assert torch.backends.cuda.cublas_workspace_size() == ws
+
+
+@torch_tests
+def test_bias_linear_holds_the_cublaslt_workspace(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    layer = torch.nn.Linear(64, 64).cuda()
+    x = torch.randn(8, 64, device="cuda")
+    base = torch.cuda.memory_allocated()
+    y = layer(x)
+    assert torch.cuda.memory_allocated() - base == 8 * 64 * 4 + 1 * MiB  # output + the 1 MiB Lt workspace
+    y2 = layer(x)  # held per device, taken once
+    assert torch.cuda.memory_allocated() - base == 2 * 8 * 64 * 4 + 1 * MiB
+    torch._C._cuda_clearCublasWorkspaces()
+    assert torch.cuda.memory_allocated() - base == 2 * 8 * 64 * 4
+    del y, y2
+
+
+@torch_tests
+@pytest.mark.parametrize(("profile", "cc"), [("h100", (9, 0)), ("t4", (7, 5))])
+def test_cached_workspace_stays_allocated_after_the_first_matmul(fakecuda, monkeypatch, profile, cc):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setenv("TORCH_CUBLAS_WORKSPACE_CACHE", "1")
+    fakecuda(profile)
+    _, kept, _ = _matmul_deltas(torch)
+    assert kept == 64 * 64 * 4 + cublas_workspace_bytes(cc)
+    _, kept_again, _ = _matmul_deltas(torch)
+    assert kept_again == 64 * 64 * 4  # one workspace per device, reused
+    layer = torch.nn.Linear(64, 64).cuda()
+    before = torch.cuda.memory_allocated()
+    layer(torch.randn(4, 64, device="cuda"))
+    # unified: cuBLASLt uses the cuBLAS workspace, nothing new beyond input and output
+    assert torch.cuda.memory_allocated() - before <= 2 * 4 * 64 * 4 + 1024
+
+
+@torch_tests
+def test_workspace_counts_toward_out_of_memory(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(30 * MiB / total)
+    a = torch.empty(1024, 2048, device="cuda")  # 8 MiB in a 20 MiB segment
+    with pytest.raises(torch.cuda.OutOfMemoryError, match=r"Tried to allocate 20\.00 MiB.*12\.00 MiB is allocated"):
+        a @ a.t()  # the 4 MiB product fits the segment; the 8.125 MiB workspace needs a second 20 MiB one
