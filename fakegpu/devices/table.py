@@ -12,8 +12,7 @@ newline. The hook and `fakegpu run` write it; libnvidia-ml, the CUDA shims and f
 
 from __future__ import annotations
 
-import os
-
+from fakegpu.atomic_file import write_atomic
 from fakegpu.devices.device import Device
 
 # typing, pathlib and tempfile cost milliseconds on the hook's path, at every container start.
@@ -78,28 +77,8 @@ def render_table(devices: Iterable[Device], spec: str, seed: str) -> str:
 
 
 def write_table(path: str | Path, devices: Iterable[Device], spec: str, seed: str) -> None:
-    """Write atomically (temp file + rename in the same folder), so a reader never sees half a table."""
-    text = render_table(devices, spec, seed)
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    for attempt in range(100):
-        tmp = os.path.join(folder, f".devices-{os.getpid()}-{attempt}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"cannot make a temporary file in {folder}")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write atomically, so a reader never sees half a table."""
+    write_atomic(path, render_table(devices, spec, seed), mode=0o644)
 
 
 def render_catalog_table(profiles: Iterable[Profile]) -> str:

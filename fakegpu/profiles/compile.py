@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from fakegpu.atomic_file import write_atomic
 from fakegpu.errors import CatalogError
 from fakegpu.profiles.catalog import CATALOG_FORMAT, COMPILED_CATALOG, Profile
 from fakegpu.profiles.invariants import check_catalog
@@ -132,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     files = outputs(catalog, args.output)
     for path, text in files.items():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     print(f"wrote {', '.join(str(p) for p in files)}: {count} profiles")
     return 0
 

@@ -12,10 +12,11 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from fakegpu.atomic_file import write_atomic
 
 DEFAULT_DAEMON_JSON = Path("/etc/docker/daemon.json")
 DEFAULT_PID_FILE = Path("/var/run/docker.pid")
@@ -80,16 +81,7 @@ def without_runtime(data: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=".daemon.json.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def reload_daemon(pid_file: Path = DEFAULT_PID_FILE) -> str:

@@ -17,8 +17,8 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 
+from fakegpu.atomic_file import write_atomic
 from fakegpu_hook.runtime import GLOBAL_OPTIONS_WITH_VALUE
 
 RUNTIME_FRONT = "fakegpu-container-runtime"
@@ -153,16 +153,7 @@ def write_fronts(files: dict[str, str]) -> list[str]:
             pass
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".front.", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, 0o755)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(path, text, mode=0o755)
         written.append(path)
     return written
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from fakegpu.atomic_file import write_atomic
+
 # typing, pathlib and tempfile cost milliseconds at every container start; os.path does the job.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -56,18 +58,7 @@ class Spec:
         """Write back atomically, so runc never reads half a config.json, keeping the file's mode."""
         if self.path is None:
             raise SpecError("an in-memory spec has no file to flush to")
-        mode = os.stat(self.path).st_mode & 0o7777
-        tmp = os.path.join(os.path.dirname(os.path.abspath(self.path)), f".config.json.fakegpu-{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.data, f, separators=(",", ":"))
-            os.chmod(tmp, mode)
-            os.replace(tmp, self.path)
-        except BaseException:
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            raise
+        write_atomic(self.path, json.dumps(self.data, separators=(",", ":")))
 
 
 def read_state(text: str) -> dict[str, Any]:
