@@ -16,6 +16,7 @@ import torch.cuda.memory
 import torch.cuda.random
 
 from fakegpu.fakecuda import (
+    backward,
     blas,  # noqa: F401  (registers the matrix-product handlers on the mode)
     persist,
     report,
@@ -33,15 +34,15 @@ class FakeCudaApi:
         self.mode = mode
         self.rt = mode.runtime
         self._saved: list[tuple[Any, str, Any]] = []
-        self.streams = StreamState(self.rt.count)
+        self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
         self.workspaces = Workspaces(BlasConfig.from_env(), lambda i, n: malloc(rt, i, n), rt.free,
                                      lambda i: rt.devices[i].profile.compute_capability)
         api = self
 
         class Stream(FakeStream):
-            def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-                super().__init__(device, priority, index=api.checked(device))
+            def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+                return super().__new__(cls, device, priority, index=api.checked(device))
 
         class Event(FakeEvent):
             pass
@@ -116,12 +117,16 @@ class FakeCudaApi:
 
     def set_stream(self, stream: FakeStream) -> None:
         if stream is not None:
-            self.streams.current[stream.device_index] = stream
+            self.streams.set_current(stream)
 
     def stream(self, stream: FakeStream | None) -> StreamContext:
         return StreamContext(self.streams, stream)
 
     def current_accelerator(self, check_available: bool = False) -> torch.device:
+        return torch.device("cuda")
+
+    def accelerator(self) -> torch.device:
+        """torch._C's accelerator queries (FSDP2's default mesh, barrier, get_device_module) say cuda."""
         return torch.device("cuda")
 
     def set_device_index(self, device: Any) -> None:
@@ -234,6 +239,8 @@ class FakeCudaApi:
             (c, "Event", self.Event),
         ]
         pairs += [
+            (torch._C, "_get_accelerator", self.accelerator),
+            (torch._C, "_accelerator_getAccelerator", self.accelerator),
             (torch._C, "_cuda_clearCublasWorkspaces", self.clear_cublas_workspaces),
             (torch._C, "_cuda_getCublasWorkspaceSize", self.get_cublas_workspace_size),
             (torch._C, "_cuda_setCublasWorkspaceSize", self.set_cublas_workspace_size),
@@ -269,17 +276,21 @@ class FakeCudaApi:
         self.rt.on_usage = self.publisher.notify
         self.reporter = report.install_from_env(self.rt)
         persist.install(self.mode)
+        backward.install(self.mode)
         for owner, name, fn in self.replacements():
             self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
             setattr(owner, name, fn)
-        # get_device_capability/get_device_name and friends cache nothing, but bf16 support probing does.
+        # get_device_capability/get_device_name and friends cache nothing, but bf16 support probing and
+        # get_device_module() (the module of the current accelerator) do.
         torch.cuda._check_bf16_tensor_supported.cache_clear()
+        torch.get_device_module.cache_clear()
 
     def uninstall(self) -> None:
         self.rt.workspaces = None
         self.rt.on_usage = None
         self.publisher.close()
         persist.uninstall()
+        backward.uninstall()
         while self._saved:
             owner, name, original = self._saved.pop()
             if original is _MISSING:
@@ -287,6 +298,7 @@ class FakeCudaApi:
             else:
                 setattr(owner, name, original)
         torch.cuda._check_bf16_tensor_supported.cache_clear()
+        torch.get_device_module.cache_clear()
 
 
 _MISSING = object()

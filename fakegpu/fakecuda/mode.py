@@ -14,6 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from fakegpu.fakecuda import amp
+from fakegpu.fakecuda.backward import in_backward, wrap_tensor_hook
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, malloc, unbadge
 
@@ -136,7 +137,8 @@ class FakeCudaMode(TorchFunctionMode):
                                 raise device_mismatch(f"cuda:{index}", f"cuda:{x._fc_index}")
                         elif (tx is torch.Tensor or tx is torch.nn.Parameter) and x.dim() != 0:
                             cpu_seen = True
-        if index is not None and cpu_seen and func not in _MIXED_OK:
+        # In backward, C++ kernels' fresh gradients reach Python as plain CPU tensors (backward.py): let them mix.
+        if index is not None and cpu_seen and func not in _MIXED_OK and not in_backward():
             raise device_mismatch(f"cuda:{index}", "cpu")
         return index
 
@@ -232,6 +234,25 @@ def _set_data(mode: FakeCudaMode, func, args, kwargs):
         badge(self, new._fc_index, mode.tracker)
     elif type(self) in FAKE_TYPES:
         unbadge(self)
+
+
+@register(torch.Tensor.register_hook)
+def _register_hook(mode: FakeCudaMode, func, args, kwargs):
+    self, hook = args[0], (args[1] if len(args) > 1 else kwargs.pop("hook"))
+    return func(self, wrap_tensor_hook(mode, self, hook), *args[2:], **kwargs)
+
+
+@register(torch.Tensor.record_stream)
+def _record_stream(mode: FakeCudaMode, func, args, kwargs):
+    """The allocator keeps the storage's block from reuse until work on `stream` is done (allocator.py).
+    torch's argument parser has already required a torch.Stream (streams.FakeStream is one)."""
+    self, stream = args[0], (args[1] if len(args) > 1 else kwargs["s"])
+    if type(self) not in FAKE_TYPES:
+        return func(*args, **kwargs)  # a CPU tensor: torch's own error
+    entry = mode.tracker.live.get(self.untyped_storage()._cdata)
+    if entry is not None:
+        mode.runtime.devices[entry[0]].allocator.record_stream(entry[1], stream.stream_id)
+    return None
 
 
 @register(torch._has_compatible_shallow_copy_type)

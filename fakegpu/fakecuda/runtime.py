@@ -46,6 +46,8 @@ class Runtime:
     on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
+    # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
+    current_stream: list[int] = field(default_factory=list)
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
@@ -85,7 +87,9 @@ class Runtime:
         if self.on_usage is not None:
             self.on_usage()
 
-    def malloc(self, index: int, nbytes: int, stream: int = 0) -> Block:
+    def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block:
+        if stream is None:
+            stream = self.current_stream[index] if self.current_stream else 0
         alloc = self.touch(index).allocator
         reserved = alloc.total_allocated_memory
         try:

@@ -16,21 +16,20 @@ import torch
 _stream_ids = itertools.count(1)
 
 
-class FakeStream:
-    """What torch.cuda.Stream offers (query, synchronize, wait_event, wait_stream, record_event, ...)."""
+class FakeStream(torch.Stream):
+    """What torch.cuda.Stream offers (query, synchronize, wait_event, wait_stream, record_event, ...).
 
-    def __init__(self, device: Any = None, priority: int = 0, *, stream_id: int | None = None, index: int = 0):
-        self.device_index = index
+    A torch.Stream (device type CUDA, made from ids only, which touches no driver) because C++ entry points
+    such as `Tensor.record_stream` accept nothing else; every method that would reach the device is
+    answered here. stream_id, device_index, device_type and device are torch.Stream's own.
+    """
+
+    def __new__(cls, device: Any = None, priority: int = 0, *, stream_id: int | None = None, index: int = 0):
+        stream_id = next(_stream_ids) if stream_id is None else stream_id
+        return super().__new__(cls, stream_id=stream_id, device_index=index, device_type=1)  # 1: CUDA
+
+    def __init__(self, device: Any = None, priority: int = 0, **_ids: Any) -> None:
         self.priority = priority
-        self.stream_id = next(_stream_ids) if stream_id is None else stream_id
-
-    @property
-    def device(self) -> torch.device:
-        return torch.device("cuda", self.device_index)
-
-    @property
-    def device_type(self) -> int:
-        return 1  # c10::DeviceType::CUDA
 
     @property
     def cuda_stream(self) -> int:
@@ -94,11 +93,21 @@ class FakeEvent:
 
 
 class StreamState:
-    """The current stream of each device."""
+    """The current stream of each device; its id also goes to `ids` (the runtime's list), which picks the
+    allocator pool a new block comes from, as the caching allocator picks the pool of the current stream."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, ids: list[int] | None = None) -> None:
         self.default = [FakeStream(stream_id=0, index=i) for i in range(count)]
         self.current = list(self.default)
+        self.ids = ids if ids is not None else []
+        self.ids[:] = [0] * count
+
+    def set_current(self, stream: FakeStream) -> FakeStream:
+        """Make `stream` current on its device; returns the stream it replaces."""
+        previous = self.current[stream.device_index]
+        self.current[stream.device_index] = stream
+        self.ids[stream.device_index] = stream.stream_id
+        return previous
 
 
 class StreamContext:
@@ -109,10 +118,9 @@ class StreamContext:
 
     def __enter__(self) -> FakeStream | None:
         if self.stream is not None:
-            self.previous = self.state.current[self.stream.device_index]
-            self.state.current[self.stream.device_index] = self.stream
+            self.previous = self.state.set_current(self.stream)
         return self.stream
 
     def __exit__(self, *exc: object) -> None:
         if self.stream is not None:
-            self.state.current[self.stream.device_index] = self.previous
+            self.state.set_current(self.previous)

@@ -1,0 +1,106 @@
+"""The fake CUDA surface inside autograd's backward: the mode is on the stack while the engine runs Python.
+
+Why it is needed: `loss.backward()` reaches the engine from inside FakeCudaMode.__torch_function__, and torch
+pops a mode off the torch-function stack for the duration of its own handler (so that calling `func` there
+does not recurse). The engine captures the thread-local state at that moment, with the stack empty, and every
+Python callback it runs (tensor hooks, Node hooks, post-accumulate-grad hooks, module full backward hooks,
+autograd.Function.backward, checkpoint recomputation, queue_callback) ran without fakecuda: `device="cuda"`
+reached the real, absent CUDA.
+
+What this does:
+- wraps torch.autograd's engine entry `_engine_run_backward` (the one function that both backward() and
+  grad() call, and the one torch.compiler itself swaps the same way) so that the mode is pushed for the
+  engine's run; the engine then hands that stack to every Python callback;
+- marks the thread as "in backward" for that run. Gradients that C++ backward kernels produce are fresh
+  tensors, and a fresh tensor reaches Python as a plain CPU tensor (only tensors first seen in Python carry a
+  badge). Inside backward the mode therefore lets such plain tensors meet fake CUDA ones (no device-mismatch
+  error) and badges the result with the fake device;
+- pushes the mode around saved-tensor pack hooks (`torch.autograd.graph.saved_tensors_hooks`, which
+  checkpoint uses): C++ calls them from inside an op, that is from inside the mode's own handler, where the
+  mode is off the stack for the same reason;
+- badges the gradient a `Tensor.register_hook` hook receives with its tensor's device, so `grad.device` is
+  `cuda:N` there (the common hook; Node hooks and autograd.Function.backward still see plain CPU grads).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+import torch
+import torch.autograd
+import torch.autograd.graph
+
+from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
+
+_local = threading.local()
+_saved: list[tuple[Any, str, Any]] = []
+
+
+def in_backward() -> bool:
+    """True while this thread runs (Python called from) an autograd engine run started under fakecuda."""
+    return getattr(_local, "depth", 0) > 0
+
+
+def _on_stack(mode: Any) -> bool:
+    get = torch._C._get_function_stack_at
+    return any(get(i) is mode for i in range(torch._C._len_torch_function_stack()))
+
+
+def under_mode(mode: Any, fn: Any, backward: bool = False) -> Any:
+    """`fn`, called with the mode on the torch-function stack (pushed only when it is not there already)."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if backward:
+            _local.depth = getattr(_local, "depth", 0) + 1
+        try:
+            if _on_stack(mode):  # e.g. backward() called from a hook that already runs under the mode
+                return fn(*args, **kwargs)
+            with mode:  # push; popped on the way out
+                return fn(*args, **kwargs)
+        finally:
+            if backward:
+                _local.depth -= 1
+
+    return call
+
+
+def install(mode: Any) -> None:
+    """Route autograd's engine entry and saved-tensor hook registration through the mode; see uninstall()."""
+    if _saved:
+        return
+    run_backward = under_mode(mode, torch.autograd.graph._engine_run_backward, backward=True)
+    push_hooks = torch._C._autograd._push_saved_tensors_default_hooks
+
+    def push_saved_tensors_hooks(pack_hook, unpack_hook):
+        # unpack runs in backward (covered by the engine entry) or in plain Python; pack runs inside ops
+        return push_hooks(under_mode(mode, pack_hook), unpack_hook)
+
+    for owner, name, fn in ((torch.autograd.graph, "_engine_run_backward", run_backward),
+                            (torch.autograd, "_engine_run_backward", run_backward),
+                            (torch._C._autograd, "_push_saved_tensors_default_hooks", push_saved_tensors_hooks)):
+        _saved.append((owner, name, getattr(owner, name)))
+        setattr(owner, name, fn)
+
+
+def uninstall() -> None:
+    while _saved:
+        owner, name, original = _saved.pop()
+        setattr(owner, name, original)
+
+
+def wrap_tensor_hook(mode: Any, tensor: torch.Tensor, hook: Any) -> Any:
+    """`hook` for Tensor.register_hook on a fake tensor: its gradient arrives badged with the tensor's device."""
+    if type(tensor) not in FAKE_TYPES:
+        return hook
+    index = tensor._fc_index
+
+    @functools.wraps(hook)
+    def badged(grad):
+        if type(grad) is torch.Tensor:
+            badge(grad, index, mode.tracker)
+        return hook(grad)
+
+    return badged
