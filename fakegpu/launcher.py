@@ -32,6 +32,9 @@ from fakegpu.devices.table import write_table
 from fakegpu.errors import EXIT_USAGE, FakeGPUError
 
 MODES = ("native", "fakecuda")
+# native mode's device memory: "full" keeps the bytes written to the device; "accounting" reserves address
+# space and counts, but drops writes (device memory reads as zeros), so loading a model costs no host RAM.
+MEMORY_MODES = ("full", "accounting")
 DEFAULT_DEVICES = "a100:1"
 
 # Our libraries, in the order they are preloaded (a library before the ones that link it), and where the
@@ -158,6 +161,8 @@ def prepare(
     base_env: Mapping[str, str] | None = None,
     lib_dir: str | os.PathLike[str] | None = None,
     seed: str | None = None,
+    memory: str | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
 
@@ -165,6 +170,10 @@ def prepare(
     """
     if mode not in MODES:
         raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")
+    if memory is not None and memory not in MEMORY_MODES:
+        raise LaunchUsageError(f"unknown memory mode {memory!r}; expected one of: {', '.join(MEMORY_MODES)}")
+    if (memory is not None or report_dir is not None) and mode != "native":
+        raise LaunchUsageError("--memory and --report-dir apply to native mode only")
     env = dict(os.environ if base_env is None else base_env)
     spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
@@ -190,6 +199,11 @@ def prepare(
             env.pop("FAKEGPU_RUNTIME", None)
             env.setdefault("FAKEGPU_DRIVER_VERSION", NATIVE_DRIVER_VERSION)
             env.setdefault("FAKEGPU_CUDA_VERSION", NATIVE_CUDA_VERSION)
+            if memory is not None:
+                env["FAKEGPU_MEMORY"] = memory
+            if report_dir is not None:  # one fakegpu-native-<pid>.json per process (native/cuda/report.schema.json)
+                Path(report_dir).mkdir(parents=True, exist_ok=True)
+                env["FAKEGPU_REPORT_DIR"] = str(Path(report_dir).resolve())
             lib_folder = str(libs[0].parent.resolve())
             _prepend(env, "LD_PRELOAD", *(str(p.resolve()) for p in libs), sep=":")
             _prepend(env, "LD_LIBRARY_PATH", lib_folder, sep=":")
@@ -208,11 +222,13 @@ def run(
     devices: str | None = None,
     mode: str = "native",
     lib_dir: str | os.PathLike[str] | None = None,
+    memory: str | None = None,
+    report_dir: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do)."""
     if not command:
         raise LaunchUsageError("no command given: fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...")
-    launch = prepare(devices, mode, lib_dir=lib_dir)
+    launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir)
     try:
         try:
             proc = subprocess.run(list(command), env=launch.env, check=False)

@@ -1,4 +1,4 @@
-"""`fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...`: run a command with fake GPUs."""
+"""`fakegpu run [--devices SPEC] [--mode native|fakecuda] [--memory full|accounting] -- CMD ...`."""
 
 from __future__ import annotations
 
@@ -19,12 +19,25 @@ def run(
         help="native: FakeGPU's CUDA libraries under the unmodified program (kernels are not executed, "
         "tensor values are not valid); fakecuda: PyTorch math on the CPU with a faked CUDA surface.",
     ),
+    memory: str | None = typer.Option(
+        None,
+        "--memory",
+        help="native mode's device memory: full (default, $FAKEGPU_MEMORY) keeps bytes written to the device; "
+        "accounting reserves and counts only, device memory reads as zeros (tensor values are not kept), "
+        "so loading a large model costs almost no host RAM.",
+    ),
+    report_dir: str | None = typer.Option(
+        None,
+        "--report-dir",
+        help="native mode: each process writes fakegpu-native-<pid>.json there at exit "
+        "(schema: native/cuda/report.schema.json).",
+    ),
 ) -> None:
     """Run CMD seeing fake GPUs; exits with CMD's status."""
     from fakegpu.launcher import run as launch
 
     try:
-        rc = launch(command or [], devices=devices, mode=mode)
+        rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     raise typer.Exit(rc)

@@ -13,7 +13,8 @@ CU_FLAGS := $(B)/cuda-include/flags
 CU_CFLAGS = $(filter-out -Invml -I$(B)/include -I$(GEN),$(CFLAGS)) -I$(CU)/common -I$(CU)/driver -I$(CU)/runtime \
             -I$(CU)/blas -I$(CU_GEN) $(shell cat $(CU_FLAGS) 2>/dev/null)
 CU_GENPY := $(ROOT)/tools/gen_cuda_stubs.py
-CU_COMMON_OBJ := $(COMMON_OBJ) $(CU_OBJ)/common/fgc_unsup.o
+CU_COMMON_OBJ := $(COMMON_OBJ) $(CU_OBJ)/common/fgc_unsup.o $(CU_OBJ)/common/fgc_env.o \
+                 $(CU_OBJ)/common/fgc_report.o
 
 $(CU_FLAGS):
 	@mkdir -p $(dir $@)
@@ -48,7 +49,7 @@ $(CU_LIB)/$(2): $(3) $(CU_OBJ)/gen/$(1)_stubs.o $(CU_COMMON_OBJ) $(CU_GEN)/$(1).
 	@mkdir -p $$(dir $$@)
 	$(CC) -shared -Wl,-soname,$(2) -Wl,--version-script=$(CU_GEN)/$(1).map -Wl,--no-undefined-version \
 	  -Wl,-z,defs -Wl,--disable-new-dtags -Wl,-rpath,'$$$$ORIGIN' -o $$@ $(3) $(CU_OBJ)/gen/$(1)_stubs.o \
-	  $(CU_COMMON_OBJ) -L$(CU_LIB) $(4) $(LDLIBS)
+	  $(CU_COMMON_OBJ) -L$(CU_LIB) $(4) $(if $(filter cuda,$(1)),,-Wl,--no-as-needed -l:libcuda.so.1) $(LDLIBS)
 CU_ALL += $(CU_LIB)/$(2)
 endef
 
@@ -56,7 +57,7 @@ CU_DRIVER_OBJ  := $(patsubst $(CU)/%.c,$(CU_OBJ)/%.o,$(wildcard $(CU)/driver/*.c
 CU_RUNTIME_OBJ := $(patsubst $(CU)/%.c,$(CU_OBJ)/%.o,$(wildcard $(CU)/runtime/*.c))
 CU_BLAS_OBJ    := $(CU_OBJ)/blas/cublas.o $(CU_OBJ)/blas/gemm.o $(CU_OBJ)/blas/status.o $(CU_OBJ)/blas/record.o
 CU_LT_OBJ      := $(CU_OBJ)/blas/lt.o $(CU_OBJ)/blas/status.o $(CU_OBJ)/blas/record_lt.o
-CU_NCCL_OBJ    := $(CU_OBJ)/nccl/nccl.o
+CU_NCCL_OBJ    := $(patsubst $(CU)/%.c,$(CU_OBJ)/%.o,$(wildcard $(CU)/nccl/*.c))
 CU_EXTRA_OBJ   := $(CU_OBJ)/stubs/extra.o
 
 # The GEMM account names its library in the report file.
@@ -84,20 +85,21 @@ $(eval $(call CU_STUBS,nvrtc,,,11,,libnvrtc.so.13))
 $(eval $(call CU_STUBS,nvshmem_host,,,0,,NVSHMEM))
 $(eval $(call CU_STUBS,cupti,,,27,,libcupti.so.13))
 
+# Every library but libcuda links libcuda (DT_NEEDED), so libcuda is finalized last and merges the process report.
 $(eval $(call CU_LINK,cuda,libcuda.so.1,$(CU_DRIVER_OBJ),,))
 $(eval $(call CU_LINK,cudart,libcudart.so.13,$(CU_RUNTIME_OBJ),-l:libcuda.so.1,$(CU_LIB)/libcuda.so.1))
-$(eval $(call CU_LINK,cublasLt,libcublasLt.so.13,$(CU_LT_OBJ),,))
+$(eval $(call CU_LINK,cublasLt,libcublasLt.so.13,$(CU_LT_OBJ),,$(CU_LIB)/libcuda.so.1))
 $(eval $(call CU_LINK,cublas,libcublas.so.13,$(CU_BLAS_OBJ),-l:libcudart.so.13 -l:libcublasLt.so.13,$(CU_LIB)/libcudart.so.13 $(CU_LIB)/libcublasLt.so.13))
 $(eval $(call CU_LINK,nccl,libnccl.so.2,$(CU_NCCL_OBJ),-l:libcudart.so.13,$(CU_LIB)/libcudart.so.13))
-$(eval $(call CU_LINK,cudnn,libcudnn.so.9,$(CU_EXTRA_OBJ),,))
-$(eval $(call CU_LINK,cusparse,libcusparse.so.12,$(CU_EXTRA_OBJ),,))
-$(eval $(call CU_LINK,cusolver,libcusolver.so.12,,,))
-$(eval $(call CU_LINK,cufft,libcufft.so.12,,,))
-$(eval $(call CU_LINK,cufile,libcufile.so.0,,,))
-$(eval $(call CU_LINK,cusparseLt,libcusparseLt.so.0,,,))
-$(eval $(call CU_LINK,nvrtc,libnvrtc.so.13,$(CU_EXTRA_OBJ),,))
-$(eval $(call CU_LINK,nvshmem_host,libnvshmem_host.so.3,,,))
-$(eval $(call CU_LINK,cupti,libcupti.so.13,,,))
+$(eval $(call CU_LINK,cudnn,libcudnn.so.9,$(CU_EXTRA_OBJ),,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,cusparse,libcusparse.so.12,$(CU_EXTRA_OBJ),,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,cusolver,libcusolver.so.12,,,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,cufft,libcufft.so.12,,,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,cufile,libcufile.so.0,,,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,cusparseLt,libcusparseLt.so.0,,,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,nvrtc,libnvrtc.so.13,$(CU_EXTRA_OBJ),,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,nvshmem_host,libnvshmem_host.so.3,,,$(CU_LIB)/libcuda.so.1))
+$(eval $(call CU_LINK,cupti,libcupti.so.13,,,$(CU_LIB)/libcuda.so.1))
 
 
 # In-process cost of cudaMalloc/cudaFree pairs, for bench/bench_cuda.py.

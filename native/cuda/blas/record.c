@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "fgblas.h"
+#include "fgc_report.h"
 
 static atomic_ullong calls, flops_lo; /* FLOPs kept in a 64-bit counter: 1.8e19 is far beyond a run */
 
@@ -16,16 +17,12 @@ void fgblas_record(const char *api, long long m, long long n, long long k, long 
 
 __attribute__((destructor)) static void write_report(void)
 {
-    const char *dir = getenv("FAKEGPU_REPORT_DIR");
-    if (!dir || !*dir || !atomic_load(&calls))
+    if (!atomic_load(&calls))
         return;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/" FGBLAS_LIB "-%d.json", dir, (int)getpid());
-    FILE *f = fopen(path, "w");
+    FILE *f = fgc_part_open("gemm-" FGBLAS_LIB);
     if (!f)
         return;
-    fprintf(f, "{\"library\": \"%s\", \"mode\": \"native\", \"pid\": %d, \"gemm_calls\": %llu, \"gemm_flops\": %llu}\n",
-            FGBLAS_LIB, (int)getpid(), (unsigned long long)atomic_load(&calls),
+    fprintf(f, "{\"calls\": %llu, \"flops\": %llu}", (unsigned long long)atomic_load(&calls),
             (unsigned long long)atomic_load(&flops_lo));
-    fclose(f);
+    fgc_part_close(f, "gemm-" FGBLAS_LIB);
 }

@@ -1,5 +1,7 @@
 #include "fgc_unsup.h"
 
+#include "fgc_report.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,37 +99,36 @@ long fgc_refuse(const char *lib, const char *what, long status)
     return status;
 }
 
-/* The library's part of the process report: which unsupported calls were made, how often. */
-__attribute__((destructor)) static void write_report(void)
+/* The library's part of the process report (fgc_report.h): which unsupported calls were made, how often. */
+void fgc_unsup_write_part(void)
 {
-    const char *dir = getenv("FAKEGPU_REPORT_DIR");
     unsigned nsets = atomic_load(&nhit_sets);
-    if (!dir || !*dir || (nsets == 0 && nrefusals == 0))
+    if (nsets == 0 && nrefusals == 0)
         return;
     const char *lib = nsets ? hit_sets[0]->lib : refusals[0].lib;
-    char path[1024], tmp[1100];
-    snprintf(path, sizeof path, "%s/unsupported-%s-%d.json", dir, lib, (int)getpid());
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    char name[128];
+    snprintf(name, sizeof name, "unsupported-%s", lib);
+    FILE *f = fgc_part_open(name);
     if (!f)
         return;
-    fprintf(f, "{\"library\": \"%s\", \"mode\": \"native\", \"pid\": %d, \"unsupported\": {", lib, (int)getpid());
+    fputc('{', f);
     const char *sep = "";
     for (unsigned s = 0; s < nsets; s++)
         for (unsigned i = 0; i < hit_sets[s]->count; i++) {
             unsigned n = atomic_load(&hit_sets[s]->hits[i]);
             if (n) {
-                fprintf(f, "%s\"%s\": %u", sep, hit_sets[s]->names[i], n);
+                fputs(sep, f);
+                fgc_json_string(f, hit_sets[s]->names[i]);
+                fprintf(f, ": %u", n);
                 sep = ", ";
             }
         }
     for (unsigned i = 0; i < nrefusals; i++) {
-        fprintf(f, "%s\"%s\": %u", sep, refusals[i].what, atomic_load(&refusals[i].hits));
+        fputs(sep, f);
+        fgc_json_string(f, refusals[i].what);
+        fprintf(f, ": %u", atomic_load(&refusals[i].hits));
         sep = ", ";
     }
-    fprintf(f, "}}\n");
-    if (fclose(f) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
+    fputc('}', f);
+    fgc_part_close(f, name);
 }

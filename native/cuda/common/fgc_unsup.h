@@ -2,7 +2,7 @@
  * returns through fgc_unsupported(), which counts the hit and applies the policy
  * FAKEGPU_UNSUPPORTED_API=allow|warn|error (FAKEGPU_UNSUPPORTED is accepted too, as NVML reads it):
  * allow counts only, warn prints one line per function, error prints and aborts, for CI that must notice.
- * At exit each library writes $FAKEGPU_REPORT_DIR/<lib>-<pid>.json with its counts. */
+ * At exit each library adds its counts to the process report (fgc_report.h). */
 #ifndef FGC_UNSUP_H
 #define FGC_UNSUP_H
 

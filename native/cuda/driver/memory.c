@@ -2,13 +2,17 @@
  * reserved, and host memory is spent only on pages the program writes (a memcpy to the device), so a simulated
  * 8x80 GB node fits on a small host. Capacity is enforced per device: an allocation that would take the
  * device past its CUDA total, less the context's footprint, fails with CUDA_ERROR_OUT_OF_MEMORY exactly as a
- * real board does. Device pointers are host addresses, so copies and memsets are plain memcpy/memset. */
+ * real board does. Device pointers are host addresses, so copies and memsets are plain memcpy/memset.
+ *
+ * In accounting mode (FAKEGPU_MEMORY=accounting, common/fgc_env.h) writes to device memory are dropped and
+ * device memory reads as zeros: its pages are never touched, so a 16 GB model "on the GPU" costs no host RAM. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fgc_env.h"
 #include "fgd.h"
 
 /* The driver hands out whole 2 MiB pages for device allocations on current boards; what a device "uses"
@@ -248,13 +252,29 @@ FGC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 
 /* ---- copies and fills: plain host operations, since device pointers are host addresses ---- */
 
+/* In accounting mode: is p inside a device allocation (not page-locked host memory)? */
+static int on_device(const void *p)
+{
+    fgd_alloc a;
+    return fgd_lookup(p, &a) && !a.host;
+}
+
 static CUresult copy(void *dst, const void *src, size_t n)
 {
     FGD_INIT();
     if (n && (!dst || !src))
         return CUDA_ERROR_INVALID_VALUE;
-    if (n)
-        memmove(dst, src, n);
+    if (!n)
+        return CUDA_SUCCESS;
+    if (fgc_memory_accounting()) {
+        if (on_device(dst))
+            return CUDA_SUCCESS; /* the bytes are not kept: the destination pages stay untouched */
+        if (on_device(src)) {
+            memset(dst, 0, n); /* device memory was never written, so it reads as zeros */
+            return CUDA_SUCCESS;
+        }
+    }
+    memmove(dst, src, n);
     return CUDA_SUCCESS;
 }
 
@@ -300,6 +320,8 @@ static CUresult fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
     FGD_INIT();
     if (n && !dst)
         return CUDA_ERROR_INVALID_VALUE;
+    if (!n || (fgc_memory_accounting() && on_device(P(dst))))
+        return CUDA_SUCCESS; /* accounting mode: device memory stays untouched */
     if (width == 1) {
         memset(P(dst), (int)(value & 0xff), n);
     } else if (width == 2) {

@@ -1,9 +1,10 @@
 /* Publishing this process's device memory to the shared state (common/fg_state: one <pid>.proc file per
- * process, read by NVML and nvidia-smi), and the driver's part of the process report.
+ * process, read by NVML and nvidia-smi).
  *
  * A caching allocator calls cuMemAlloc in bursts; rewriting the file on every call would cost more than the
  * allocation. So a change is published at once when the last write is older than FAKEGPU_STATE_TTL_MS
- * (default 50 ms, the staleness NVML already tolerates), else by a helper thread at the end of that window. */
+ * (default 50 ms, the staleness NVML already tolerates), else by a helper thread at the end of that window.
+ * The process report is driver/report.c. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -121,43 +122,9 @@ static void after_fork_child(void)
 
 __attribute__((constructor)) static void install_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
-FG_HIDDEN size_t fgd_live_allocations(void);
-
-static void write_report(void)
-{
-    const char *dir = getenv("FAKEGPU_REPORT_DIR");
-    if (!dir || !*dir || !fgd.loaded)
-        return;
-    char path[1024], tmp[1100];
-    snprintf(path, sizeof path, "%s/cuda-%d.json", dir, (int)getpid());
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return;
-    fprintf(f, "{\"library\": \"cuda\", \"mode\": \"native\", \"pid\": %d, \"live_allocations\": %zu, \"devices\": [",
-            (int)getpid(), fgd_live_allocations());
-    for (unsigned i = 0; i < fgd.devs.count; i++) {
-        const fgd_mem *m = &fgd.mem[i];
-        fprintf(f,
-                "%s{\"index\": %u, \"name\": \"%s\", \"uuid\": \"%s\", \"context_bytes\": %llu, "
-                "\"capacity_bytes\": %llu, \"used_bytes\": %llu, \"peak_bytes\": %llu, \"allocations\": %llu, "
-                "\"frees\": %llu, \"active\": %s}",
-                i ? ", " : "", i, fgd.devs.dev[i].name, fgd.devs.dev[i].uuid, m->context, m->capacity,
-                (unsigned long long)atomic_load(&m->used), (unsigned long long)atomic_load(&m->peak),
-                (unsigned long long)atomic_load(&m->allocs), (unsigned long long)atomic_load(&m->frees),
-                atomic_load(&m->active) ? "true" : "false");
-    }
-    fprintf(f, "]}\n");
-    if (fclose(f) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
-}
-
 /* At exit the process leaves the shared state (its file is removed), like a process ending on a real GPU. */
 __attribute__((destructor)) static void at_exit(void)
 {
-    write_report();
     pthread_mutex_lock(&lock);
     if (published_any && state_dir[0]) {
         unsigned long long none[1] = {0};

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fgc_report.h"
 #include "rt.h"
 
 typedef struct {
@@ -350,7 +351,7 @@ FGC_EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPt
     return cudaGetDriverEntryPointByVersion(symbol, funcPtr, FG_CUDART_VERSION, flags, status);
 }
 
-/* ---- the report: launches per kernel ---- */
+/* ---- the report: launches per kernel, the most launched first (FAKEGPU_REPORT_TOP_KERNELS, default 50) ---- */
 
 static int by_launches(const void *a, const void *b)
 {
@@ -359,31 +360,13 @@ static int by_launches(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            fprintf(f, "\\u%04x", *s);
-        else
-            fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 __attribute__((destructor)) static void write_report(void)
 {
-    const char *dir = getenv("FAKEGPU_REPORT_DIR");
-    if (!dir || !*dir)
-        return;
-    char path[1024], tmp[1100];
-    snprintf(path, sizeof path, "%s/cudart-%d.json", dir, (int)getpid());
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+    FILE *f = fgc_part_open("kernels");
     if (!f)
         return;
+    const char *top_env = getenv("FAKEGPU_REPORT_TOP_KERNELS");
+    size_t top = top_env && *top_env ? (size_t)atol(top_env) : 50;
     pthread_rwlock_rdlock(&table_lock);
     kernel **launched = calloc(table_n + 1, sizeof *launched);
     size_t n = 0;
@@ -392,21 +375,17 @@ __attribute__((destructor)) static void write_report(void)
             launched[n++] = table[i];
     if (launched)
         qsort(launched, n, sizeof *launched, by_launches);
-    fprintf(f,
-            "{\"library\": \"cudart\", \"mode\": \"native\", \"pid\": %d, \"registered_kernels\": %zu, "
-            "\"kernel_launches\": %llu, \"unregistered_launches\": %llu, \"kernels\": {",
-            (int)getpid(), table_n, (unsigned long long)atomic_load(&total_launches),
+    fprintf(f, "{\"registered\": %zu, \"launched_kernels\": %zu, \"launches\": %llu, \"unregistered_launches\": %llu, "
+               "\"top\": [",
+            table_n, n, (unsigned long long)atomic_load(&total_launches),
             (unsigned long long)atomic_load(&unknown_launches));
-    for (size_t i = 0; i < n; i++) {
-        fputs(i ? ", " : "", f);
-        json_string(f, launched[i]->name ? launched[i]->name : "?");
-        fprintf(f, ": %llu", (unsigned long long)atomic_load(&launched[i]->launches));
+    for (size_t i = 0; i < n && i < top; i++) {
+        fputs(i ? ", {\"name\": " : "{\"name\": ", f);
+        fgc_json_string(f, launched[i]->name ? launched[i]->name : "?");
+        fprintf(f, ", \"launches\": %llu}", (unsigned long long)atomic_load(&launched[i]->launches));
     }
     pthread_rwlock_unlock(&table_lock);
     free(launched);
-    fprintf(f, "}}\n");
-    if (fclose(f) == 0)
-        rename(tmp, path);
-    else
-        unlink(tmp);
+    fputs("]}", f);
+    fgc_part_close(f, "kernels");
 }

@@ -1,5 +1,5 @@
-/* Memory through the runtime: allocations go to the driver (one account per device, capacity enforced there);
- * copies and fills are plain host operations because device pointers are host addresses. */
+/* Memory through the runtime: allocations, copies and fills go to the driver, which owns the account per device
+ * and the memory mode (in accounting mode it drops writes to device memory and reads it as zeros). */
 #include <stdint.h>
 #include <string.h>
 
@@ -80,9 +80,7 @@ static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
         return rt_ret(cudaErrorInvalidMemcpyDirection);
     if (n && (!dst || !src))
         return rt_ret(cudaErrorInvalidValue);
-    if (n)
-        memmove(dst, src, n);
-    return cudaSuccess;
+    return n ? RT(cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n)) : cudaSuccess;
 }
 
 FGC_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
@@ -133,9 +131,7 @@ FGC_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 {
     if (count && !devPtr)
         return rt_ret(cudaErrorInvalidValue);
-    if (count)
-        memset(devPtr, value, count);
-    return cudaSuccess;
+    return count ? RT(cuMemsetD8_v2((CUdeviceptr)(uintptr_t)devPtr, (unsigned char)value, count)) : cudaSuccess;
 }
 
 FGC_EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)

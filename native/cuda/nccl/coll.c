@@ -1,0 +1,249 @@
+/* Collectives. Each completes at the call. With peers on this host (rendezvous.c) the data really moves: the
+ * message is cut into rounds of at most one slot (FAKEGPU_NCCL_CHUNK, default 4 MiB per rank); in each round every
+ * rank writes its part to its slot and reads what it needs from the others'. Without peers (other hosts, a
+ * timeout, a dead peer, ncclCommInitAll) a collective is rank-local: every output from this rank's own input.
+ * In accounting memory mode (FAKEGPU_MEMORY=accounting) device bytes are not kept, so nothing is moved or
+ * written; calls and bytes are counted in every case. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fgc_env.h"
+#include "fgc_report.h"
+#include "fgn.h"
+
+atomic_ullong fgn_exchanged, fgn_local, fgn_degraded;
+static atomic_ullong calls[FGN_NCOLL], bytes[FGN_NCOLL];
+static const char *const coll_name[FGN_NCOLL] = {"all_reduce", "broadcast", "reduce",   "all_gather",
+                                                 "reduce_scatter", "all_to_all", "send", "recv"};
+
+static ncclResult_t done(fgn_coll k, size_t b, int exchanged)
+{
+    atomic_fetch_add_explicit(&calls[k], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bytes[k], b, memory_order_relaxed);
+    atomic_fetch_add_explicit(exchanged ? &fgn_exchanged : &fgn_local, 1, memory_order_relaxed);
+    return ncclSuccess;
+}
+
+static void copy_if(void *dst, const void *src, size_t n)
+{
+    if (dst && src && dst != src && n)
+        memmove(dst, src, n);
+}
+
+/* Move data in this call? Not when device bytes are not kept, nor without reachable peers. */
+static int exchange(const struct ncclComm *c) { return !c->local && c->seg && !fgc_memory_accounting(); }
+
+#define CH(p, off) ((char *)(p) + (off))
+#define CCH(p, off) ((const char *)(p) + (off))
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+
+int fgn_allgather_bytes(struct ncclComm *c, const void *s, void *r, size_t b)
+{
+    size_t off = 0;
+    for (; !c->local && c->seg && off < b; off += c->chunk) {
+        size_t n = MIN(c->chunk, b - off);
+        if (fgn_round_begin(c))
+            break;
+        memcpy(fgn_slot(c, c->rank), CCH(s, off), n);
+        if (fgn_round_post(c))
+            break;
+        for (int i = 0; i < c->nranks; i++)
+            memcpy(CH(r, (size_t)i * b + off), fgn_slot(c, i), n);
+        fgn_round_end(c);
+    }
+    if (off >= b && !c->local && c->seg)
+        return 1;
+    for (int i = 0; i < c->nranks; i++) /* the rest, rank-locally */
+        copy_if(CH(r, (size_t)i * b + off), CCH(s, off), b - MIN(off, b));
+    return 0;
+}
+
+/* All-reduce, or reduce to `root` (root < 0: every rank gets the result). */
+static ncclResult_t reduce(fgn_coll k, const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                           int root, ncclComm_t c)
+{
+    size_t ts = fgn_type_size(t);
+    if (!c || !ts)
+        return ncclInvalidArgument;
+    int out = root < 0 || c->rank == root, moved = exchange(c);
+    size_t per = moved ? c->chunk / ts : 0, off = 0;
+    for (; moved && off < count; off += per) {
+        size_t n = MIN(per, count - off);
+        if (fgn_round_begin(c))
+            break;
+        memcpy(fgn_slot(c, c->rank), CCH(s, off * ts), n * ts);
+        if (fgn_round_post(c))
+            break;
+        for (int i = 0; i < c->nranks; i++)
+            c->ins[i] = fgn_slot(c, i);
+        if (out && fgn_reduce(CH(r, off * ts), c->ins, c->nranks, n, t, op) != 0) {
+            fgc_refuse("nccl", "reduction of this type/op (fp8, unknown op): rank-local result", ncclInvalidUsage);
+            copy_if(CH(r, off * ts), CCH(s, off * ts), n * ts);
+        }
+        fgn_round_end(c);
+    }
+    if (off < count && out && !fgc_memory_accounting())
+        copy_if(CH(r, off * ts), CCH(s, off * ts), (count - off) * ts);
+    return done(k, count * ts, moved && off >= count);
+}
+
+FGC_EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                                      ncclComm_t comm, cudaStream_t st)
+{
+    (void)st;
+    return reduce(FGN_ALLREDUCE, s, r, n, t, op, -1, comm);
+}
+
+FGC_EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
+                                   ncclComm_t comm, cudaStream_t st)
+{
+    (void)st;
+    if (comm && (root < 0 || root >= comm->nranks))
+        return ncclInvalidArgument;
+    return reduce(FGN_REDUCE, s, r, n, t, op, root, comm);
+}
+
+FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, ncclDataType_t t, int root,
+                                      ncclComm_t c, cudaStream_t st)
+{
+    (void)st;
+    size_t ts = fgn_type_size(t), b = count * ts, off = 0;
+    if (!c || !ts || root < 0 || root >= c->nranks)
+        return ncclInvalidArgument;
+    int moved = exchange(c), me = c->rank == root;
+    for (; moved && off < b; off += c->chunk) {
+        size_t n = MIN(c->chunk, b - off);
+        if (fgn_round_begin(c))
+            break;
+        if (me)
+            memcpy(fgn_slot(c, root), CCH(s, off), n);
+        if (fgn_round_post(c))
+            break;
+        if (me)
+            copy_if(CH(r, off), CCH(s, off), n);
+        else
+            memcpy(CH(r, off), fgn_slot(c, root), n);
+        fgn_round_end(c);
+    }
+    if (off < b && me && !fgc_memory_accounting()) /* a non-root's send buffer means nothing: leave r */
+        copy_if(CH(r, off), CCH(s, off), b - off);
+    return done(FGN_BROADCAST, b, moved && off >= b);
+}
+
+FGC_EXPORT ncclResult_t ncclBcast(void *buf, size_t n, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t st)
+{
+    return ncclBroadcast(buf, buf, n, t, root, comm, st);
+}
+
+FGC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t c,
+                                      cudaStream_t st)
+{
+    (void)st;
+    size_t ts = fgn_type_size(t), b = count * ts;
+    if (!c || !ts)
+        return ncclInvalidArgument;
+    int moved = 0;
+    if (exchange(c))
+        moved = fgn_allgather_bytes(c, s, r, b);
+    else if (!fgc_memory_accounting())
+        for (int i = 0; i < c->nranks; i++) /* every rank's slot holds this rank's input (rank-local) */
+            copy_if(CH(r, (size_t)i * b), s, b);
+    return done(FGN_ALLGATHER, b * (size_t)c->nranks, moved);
+}
+
+/* Reduce-scatter and all-to-all share a shape: the send buffer is nranks blocks of `count`; in each round a
+ * rank posts the same span of every block, then takes span `rank` of every peer's post. */
+static ncclResult_t scatter(fgn_coll k, const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                            ncclComm_t c)
+{
+    size_t ts = fgn_type_size(t);
+    if (!c || !ts)
+        return ncclInvalidArgument;
+    size_t nr = (size_t)c->nranks, per = c->chunk / (ts * nr), off = 0;
+    int moved = exchange(c) && per > 0;
+    for (; moved && off < count; off += per) {
+        size_t n = MIN(per, count - off);
+        if (fgn_round_begin(c))
+            break;
+        for (size_t j = 0; j < nr; j++)
+            memcpy(CH(fgn_slot(c, c->rank), j * n * ts), CCH(s, (j * count + off) * ts), n * ts);
+        if (fgn_round_post(c))
+            break;
+        for (size_t i = 0; i < nr; i++)
+            c->ins[i] = CH(fgn_slot(c, (int)i), (size_t)c->rank * n * ts);
+        if (k == FGN_ALLTOALL) {
+            for (size_t i = 0; i < nr; i++)
+                memcpy(CH(r, (i * count + off) * ts), c->ins[i], n * ts);
+        } else if (fgn_reduce(CH(r, off * ts), c->ins, c->nranks, n, t, op) != 0) {
+            fgc_refuse("nccl", "reduction of this type/op (fp8, unknown op): rank-local result", ncclInvalidUsage);
+            memcpy(CH(r, off * ts), c->ins[c->rank], n * ts);
+        }
+        fgn_round_end(c);
+    }
+    if (off < count && !fgc_memory_accounting()) {
+        if (k == FGN_ALLTOALL)
+            for (size_t i = 0; i < nr; i++)
+                copy_if(CH(r, (i * count + off) * ts), CCH(s, (i * count + off) * ts), (count - off) * ts);
+        else
+            copy_if(CH(r, off * ts), CCH(s, ((size_t)c->rank * count + off) * ts), (count - off) * ts);
+    }
+    return done(k, count * ts * nr, moved && off >= count);
+}
+
+FGC_EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
+                                          ncclComm_t comm, cudaStream_t st)
+{
+    (void)st;
+    return scatter(FGN_REDUCESCATTER, s, r, n, t, op, comm);
+}
+
+FGC_EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t comm,
+                                     cudaStream_t st)
+{
+    (void)st;
+    return scatter(FGN_ALLTOALL, s, r, n, t, ncclSum, comm);
+}
+
+/* Point-to-point: rank-local and counted (matching a send with its receive would need a queue per pair). */
+FGC_EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
+{
+    (void)s, (void)peer, (void)st;
+    return comm ? done(FGN_SEND, n * fgn_type_size(t), 0) : ncclInvalidArgument;
+}
+
+FGC_EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
+{
+    (void)r, (void)peer, (void)st;
+    return comm ? done(FGN_RECV, n * fgn_type_size(t), 0) : ncclInvalidArgument;
+}
+
+/* The NCCL part of the process report. */
+static void fgn_report(FILE *f)
+{
+    fprintf(f, "{\"exchanged_calls\": %llu, \"rank_local_calls\": %llu, \"degraded_communicators\": %llu, \"ops\": {",
+            (unsigned long long)atomic_load(&fgn_exchanged), (unsigned long long)atomic_load(&fgn_local),
+            (unsigned long long)atomic_load(&fgn_degraded));
+    const char *sep = "";
+    unsigned long long total_calls = 0, total_bytes = 0;
+    for (int k = 0; k < FGN_NCOLL; k++) {
+        unsigned long long n = atomic_load(&calls[k]), b = atomic_load(&bytes[k]);
+        total_calls += n;
+        total_bytes += b;
+        if (n) {
+            fprintf(f, "%s\"%s\": {\"calls\": %llu, \"bytes\": %llu}", sep, coll_name[k], n, b);
+            sep = ", ";
+        }
+    }
+    fprintf(f, "}, \"calls\": %llu, \"bytes\": %llu}", total_calls, total_bytes);
+}
+
+__attribute__((destructor)) static void write_report(void)
+{
+    FILE *f = fgc_part_open("collectives");
+    if (!f)
+        return;
+    fgn_report(f);
+    fgc_part_close(f, "collectives");
+}

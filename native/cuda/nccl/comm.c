@@ -1,0 +1,232 @@
+/* NCCL communicators: unique ids, initialisation (joining the shared segment, rendezvous.c), split, groups,
+ * buffer registration, version and errors. */
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fgn.h"
+
+FGC_EXPORT ncclResult_t ncclGetVersion(int *version)
+{
+    if (!version)
+        return ncclInvalidArgument;
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+FGC_EXPORT const char *ncclGetErrorString(ncclResult_t r)
+{
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+    }
+}
+
+FGC_EXPORT const char *ncclGetLastError(ncclComm_t comm)
+{
+    (void)comm;
+    return "";
+}
+
+/* 128 random bytes: the first FGN_KEY name the communicator's shared segment on this host. */
+FGC_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+    if (!id)
+        return ncclInvalidArgument;
+    memset(id, 0, sizeof *id);
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t n = fd >= 0 ? read(fd, id->internal, sizeof id->internal) : -1;
+    if (fd >= 0)
+        close(fd);
+    return n == (ssize_t)sizeof id->internal ? ncclSuccess : ncclSystemError;
+}
+
+static ncclResult_t init(ncclComm_t *comm, int nranks, int rank, const unsigned char *key)
+{
+    if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
+        return ncclInvalidArgument;
+    struct ncclComm *c = calloc(1, sizeof *c);
+    const void **ins = calloc((size_t)nranks, sizeof *ins);
+    if (!c || !ins) {
+        free(c);
+        free(ins);
+        return ncclSystemError;
+    }
+    c->nranks = nranks;
+    c->rank = rank;
+    c->ins = ins;
+    memcpy(c->key, key, FGN_KEY);
+    cudaGetDevice(&c->device);
+    fgn_join(c); /* blocks until the peers join, like NCCL's init; never fails: at worst rank-local */
+    *comm = c;
+    return ncclSuccess;
+}
+
+FGC_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
+{
+    return init(comm, nranks, rank, (const unsigned char *)id.internal);
+}
+
+FGC_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                               ncclConfig_t *config)
+{
+    (void)config; /* blocking or not: init completes before returning, so ncclInProgress is never seen */
+    return init(comm, nranks, rank, (const unsigned char *)id.internal);
+}
+
+FGC_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int rank, int nId,
+                                                 ncclUniqueId *ids, ncclConfig_t *config)
+{
+    (void)config; /* several ids spread NCCL's bootstrap over roots; the first one names the communicator */
+    if (nId < 1 || !ids)
+        return ncclInvalidArgument;
+    return init(comm, nranks, rank, (const unsigned char *)ids[0].internal);
+}
+
+FGC_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devlist)
+{
+    if (!comms || ndev < 1)
+        return ncclInvalidArgument;
+    /* One process drives every rank: there is no peer process to exchange with, so these are rank-local. */
+    unsigned char key[FGN_KEY] = {0};
+    for (int i = 0; i < ndev; i++) {
+        struct ncclComm *c = calloc(1, sizeof *c);
+        if (!c)
+            return ncclSystemError;
+        c->nranks = ndev;
+        c->rank = i;
+        c->local = 1;
+        c->device = devlist ? devlist[i] : i;
+        memcpy(c->key, key, FGN_KEY);
+        comms[i] = c;
+    }
+    return ncclSuccess;
+}
+
+FGC_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm)
+{
+    if (comm) {
+        fgn_leave(comm);
+        free(comm->ins);
+        free(comm);
+    }
+    return ncclSuccess;
+}
+FGC_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+FGC_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSuccess : ncclInvalidArgument; }
+
+/* Split: every rank of the parent calls it (NCCL's rule). The (color, key) pairs are all-gathered over the
+ * parent; the new communicator's id is derived from the parent's, the split's sequence number and the color,
+ * so the ranks of one color meet in the same segment without another id exchange. */
+FGC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    (void)config;
+    if (!comm || !newcomm)
+        return ncclInvalidArgument;
+    int mine[2] = {color, key};
+    int *all = calloc((size_t)comm->nranks * 2, sizeof *all);
+    if (!all)
+        return ncclSystemError;
+    int exchanged = fgn_allgather_bytes(comm, mine, all, sizeof mine);
+    unsigned long long seq = ++comm->splits;
+    *newcomm = NULL;
+    if (color == NCCL_SPLIT_NOCOLOR) {
+        free(all);
+        return ncclSuccess;
+    }
+    int n = 0, rank = 0;
+    for (int i = 0; i < comm->nranks; i++) {
+        int ci = exchanged ? all[2 * i] : (i == comm->rank ? color : NCCL_SPLIT_NOCOLOR);
+        int ki = all[2 * i + 1];
+        if (ci != color)
+            continue;
+        n++;
+        if (ki < key || (ki == key && i < comm->rank)) /* order by key, then by parent rank */
+            rank++;
+    }
+    free(all);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a over the parent's key, the split's number and the color */
+    unsigned char salt[12];
+    memcpy(salt, &seq, 8);
+    memcpy(salt + 8, &color, 4);
+    for (int i = 0; i < FGN_KEY + 12; i++)
+        h = (h ^ (i < FGN_KEY ? comm->key[i] : salt[i - FGN_KEY])) * 1099511628211ULL;
+    unsigned char k[FGN_KEY];
+    for (int i = 0; i < FGN_KEY; i += 8) { /* splitmix64 spreads the hash over the key */
+        uint64_t z = (h += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        memcpy(k + i, &z, 8);
+    }
+    ncclResult_t r = init(newcomm, n, rank, k);
+    if (r == ncclSuccess && !exchanged)
+        (*newcomm)->local = 1;
+    return r;
+}
+
+FGC_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int *count)
+{
+    if (!comm || !count)
+        return ncclInvalidArgument;
+    *count = comm->nranks;
+    return ncclSuccess;
+}
+
+FGC_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank)
+{
+    if (!comm || !rank)
+        return ncclInvalidArgument;
+    *rank = comm->rank;
+    return ncclSuccess;
+}
+
+FGC_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err)
+{
+    if (!comm || !err)
+        return ncclInvalidArgument;
+    *err = ncclSuccess; /* collectives complete at the call: nothing is ever pending or failed */
+    return ncclSuccess;
+}
+
+/* Groups: every call completes when made, so a group has nothing left to launch at its end. */
+FGC_EXPORT ncclResult_t ncclGroupStart(void) { return ncclSuccess; }
+FGC_EXPORT ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }
+
+/* Buffer registration (torch registers its allocator's segments): nothing to pin or map; the handle only has to
+ * be non-NULL and given back. */
+FGC_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle)
+{
+    (void)size;
+    if (!comm || !handle)
+        return ncclInvalidArgument;
+    *handle = buff ? buff : (void *)comm;
+    return ncclSuccess;
+}
+
+FGC_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
+{
+    return comm && handle ? ncclSuccess : ncclInvalidArgument;
+}
+
+/* NCCL's own allocator for registration-friendly buffers: device memory from our driver. */
+FGC_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size)
+{
+    if (!ptr)
+        return ncclInvalidArgument;
+    return cudaMalloc(ptr, size) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}
+
+FGC_EXPORT ncclResult_t ncclMemFree(void *ptr)
+{
+    return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+}

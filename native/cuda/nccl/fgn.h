@@ -1,0 +1,72 @@
+/* Internals of FakeGPU's libnccl.so.2.
+ *
+ * Collectives never hang and complete at the call (there is no GPU stream to defer to). When the ranks of a
+ * communicator are processes of one host (one /dev/shm), they move real data: each rank's input goes through a
+ * small shared-memory segment keyed by the communicator's unique id (the id torch.distributed exchanges through
+ * its own store), so an all-gather returns every rank's input and an all-reduce their reduction, as DDP's start-up
+ * needs (DESIGN.md: even no-op collectives must fill outputs with each rank's real input). Ranks on other hosts or
+ * containers cannot share that segment: such communicators are rank-local (each output from this rank's own
+ * input), and so is any communicator whose peers do not arrive in time or die. Point-to-point send/recv are
+ * rank-local and counted only. */
+#ifndef FGN_H
+#define FGN_H
+
+#pragma GCC visibility push(default)
+#include <nccl.h>
+#pragma GCC visibility pop
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include "fg_log.h"
+#include "fgc_unsup.h"
+
+#define FGN_KEY 16 /* bytes of the unique id that name the shared segment (the id is 128 random bytes) */
+
+struct fgn_seg;
+
+struct ncclComm {
+    int nranks, rank, device;
+    unsigned char key[FGN_KEY];
+    struct fgn_seg *seg; /* the shared segment; NULL: rank-local */
+    size_t seg_bytes, chunk;
+    unsigned long long round; /* exchange rounds done: equal on every rank (same collectives, same order) */
+    unsigned long long splits;
+    const void **ins;     /* nranks slot pointers, for reductions */
+    int local;            /* 1: collectives are rank-local (no peers reachable, or they stopped answering) */
+};
+
+/* ---- rendezvous.c: the shared segment and its barriers ---- */
+
+/* Map the communicator's segment and wait for every rank to join. On failure the communicator is rank-local
+ * (c->local = 1, reason on stderr with FAKEGPU_DEBUG) and this still returns ncclSuccess: NCCL never hangs here. */
+FG_HIDDEN void fgn_join(struct ncclComm *c);
+FG_HIDDEN void fgn_leave(struct ncclComm *c);
+/* One exchange round: fgn_round_begin() waits until every rank has read the previous round, then the caller
+ * writes its slot (fgn_slot(c, c->rank), at most c->chunk bytes), fgn_round_post() waits until every rank has
+ * written, the caller reads any slot, and fgn_round_end() says so. begin/post return -1 when the peers are gone
+ * or too slow (the communicator is then rank-local from here on). */
+FG_HIDDEN int fgn_round_begin(struct ncclComm *c);
+FG_HIDDEN int fgn_round_post(struct ncclComm *c);
+FG_HIDDEN void fgn_round_end(struct ncclComm *c);
+FG_HIDDEN void *fgn_slot(struct ncclComm *c, int rank);
+
+/* ---- reduce.c ---- */
+
+FG_HIDDEN size_t fgn_type_size(ncclDataType_t t);
+/* out[i] = op over in[0..nin)[i], in rank order (so every rank computes the same bits). 0, or -1 when the type
+ * or op is not supported. out may alias in[k]. */
+FG_HIDDEN int fgn_reduce(void *out, const void *const *in, int nin, size_t count, ncclDataType_t t, ncclRedOp_t op);
+
+/* ---- coll.c: accounting ---- */
+
+typedef enum { FGN_ALLREDUCE, FGN_BROADCAST, FGN_REDUCE, FGN_ALLGATHER, FGN_REDUCESCATTER, FGN_ALLTOALL,
+               FGN_SEND, FGN_RECV, FGN_NCOLL } fgn_coll;
+
+FG_HIDDEN extern atomic_ullong fgn_exchanged, fgn_local, fgn_degraded;
+
+/* All-gather of b bytes per rank between host buffers, whatever the memory mode (communicator set-up uses it).
+ * Returns 1 when the peers' data was exchanged, 0 when r holds this rank's input in every slot. */
+FG_HIDDEN int fgn_allgather_bytes(struct ncclComm *c, const void *s, void *r, size_t b);
+
+#endif
