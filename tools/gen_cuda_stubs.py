@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-_CLASSES = {"impl", "stub"}
+from api_table import parse_table
 
 
 def parse_header(text: str, ret_types: list[str]) -> dict[str, tuple[str, str]]:
@@ -32,21 +32,6 @@ def parse_header(text: str, ret_types: list[str]) -> dict[str, tuple[str, str]]:
     for ret, name, params in decl.findall(text):
         out.setdefault(name, (ret, " ".join(params.split()) or "void"))
     return out
-
-
-def parse_table(path: Path) -> dict[str, tuple[str, str]]:
-    rows: dict[str, tuple[str, str]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cells = line.split("\t")
-        if len(cells) < 2 or cells[1] not in _CLASSES:
-            raise ValueError(f"{path}:{number}: expected 'name<TAB>impl|stub<TAB>file<TAB>note', got {line!r}")
-        name = cells[0].strip()
-        if name in rows:
-            raise ValueError(f"{path}:{number}: {name} is listed twice")
-        rows[name] = (cells[1], cells[2].strip() if len(cells) > 2 else "")
-    return rows
 
 
 def parse_names(path: Path) -> list[str]:

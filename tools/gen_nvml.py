@@ -19,8 +19,9 @@ import re
 import sys
 from pathlib import Path
 
+from api_table import parse_table
+
 _DECL = re.compile(r"(nvmlReturn_t|const\s+char\s*\*)\s*\b(nvml\w+)\s*\(([^;{}]*?)\)\s*;")
-_CLASSES = {"impl", "stub"}
 
 
 def parse_header(text: str) -> dict[str, tuple[str, str]]:
@@ -30,22 +31,6 @@ def parse_header(text: str) -> dict[str, tuple[str, str]]:
         params = " ".join(params.split())
         out.setdefault(name, (" ".join(ret.split()), params or "void"))
     return out
-
-
-def parse_table(path: Path) -> dict[str, tuple[str, str]]:
-    """{name: (class, domain file)} of native/nvml/api.tsv; raises ValueError naming the bad line."""
-    rows: dict[str, tuple[str, str]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cells = line.split("\t")
-        if len(cells) < 2 or cells[1] not in _CLASSES:
-            raise ValueError(f"{path}:{number}: expected 'name<TAB>impl|stub<TAB>file<TAB>note', got {line!r}")
-        name = cells[0].strip()
-        if name in rows:
-            raise ValueError(f"{path}:{number}: {name} is listed twice")
-        rows[name] = (cells[1], cells[2].strip() if len(cells) > 2 else "")
-    return rows
 
 
 def render_stubs(header: dict[str, tuple[str, str]], stubs: list[str]) -> str:
