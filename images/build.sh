@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make images`: the offline Debian base (once), then fakegpu/cuda:<version> when the native build exists.
+# `make images`: the offline Debian base (once), then fakegpu/cuda:<version> when the native build exists, then
+# fakegpu/pytorch:<version> on top of it (images/build-pytorch.sh).
 # BASE_IMAGE may name any Debian-like image a registry offers (e.g. debian:bookworm-slim) to skip debootstrap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,3 +28,6 @@ cp images/cuda/Dockerfile "$CTX/"
 docker build -q --build-arg "BASE=$BASE_IMAGE" --build-arg "VERSION=$VERSION" \
   -t "fakegpu/cuda:$VERSION" -t fakegpu/cuda:latest "$CTX" >/dev/null
 echo "built fakegpu/cuda:$VERSION (base $BASE_IMAGE)"
+
+# fakegpu/pytorch: torch and fakegpu prepared on the host (see images/pytorch/Dockerfile for why this way).
+images/build-pytorch.sh "fakegpu/cuda:$VERSION" "$VERSION"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import container, devices, doctor, estimate, fakecuda, profiles, run
+from fakegpu.cli import cluster, container, devices, doctor, estimate, fakecuda, profiles, run
 
 app = typer.Typer(
     name="fakegpu",
@@ -15,6 +15,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(profiles.app, name="profiles")
+app.add_typer(cluster.app, name="cluster")
 app.add_typer(container.runtime_app, name="runtime")
 app.add_typer(container.cdi_app, name="cdi")
 app.add_typer(container.hook_app, name="hook")

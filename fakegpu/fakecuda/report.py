@@ -2,6 +2,12 @@
 
 A process writes it at exit to $FAKEGPU_REPORT_DIR/<pid>.json when that variable is set (preflight sets it for
 the command it runs); every Python process of the command that activated fakecuda writes its own.
+
+Beside it goes <pid>.activity.json ("fakecuda-process-activity"): the process's torch.distributed identity
+(RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK as torchrun sets them), its collective statistics and a timeline of
+allocated/reserved bytes per device, sampled every FAKEGPU_REPORT_SAMPLE_S seconds (0.5; 0 turns it off). It is
+a separate document so the process report, which the preflight report embeds under its schema, is unchanged;
+the cluster report (fakegpu.cluster.report) reads both.
 """
 
 from __future__ import annotations
@@ -10,13 +16,17 @@ import atexit
 import json
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.state import process_name
 
 PROCESS_REPORT = "fakecuda-process"
+ACTIVITY_REPORT = "fakecuda-process-activity"
 SCHEMA_VERSION = 1
+MAX_SAMPLES = 2048  # per device; past it every other sample is dropped and the interval doubles
 
 
 def process_report(rt: Runtime, uncaught: str | None = None, torch_version: str = "") -> dict[str, Any]:
@@ -55,6 +65,54 @@ def process_report(rt: Runtime, uncaught: str | None = None, torch_version: str 
     }
 
 
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def activity_report(rt: Runtime, timeline: dict[int, list[list[float]]]) -> dict[str, Any]:
+    dist = sys.modules.get("fakegpu.fakecuda.distributed")  # never imported here: only a job that used it has stats
+    return {
+        "report": ACTIVITY_REPORT,
+        "schema_version": SCHEMA_VERSION,
+        "pid": os.getpid(),
+        "rank": _env_int("RANK"),
+        "local_rank": _env_int("LOCAL_RANK"),
+        "world_size": _env_int("WORLD_SIZE"),
+        "node_rank": _env_int("GROUP_RANK"),
+        "collectives": dist.collective_stats() if dist is not None else {},
+        "timeline": [{"index": i, "samples": s} for i, s in sorted(timeline.items())],
+    }
+
+
+class Sampler:
+    """Samples [seconds since start, allocated, reserved] of each device in use, from a daemon thread: the
+    allocator is only read (plain int attributes), so the sampled process runs unchanged."""
+
+    def __init__(self, rt: Runtime, interval: float) -> None:
+        self.rt, self.interval = rt, interval
+        self.start = time.monotonic()
+        self.samples: dict[int, list[list[float]]] = {}
+        if interval > 0:
+            threading.Thread(target=self._loop, name="fakecuda-sampler", daemon=True).start()
+
+    def sample(self) -> None:
+        t = round(time.monotonic() - self.start, 3)
+        for d in self.rt.devices:
+            if d.initialized:
+                a = d.allocator
+                rows = self.samples.setdefault(d.index, [])
+                rows.append([t, a.allocated_bytes, a.reserved_bytes])
+                if len(rows) > MAX_SAMPLES:
+                    del rows[1::2]
+                    self.interval *= 2
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(self.interval)
+            self.sample()
+
+
 class Reporter:
     """Writes the report at interpreter exit; remembers the type of an uncaught exception on the way out."""
 
@@ -63,6 +121,7 @@ class Reporter:
         self.uncaught: str | None = None
         self.previous_hook = sys.excepthook
         sys.excepthook = self._excepthook
+        self.sampler = Sampler(rt, float(os.environ.get("FAKEGPU_REPORT_SAMPLE_S", "0.5") or 0))
         atexit.register(self.write)
 
     def _excepthook(self, kind, value, tb) -> None:
@@ -72,14 +131,19 @@ class Reporter:
     def write(self) -> None:
         torch = sys.modules.get("torch")
         doc = process_report(self.rt, self.uncaught, getattr(torch, "__version__", ""))
-        path = os.path.join(self.dir, f"{os.getpid()}.json")
+        self.sampler.sample()  # the state at exit closes every timeline
+        self._dump(doc, f"{os.getpid()}.json")
+        self._dump(activity_report(self.rt, self.sampler.samples), f"{os.getpid()}.activity.json")
+
+    def _dump(self, doc: dict[str, Any], name: str) -> None:
+        path = os.path.join(self.dir, name)
         try:
             os.makedirs(self.dir, exist_ok=True)
             with open(path + ".tmp", "w") as f:
                 json.dump(doc, f, indent=1)
             os.replace(path + ".tmp", path)
         except OSError as exc:
-            print(f"fakecuda: cannot write the preflight report {path}: {exc}", file=sys.stderr)
+            print(f"fakecuda: cannot write the report {path}: {exc}", file=sys.stderr)
 
 
 def install_from_env(rt: Runtime) -> Reporter | None:

@@ -1,0 +1,145 @@
+"""`fakegpu cluster up|run|status|down|list|report`: parse, call fakegpu.cluster, render. Owns its Typer."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+from fakegpu.cli.output import emit_json, fail, table
+from fakegpu.errors import FakeGPUError
+
+app = typer.Typer(help="Multi-node rehearsals: node containers with fake GPUs on this Docker Engine.",
+                  no_args_is_help=True)
+
+
+def _controller():
+    from fakegpu.cluster.controller import Controller
+
+    return Controller()
+
+
+def _labels(values: list[str]) -> dict[str, str]:
+    from fakegpu.cluster.models import ClusterUsageError
+
+    out = {}
+    for v in values:
+        key, sep, val = v.partition("=")
+        if not sep or not key:
+            raise ClusterUsageError(f"--label wants KEY=VALUE, got {v!r}")
+        out[key] = val
+    return out
+
+
+@app.command()
+def up(
+    name: str = typer.Argument(..., help="Cluster name (labels every object: fakegpu.cluster=NAME)."),
+    nodes: int = typer.Option(2, "--nodes", "-n", help="Number of node containers."),
+    devices: str = typer.Option("a100:4", "--devices", "-d", help="Device spec of each node, e.g. a100:4."),
+    image: str = typer.Option("fakegpu/pytorch:latest", "--image", help="Node image (`make images` builds it)."),
+    mode: str = typer.Option("fakecuda", "--mode", help="fakecuda (PyTorch math on the CPU) or native."),
+    workdir: str | None = typer.Option(None, "--workdir", help="Host folder mounted at /workspace on every node."),
+    nproc_per_node: int | None = typer.Option(None, "--nproc-per-node",
+                                              help="NPROC_PER_NODE (default: the node's device count)."),
+    docker_runtime: str | None = typer.Option(None, "--docker-runtime",
+                                              help="Docker runtime for the nodes, e.g. fakegpu for other images."),
+    label: list[str] = typer.Option([], "--label", help="Extra KEY=VALUE label on every object (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the versioned JSON envelope."),
+) -> None:
+    """Start a cluster: a labelled network and NODES containers node-0.. with torch.distributed's environment."""
+    from fakegpu.cluster.models import ClusterSpec
+
+    try:
+        spec = ClusterSpec(name=name, nodes=nodes, devices=devices, image=image, mode=mode, workdir=workdir,
+                           nproc_per_node=nproc_per_node, docker_runtime=docker_runtime, labels=_labels(label))
+        cluster = _controller().up(spec, progress=lambda msg: print(f"[{name}] {msg}", file=sys.stderr))
+    except FakeGPUError as exc:
+        raise fail("cluster up", exc, as_json) from exc
+    if as_json:
+        emit_json("cluster up", cluster.as_dict())
+    else:
+        typer.echo(f"cluster {name} up: {len(cluster.nodes)} nodes x {devices} ({mode}), network {cluster.network}")
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def run(
+    name: str = typer.Argument(..., help="Cluster name."),
+    command: list[str] = typer.Argument(..., help="Command run on every node (after --); $NODE_RANK etc. are "
+                                                  "the node's. One quoted argument with spaces runs under sh -c."),
+) -> None:
+    """Run COMMAND on every node at once; output prefixed by node; exit status of the job (first failed node)."""
+    if command and command[0] == "--":  # click keeps the separator when options are not interspersed
+        command = command[1:]
+    try:
+        result = _controller().run(name, command, emit=lambda line: typer.echo(line))
+    except FakeGPUError as exc:
+        raise fail("cluster run", exc, False) from exc
+    for node in result.failed:
+        print(f"fakegpu cluster run: {node.node} (node rank {node.rank}) failed: {node.reason}", file=sys.stderr)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def status(name: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Nodes of a cluster and their container status."""
+    try:
+        cluster = _controller().status(name)
+    except FakeGPUError as exc:
+        raise fail("cluster status", exc, as_json) from exc
+    if as_json:
+        emit_json("cluster status", cluster.as_dict())
+        return
+    typer.echo(f"cluster {name} (run {cluster.run_id}, {cluster.mode}, image {cluster.image}, "
+               f"network {cluster.network or 'missing'})")
+    typer.echo(table([(n.hostname, n.container, n.status, n.exit_code, n.devices) for n in cluster.nodes],
+                     ["node", "container", "status", "exit", "devices"]))
+
+
+@app.command()
+def down(
+    name: str = typer.Argument(...),
+    purge: bool = typer.Option(False, "--purge", help="Also delete the cluster's reports folder."),
+) -> None:
+    """Remove every container and network labelled with the cluster's name (idempotent)."""
+    try:
+        removed = _controller().down(name, purge=purge)
+    except FakeGPUError as exc:
+        raise fail("cluster down", exc, False) from exc
+    typer.echo(f"cluster {name} down: removed {removed['containers']} containers, {removed['networks']} networks")
+
+
+@app.command("list")
+def list_(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Every cluster on this engine, found by label."""
+    try:
+        clusters = _controller().list()
+    except FakeGPUError as exc:
+        raise fail("cluster list", exc, as_json) from exc
+    if as_json:
+        emit_json("cluster list", [c.as_dict() for c in clusters])
+        return
+    typer.echo(table([(c.name, len(c.nodes), sum(n.running for n in c.nodes), c.mode, c.run_id) for c in clusters],
+                     ["cluster", "nodes", "running", "mode", "run"]))
+
+
+@app.command()
+def report(
+    name: str = typer.Argument(...),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the merged report (JSON) here."),
+    html_out: Path | None = typer.Option(None, "--html", help="Write a self-contained HTML page here."),
+) -> None:
+    """Merge every process report of every node: per node, rank and device peaks, verdicts, collectives."""
+    from fakegpu.cluster import html
+    from fakegpu.cluster import report as merge
+
+    try:
+        doc = merge.build(name)
+    except FakeGPUError as exc:
+        raise fail("cluster report", exc, False) from exc
+    if json_out:
+        json_out.write_text(json.dumps(doc, indent=1))
+    if html_out:
+        html_out.write_text(html.render(doc), encoding="utf-8")
+    typer.echo(merge.summary(doc))

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# fakegpu/pytorch:<version> on top of fakegpu/cuda (its CUDA shims stand in for NVIDIA's libraries, so torch
+# needs none of the nvidia-* wheels). Everything Python is downloaded and installed on the host for the image's
+# interpreter (Debian bookworm: CPython 3.11, manylinux x86_64) and copied in; the build itself is offline.
+# Usage: build-pytorch.sh [CUDA_IMAGE] [VERSION].  TORCH_VERSION (2.15.0), PIP (.venv/bin/pip),
+# FAKEGPU_IMAGE_CACHE (~/.cache/fakegpu/images) override. Downloads and the torch tree are cached there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VERSION="${2:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n1)}"
+CUDA_IMAGE="${1:-fakegpu/cuda:$VERSION}"
+TORCH_VERSION="${TORCH_VERSION:-2.15.0}"
+PIP="${PIP:-.venv/bin/pip}"
+CACHE="${FAKEGPU_IMAGE_CACHE:-$HOME/.cache/fakegpu/images}"
+# The image's interpreter, not the host's: pip picks wheels for it whatever Python runs pip.
+TARGET=(--python-version 3.11 --implementation cp --abi cp311 --platform manylinux_2_28_x86_64
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --only-binary=:all:)
+# torch's own requirements minus nvidia-*, cuda-* and triton (GPU-only), plus numpy (tensor.numpy()).
+TORCH_PURE_DEPS=(filelock fsspec jinja2 networkx setuptools sympy typing-extensions numpy)
+
+docker image inspect "$CUDA_IMAGE" >/dev/null 2>&1 || {
+  echo "build-pytorch: base image $CUDA_IMAGE missing (images/build.sh builds it)" >&2; exit 1; }
+
+WHEELS="$CACHE/wheels"
+CTX="$CACHE/context"
+mkdir -p "$WHEELS" "$CTX"
+
+SITE_TORCH="$CTX/site-torch"
+if [ ! -f "$SITE_TORCH/.torch-$TORCH_VERSION" ]; then
+  echo "build-pytorch: installing torch $TORCH_VERSION (no nvidia-*/triton) into the build context"
+  "$PIP" download -q --no-deps "${TARGET[@]}" -d "$WHEELS" "torch==$TORCH_VERSION"
+  rm -rf "$SITE_TORCH"
+  "$PIP" install -q --no-deps --no-index --find-links "$WHEELS" "${TARGET[@]}" --target "$SITE_TORCH" \
+    "torch==$TORCH_VERSION"
+  touch "$SITE_TORCH/.torch-$TORCH_VERSION"
+fi
+
+# fakegpu itself is rebuilt every time (seconds), so the image always carries this checkout's code.
+rm -rf "$CTX/site-rest" "$CTX/fakegpu-wheel"
+"$PIP" wheel -q --no-deps -w "$CTX/fakegpu-wheel" .
+"$PIP" download -q "${TARGET[@]}" -d "$WHEELS" "$CTX"/fakegpu-wheel/*.whl "${TORCH_PURE_DEPS[@]}"
+"$PIP" install -q --no-index --find-links "$WHEELS" "${TARGET[@]}" --target "$CTX/site-rest" \
+  "$CTX"/fakegpu-wheel/*.whl "${TORCH_PURE_DEPS[@]}"
+cp images/pytorch/Dockerfile "$CTX/Dockerfile"
+printf 'fakegpu-wheel\n' > "$CTX/.dockerignore"
+
+docker build -q --build-arg "BASE=$CUDA_IMAGE" --build-arg "VERSION=$VERSION" \
+  -t "fakegpu/pytorch:$VERSION" -t fakegpu/pytorch:latest "$CTX" >/dev/null
+echo "built fakegpu/pytorch:$VERSION (base $CUDA_IMAGE, torch $TORCH_VERSION)"

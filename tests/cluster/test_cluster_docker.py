@@ -1,0 +1,101 @@
+"""Issue 7's acceptance on the machine's Docker Engine, through the CLI as a user runs it: a 2-node DDP job
+(8 ranks of fakecuda torch), the merged report, a node killed mid-job, two clusters side by side, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakegpu.cluster import report as merge
+from tests.cluster.conftest import LABEL, cluster_name
+from tests.conftest import REPO, run_cli
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+EXAMPLES = REPO / "compose" / "examples"
+
+
+def up(name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run_cli("cluster", "up", name, "--label", LABEL, "--workdir", str(EXAMPLES), *extra)
+
+
+def leftovers(client, name: str) -> list[str]:
+    label = f"fakegpu.cluster={name}"
+    return ([c.name for c in client.containers.list(all=True, filters={"label": label})]
+            + [n.name for n in client.networks.list(filters={"label": label})])
+
+
+def test_two_node_ddp_job_runs_reports_eight_ranks_and_down_leaves_nothing(docker_client, node_image, labelled,
+                                                                           tmp_path):
+    name = cluster_name("demo")
+    result = up(name, "--nodes", "2", "--devices", "a100:4")
+    assert result.returncode == 0, result.stderr
+    status = json.loads(run_cli("cluster", "status", name, "--json").stdout)["data"]
+    assert [n["hostname"] for n in status["nodes"]] == ["node-0", "node-1"] and status["healthy"]
+    # torchrun's options come from the node (PET_* variables); --node-rank shows node-side substitution
+    result = run_cli("cluster", "run", name, "--", "torchrun", "--nnodes", "2", "--nproc-per-node", "4",
+                     "--node-rank", "$NODE_RANK", "--master-addr", "node-0", "ddp_train.py")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    # ranks of one node share its stdout, so two ranks' lines can land on one line: count, don't split
+    per_node = {n: sum(ln.count(" loss ") for ln in result.stdout.splitlines() if ln.startswith(f"[{n}]"))
+                for n in ("node-0", "node-1")}
+    assert per_node == {"node-0": 4, "node-1": 4}, result.stdout[-3000:]
+    out = tmp_path / "report.json"
+    result = run_cli("cluster", "report", name, "--json", str(out), "--html", str(tmp_path / "report.html"))
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    merge.validate(doc)
+    assert doc["rank_count"] == 8 and doc["verdict"] == "fits"
+    ranks = sorted(p["rank"] for n in doc["nodes"] for p in n["processes"] if p["rank"] is not None)
+    assert ranks == list(range(8))
+    for node in doc["nodes"]:
+        assert node["status"] == "ok" and len(node["devices"]) == 4
+        assert all(d["peak_allocated_bytes"] > 0 and d["verdict"] == "fits" for d in node["devices"])
+    assert doc["collectives"]["all_reduce"]["calls"] >= 8 and doc["collectives"]["all_reduce"]["bytes"] > 0
+    uuids = {d["uuid"] for n in doc["nodes"] for d in n["devices"]}
+    assert len(uuids) == 8  # FAKEGPU_SEED=<node rank>: no two nodes share a GPU identity
+    assert "<svg" in (tmp_path / "report.html").read_text()
+    assert run_cli("cluster", "down", name).returncode == 0
+    assert leftovers(docker_client, name) == []
+    assert run_cli("cluster", "down", name).returncode == 0  # idempotent
+
+
+def test_a_node_killed_mid_job_fails_the_run_naming_it(docker_client, node_image, labelled):
+    name = cluster_name("kill")
+    assert up(name, "--nodes", "2", "--devices", "a100:1").returncode == 0
+    exe = Path(sys.executable).with_name("fakegpu")
+    job = subprocess.Popen([str(exe), "cluster", "run", name, "STEPS=1000000 torchrun ddp_train.py"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    docker_client.containers.get(f"fakegpu-{name}-node-1").kill()
+    _, err = job.communicate(timeout=120)
+    assert job.returncode != 0
+    assert "node-1 (node rank 1) failed" in err and "node container is exited" in err, err
+    doc = merge.build(name)
+    assert doc["verdict"] == "failed"
+    assert [n["status"] for n in doc["nodes"]] == ["stopped", "failed"]
+    assert run_cli("cluster", "down", name).returncode == 0
+    assert leftovers(docker_client, name) == []
+
+
+def test_two_clusters_do_not_collide_and_bad_input_leaves_nothing(docker_client, node_image, labelled):
+    a, b = cluster_name("a"), cluster_name("b")
+    assert up(a, "--nodes", "1", "--devices", "t4").returncode == 0
+    assert up(b, "--nodes", "2", "--devices", "h100:2").returncode == 0
+    listed = {c["name"]: c for c in json.loads(run_cli("cluster", "list", "--json").stdout)["data"]}
+    assert len(listed[a]["nodes"]) == 1 and len(listed[b]["nodes"]) == 2
+    result = run_cli("cluster", "run", a, "--", "nvidia-smi", "-L")
+    assert result.returncode == 0 and result.stdout.count("Tesla T4") == 1, result.stdout + result.stderr
+    again = up(a)
+    assert again.returncode == 2 and "exists" in again.stderr
+    assert run_cli("cluster", "down", a).returncode == 0
+    assert leftovers(docker_client, a) == [] and len(leftovers(docker_client, b)) == 3  # b untouched
+    bad = [up(cluster_name("bad1"), "--devices", "a10O:2"), up(cluster_name("bad2"), "--image", "nope/none:0")]
+    assert [r.returncode for r in bad] == [2, 2]
+    assert "Did you mean" in bad[0].stderr and "make images" in bad[1].stderr
+    assert leftovers(docker_client, cluster_name("bad1")) == leftovers(docker_client, cluster_name("bad2")) == []
+    assert run_cli("cluster", "down", b).returncode == 0
