@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VERSION="${2:-$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -n1)}"
 CUDA_IMAGE="${1:-fakegpu/cuda:$VERSION}"
-TORCH_VERSION="${TORCH_VERSION:-2.15.0}"
+# The torch the venv has (what the tests ran against), so image and host agree.
+TORCH_VERSION="${TORCH_VERSION:-$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || echo 2.15.0)}"
 PIP="${PIP:-.venv/bin/pip}"
 CACHE="${FAKEGPU_IMAGE_CACHE:-$HOME/.cache/fakegpu/images}"
 # The image's interpreter, not the host's: pip picks wheels for it whatever Python runs pip.
