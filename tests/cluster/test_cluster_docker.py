@@ -99,3 +99,21 @@ def test_two_clusters_do_not_collide_and_bad_input_leaves_nothing(docker_client,
     assert "Did you mean" in bad[0].stderr and "make images" in bad[1].stderr
     assert leftovers(docker_client, cluster_name("bad1")) == leftovers(docker_client, cluster_name("bad2")) == []
     assert run_cli("cluster", "down", b).returncode == 0
+
+
+def test_native_mode_nodes_run_unmodified_cuda_torch_on_the_shims(docker_client, node_image, labelled):
+    # --mode native: no fakecuda; torch in the node image loads FakeGPU's CUDA libraries, so its real caching
+    # allocator runs on the node's simulated device memory (values are not computed in this mode).
+    name = cluster_name("native")
+    result = up(name, "--nodes", "1", "--devices", "a100:2", "--mode", "native")
+    assert result.returncode == 0, result.stderr
+    try:
+        code = ("import torch; x = torch.empty(1 << 28, device='cuda:1');"
+                "print('seen', torch.cuda.device_count(), torch.cuda.get_device_name(1),"
+                " torch.cuda.memory_allocated(1))")
+        result = run_cli("cluster", "run", name, "--", "python3", "-c", code)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+        assert "[node-0] seen 2 NVIDIA A100-SXM4-80GB 1073741824" in result.stdout
+    finally:
+        assert run_cli("cluster", "down", name).returncode == 0
+    assert leftovers(docker_client, name) == []
