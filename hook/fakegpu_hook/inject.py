@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
+import stat
 
 from fakegpu_hook.rootfs import Root, bind_mount, unmount
 from fakegpu_hook.settings import (
@@ -17,8 +17,12 @@ NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 # nvidia-uvm's major is allocated dynamically on real hosts; any unused number serves a stand-in.
 UVM_MAJOR = 510
-_SHARED_OBJECT = re.compile(r"^lib[A-Za-z0-9_+-]+\.so(\.[0-9]+)*$")
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
 # Where a glibc image's own libc lives is, by construction, a directory its loader searches by default.
+# The folder in the image's library folder onto which the native build's folder is mounted.
+LIB_SUBDIR = "fakegpu"
+# The driver's libraries, which programs open by their development names too.
+DEVELOPMENT_LINKS = ("libcuda.so", "libnvidia-ml.so")
 _GLIBC_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
                "lib/aarch64-linux-gnu", "usr/lib64", "lib64", "usr/lib", "lib")
 
@@ -32,8 +36,21 @@ class Plan:
         self.files: list[tuple[str, str]] = []   # (host source, container path), read-only
         self.links: list[tuple[str, str]] = []   # (container path, link target)
         self.dirs: list[tuple[str, str]] = []    # (host source, container path), read-write
+        self.lib_dirs: list[tuple[str, str]] = []  # (host source, container path), read-only, not noexec
         self.nodes: list[tuple[str, int, int]] = []
         self.notes: list[str] = []
+
+
+def _split_shared_object(name: str) -> tuple[str, str] | None:
+    """('libX.so', '.N.M') for a name of the form lib[A-Za-z0-9_+-]+.so(.[0-9]+)*, else None. String work, not
+    `re`: the runtime imports nothing that compiles regular expressions (milliseconds at every start)."""
+    at = name.find(".so")
+    if not name.startswith("lib") or at <= 3 or not set(name[3:at]) <= _NAME_CHARS:
+        return None
+    version = name[at + 3:]
+    if version and (version[0] != "." or not all(p.isdigit() and p.isascii() for p in version[1:].split("."))):
+        return None
+    return name[:at + 3], version
 
 
 def library_dir(root: Root) -> str:
@@ -47,29 +64,59 @@ def library_dir(root: Root) -> str:
 
 def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str, catalog: str,
                    state_dir: str, device_count: int) -> Plan:
+    """The native build's folder is bind-mounted once, read-only, onto `<libdir>/fakegpu` (LIB_SUBDIR), and
+    every library name the loader looks up is a link in `<libdir>` into it: one mount instead of one per
+    library (each mount and each mount target costs runc and the image's storage driver a round trip). A
+    library the build folder only links to from elsewhere cannot be reached through that mount: it gets its own
+    file mount, as before."""
     plan = Plan(library_dir(root))
     libs = sorted(os.listdir(native_lib_dir)) if os.path.isdir(native_lib_dir) else []
     names = set(libs)
+    native = os.path.realpath(native_lib_dir) if libs else ""
+    sub = f"{plan.lib_dir}/{LIB_SUBDIR}"
+    inside: list[str] = []  # names reachable through the folder mount
+
+    def place(name: str, mode: int) -> None:
+        if stat.S_ISREG(mode):  # a file of the folder itself: reached through the folder mount
+            inside.append(name)
+            plan.links.append((f"{plan.lib_dir}/{name}", f"{LIB_SUBDIR}/{name}"))
+        elif os.path.isfile(os.path.join(native_lib_dir, name)):  # a link out of the folder
+            plan.files.append((os.path.realpath(os.path.join(native_lib_dir, name)), f"{plan.lib_dir}/{name}"))
+
+    def lstat_mode(name: str) -> int:
+        try:
+            return os.lstat(os.path.join(native_lib_dir, name)).st_mode
+        except OSError:
+            return 0
+
     for name in libs:
-        if not _SHARED_OBJECT.match(name):
+        if _split_shared_object(name) is None:
             continue
-        src = os.path.join(native_lib_dir, name)
-        if os.path.islink(src) and os.readlink(src) in names:
-            plan.links.append((f"{plan.lib_dir}/{name}", os.readlink(src)))
-        elif os.path.isfile(src):
-            plan.files.append((os.path.realpath(src), f"{plan.lib_dir}/{name}"))
-    linked = {p for p, _ in plan.links}
-    # Clients dlopen 'libnvidia-ml.so' as often as the soname; give every soname its development link.
-    for _, dest in list(plan.files):
-        base = re.sub(r"(\.so)(\.[0-9]+)+$", r"\1", dest)
-        if base != dest and base not in linked and base not in {d for _, d in plan.files}:
+        mode = lstat_mode(name)
+        if stat.S_ISLNK(mode) and os.readlink(os.path.join(native_lib_dir, name)) in names:
+            plan.links.append((f"{plan.lib_dir}/{name}", os.readlink(os.path.join(native_lib_dir, name))))
+        else:
+            place(name, mode)
+    taken = {p for p, _ in plan.links} | {d for _, d in plan.files}
+    # Clients dlopen the driver's 'libnvidia-ml.so' and link '-lcuda' as often as they use the sonames: those
+    # get development links. The CUDA libraries' shims do not (a runtime image has none; loaders and DT_NEEDED
+    # ask for sonames): every name is a create in the image's overlay at each container start.
+    for dest in sorted({p for p, t in plan.links if t.startswith(LIB_SUBDIR + "/")} | {d for _, d in plan.files}):
+        folder, _, name = dest.rpartition("/")
+        split = _split_shared_object(name)
+        base = f"{folder}/{split[0]}" if split and split[1] else dest
+        if base != dest and base not in taken and os.path.basename(base) in DEVELOPMENT_LINKS:
             plan.links.append((base, os.path.basename(dest)))
-    if not any(d.endswith("/libnvidia-ml.so.1") for _, d in plan.files):
-        plan.notes.append(f"no libnvidia-ml.so.1 in {native_lib_dir}: NVML not injected (run `make`)")
+            taken.add(base)
     # The shims' installed layout keeps the catalog beside libnvidia-ml.so.1; they resolve FAKEGPU_DEVICES
     # with it in processes that have no FAKEGPU_DEVICE_TABLE (those started by `docker exec`).
-    if os.path.isfile(os.path.join(native_lib_dir, "catalog.tbl")):
-        plan.files.append((os.path.join(native_lib_dir, "catalog.tbl"), f"{plan.lib_dir}/catalog.tbl"))
+    if "catalog.tbl" in names:
+        place("catalog.tbl", lstat_mode("catalog.tbl"))
+    if inside:
+        plan.lib_dirs.append((native, sub))
+    sonames = {p.rsplit("/", 1)[-1] for p, _ in plan.links} | {d.rsplit("/", 1)[-1] for _, d in plan.files}
+    if "libnvidia-ml.so.1" not in sonames:
+        plan.notes.append(f"no libnvidia-ml.so.1 in {native_lib_dir}: NVML not injected (run `make`)")
     if os.path.isfile(nvidia_smi):
         plan.files.append((nvidia_smi, CONTAINER_NVIDIA_SMI))
     else:
@@ -92,7 +139,7 @@ def prepare_targets(root: Root, plan: Plan) -> None:
     the same safe resolution as the hook's (symlinks at targets replaced, never followed out of the root),
     after which runc only bind-mounts onto plain files and folders. Files that land inside a mounted folder
     (the tables in /run/fakegpu) need no target in the image: runc makes theirs in the host folder."""
-    for _, dest in plan.dirs:
+    for _, dest in [*plan.dirs, *plan.lib_dirs]:
         os.close(root.dir_target(dest))
     inside = tuple(dest.rstrip("/") + "/" for _, dest in plan.dirs)
     for _, dest in plan.files:
@@ -108,7 +155,7 @@ def oci_mounts(plan: Plan) -> list[dict[str, object]]:
     ro = ["bind", "ro", "nosuid", "nodev"]
     return ([{"destination": dest, "type": "bind", "source": src, "options": list(rw)} for src, dest in plan.dirs]
             + [{"destination": dest, "type": "bind", "source": src, "options": list(ro)}
-               for src, dest in plan.files])
+               for src, dest in [*plan.lib_dirs, *plan.files]])
 
 
 def oci_devices(plan: Plan) -> list[dict[str, object]]:
@@ -128,6 +175,8 @@ class Injection:
         # Folders first: files are mounted on top of them.
         for src, dest in plan.dirs:
             self._mount(src, self.root.dir_target(dest), dest, readonly=False)
+        for src, dest in plan.lib_dirs:  # libraries: read-only, but mapped executable
+            self._mount(src, self.root.dir_target(dest), dest, readonly=True)
         for src, dest in plan.files:
             self._mount(src, self.root.file_target(dest), dest, readonly=True)
         for path, target in plan.links:

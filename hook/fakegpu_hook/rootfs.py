@@ -145,13 +145,18 @@ class Root:
         """An O_PATH descriptor of a regular file at path (created empty if missing), for a bind mount."""
         parent, name = os.path.split(path)
         dirfd = self.open_dir(parent, create=True)
+        create = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            st = self._clear_link(dirfd, name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
-                raise RootfsError(f"{path} in the container is not a regular file")
-            if st is None:
-                os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                 0o644, dir_fd=dirfd))
+            try:
+                # O_EXCL creates only where nothing (not even a dangling link) has the name: the common case
+                # costs one lookup; anything already there is examined below.
+                os.close(os.open(name, create, 0o644, dir_fd=dirfd))
+            except FileExistsError:
+                st = self._clear_link(dirfd, name)
+                if st is not None and not stat.S_ISREG(st.st_mode):
+                    raise RootfsError(f"{path} in the container is not a regular file") from None
+                if st is None:
+                    os.close(os.open(name, create, 0o644, dir_fd=dirfd))
             return os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
         finally:
             os.close(dirfd)
@@ -163,6 +168,11 @@ class Root:
         parent, name = os.path.split(path)
         dirfd = self.open_dir(parent, create=True)
         try:
+            try:
+                os.symlink(target, name, dir_fd=dirfd)  # never follows an existing name: fails on it
+                return
+            except FileExistsError:
+                pass
             st = self._clear_link(dirfd, name)
             if st is not None:
                 return  # the image ships a real file under this name; leave it

@@ -118,13 +118,36 @@ def test_plan_mounts_what_the_native_build_has(root_copy, tmp_path):
         plan = plan_injection(r, str(native), str(tmp_path / "native/bin/nvidia-smi"), "/t/devices.tbl",
                               "/t/catalog.tbl", "/t/state", 2)
     d = "/usr/lib/x86_64-linux-gnu"
-    assert [dest for _, dest in plan.files] == [f"{d}/libcuda.so.1", f"{d}/libnvidia-ml.so.1", f"{d}/catalog.tbl",
-                                                "/run/fakegpu/devices.tbl"]
+    # One read-only folder mount of the build; every name the loader looks up is a link into it.
+    assert plan.lib_dirs == [(str(native.resolve()), f"{d}/fakegpu")]
+    assert [dest for _, dest in plan.files] == ["/run/fakegpu/devices.tbl"]
     assert plan.dirs == [("/t/state", "/run/fakegpu")]
-    assert sorted(plan.links) == [(f"{d}/libcuda.so", "libcuda.so.1"), (f"{d}/libnvidia-ml.so", "libnvidia-ml.so.1")]
+    assert sorted(plan.links) == [(f"{d}/catalog.tbl", "fakegpu/catalog.tbl"), (f"{d}/libcuda.so", "libcuda.so.1"),
+                                  (f"{d}/libcuda.so.1", "fakegpu/libcuda.so.1"),
+                                  (f"{d}/libnvidia-ml.so", "libnvidia-ml.so.1"),
+                                  (f"{d}/libnvidia-ml.so.1", "fakegpu/libnvidia-ml.so.1")]
+    assert not any("libnvidia-ml.so.1" in n for n in plan.notes)
     assert any("nvidia-smi" in n for n in plan.notes)
     assert [n[0] for n in plan.nodes] == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                                           "/dev/nvidia0", "/dev/nvidia1"]
+
+
+def test_plan_mounts_a_library_linked_from_outside_the_build_folder(root_copy, tmp_path):
+    # A link out of the build folder would dangle through the folder mount: that library keeps a file mount.
+    native = tmp_path / "native" / "lib"
+    native.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere" / "libnvidia-ml.so.1.2"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"\x7fELF")
+    (native / "libnvidia-ml.so.1").symlink_to(elsewhere)
+    (native / "libcuda.so.1").write_bytes(b"\x7fELF")
+    with Root(str(root_copy("debian"))) as r:
+        plan = plan_injection(r, str(native), str(tmp_path / "smi"), "/t/d", "/t/c", "/t/s", 1)
+    d = "/usr/lib/x86_64-linux-gnu"
+    assert plan.lib_dirs == [(str(native.resolve()), f"{d}/fakegpu")]
+    assert (str(elsewhere), f"{d}/libnvidia-ml.so.1") in plan.files
+    assert sorted(plan.links) == [(f"{d}/libcuda.so", "libcuda.so.1"), (f"{d}/libcuda.so.1", "fakegpu/libcuda.so.1"),
+                                  (f"{d}/libnvidia-ml.so", "libnvidia-ml.so.1")]
 
 
 def test_plan_without_native_build_says_so(root_copy, tmp_path):
@@ -150,3 +173,15 @@ def test_cached_folders_resolve_once_and_close(root_copy, host_dir):
         opened = len(os.listdir("/proc/self/fd"))
     assert len(os.listdir("/proc/self/fd")) < opened
     assert snapshot(host_dir) == [("passwd", b"root:x:0:0\n")]
+
+
+def test_plan_gives_development_links_to_the_driver_libraries_only(root_copy, tmp_path):
+    native = tmp_path / "native" / "lib"
+    native.mkdir(parents=True)
+    for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libcublas.so.13"):
+        (native / name).write_bytes(b"\x7fELF")
+    with Root(str(root_copy("debian"))) as r:
+        plan = plan_injection(r, str(native), str(tmp_path / "smi"), "/t/d", "/t/c", "/t/s", 1)
+    d = "/usr/lib/x86_64-linux-gnu"
+    assert sorted(p for p, _ in plan.links) == [f"{d}/libcublas.so.13", f"{d}/libcuda.so", f"{d}/libcuda.so.1",
+                                                f"{d}/libnvidia-ml.so", f"{d}/libnvidia-ml.so.1"]

@@ -151,8 +151,7 @@ def test_runtime_injection_adds_mounts_and_devices(bundle, runtime_env, tmp_path
     assert got["mounts"][:len(original["mounts"])] == original["mounts"]
     assert [(m["destination"], m["source"]) for m in added] == [
         ("/run/fakegpu", str(state)),
-        (f"{lib}/libnvidia-ml.so.1", str(native / "libnvidia-ml.so.1")),
-        (f"{lib}/catalog.tbl", str(native / "catalog.tbl")),
+        (f"{lib}/fakegpu", str(native)),  # the whole native lib folder, once; sonames link into it
         ("/usr/bin/nvidia-smi", str(native.parent / "bin" / "nvidia-smi")),
         ("/run/fakegpu/devices.tbl", str(state / "devices.tbl")),
         ("/run/fakegpu/catalog.tbl", str(REPO / "fakegpu" / "data" / "catalog.tbl")),
@@ -168,7 +167,9 @@ def test_runtime_injection_adds_mounts_and_devices(bundle, runtime_env, tmp_path
     assert "FAKEGPU_DEVICE_TABLE=/run/fakegpu/devices.tbl" in got["process"]["env"]
     # Mount targets and the development link exist in the root, made from the host before runc runs.
     root = b / "rootfs"
-    assert (root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").is_file()
+    assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") == "fakegpu/libnvidia-ml.so.1"
+    assert os.readlink(root / "usr/lib/x86_64-linux-gnu/catalog.tbl") == "fakegpu/catalog.tbl"
+    assert (root / "usr/lib/x86_64-linux-gnu/fakegpu").is_dir()
     assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so") == "libnvidia-ml.so.1"
     assert (root / "usr/bin/nvidia-smi").is_file() and (root / "run/fakegpu").is_dir()
     assert "count=2" in (state / "devices.tbl").read_text()
