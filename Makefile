@@ -48,7 +48,8 @@ demo: all
 images: all
 	@if [ -x images/build.sh ]; then images/build.sh; else echo "images: nothing to build yet"; fi
 
-bench: all
+# The container and cluster benches need the images (built offline, reused when present).
+bench: all images
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
