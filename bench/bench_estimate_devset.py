@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fakegpu.estimate.devset import RowResult, of_kind, run_devset, score
+from fakegpu.estimate.devset import RowResult, by_metric, of_kind, run_devset, score
 
 DEVSET = Path(__file__).resolve().parents[1] / "tests" / "data" / "devset" / "devset.json"
 
@@ -37,6 +37,12 @@ def main() -> int:
     under_ok = tr["worst_underestimate"] >= -0.15
     print(f"training target: median <= 10 % {'met' if median_ok else 'MISSED'}; "
           f"no underestimate worse than 15 % {'met' if under_ok else 'MISSED'}")
+    print("\nper measured quantity (which predicted number each row checks)")
+    print(f"{'kind':12s}{'metric':>22s}{'rows':>6s}{'median |err|':>14s}{'worst |err|':>13s}{'worst under':>13s}")
+    for kind in ("inference", "training"):
+        for metric, m in by_metric(of_kind(results, kind)).items():
+            print(f"{kind:12s}{metric:>22s}{m['rows']:6d}{m['median_abs_error'] * 100:13.2f}%"
+                  f"{m['worst_abs_error'] * 100:12.2f}%{m['worst_underestimate'] * 100:+12.2f}%")
     both = score(results)
     print(f"\nwhole dev set ({both['rows']} rows): median |error| {both['median_abs_error'] * 100:.2f}%, "
           f"worst underestimate {both['worst_underestimate'] * 100:+.2f}%; issue-8 bar (median <= 5 %, "

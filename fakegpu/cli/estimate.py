@@ -94,6 +94,8 @@ def plan_training(
     double_quant: bool | None = typer.Option(None, "--double-quant/--no-double-quant",
                                              help="QLoRA absmax double quantization (default on)."),
     bitsandbytes: str | None = typer.Option(None, "--bitsandbytes", help="Installed bitsandbytes version (0.45)."),
+    peft: str | None = typer.Option(None, "--peft", help="Installed PEFT version (0.13); before 0.12 adapters "
+                                    "take the base weight's dtype."),
     precision: str | None = typer.Option(None, "--precision", help="bf16, bf16-mixed (default), fp16-mixed, fp32."),
     micro_batch: int | None = typer.Option(None, "--micro-batch", help="Default 1."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Default 2048."),
@@ -120,7 +122,7 @@ def plan_training(
     typed = {
         "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "lora_dropout": lora_dropout,
         "optimizer": optimizer, "framework": framework, "double_quant": double_quant, "bitsandbytes": bitsandbytes,
-        "precision": precision, "micro_batch": micro_batch, "seq_len": seq_len,
+        "peft": peft, "precision": precision, "micro_batch": micro_batch, "seq_len": seq_len,
         "grad_checkpointing": grad_checkpointing, "zero": zero, "fsdp": fsdp, "offload": offload, "gpus": gpus,
         "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
     }
@@ -135,7 +137,9 @@ def plan_training(
         typer.echo(f"{m['model_type']}: {m['parameter_count']:,} parameters, {r['trainable_parameters']:,} trainable; "
                    f"rank-local view of {r['parallelism']['gpus']} GPU(s)")
         typer.echo(table(_phase_rows(r["phases"]), ["PHASE", "ALLOCATED", "RESERVED", "NVIDIA-SMI", "COMPONENTS"]))
-        typer.echo(f"peak: {r['peak']['phase']} {human_bytes(r['peak']['max_memory_allocated'])} allocated")
+        pk = r["peak"]  # run-wide maxima; the phase named is where reserved memory peaks
+        typer.echo(f"peak: {human_bytes(pk['max_memory_allocated'])} allocated, "
+                   f"{human_bytes(pk['max_memory_reserved'])} reserved (reserved peaks in {pk['phase']})")
         _print_target(r["target"], (("max_micro_batch", "largest micro-batch"),))
         for note in r["notes"]:
             typer.echo(f"note: {note}")

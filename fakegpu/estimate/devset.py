@@ -92,6 +92,12 @@ def of_kind(results: list[RowResult], kind: str) -> list[RowResult]:
     return [r for r in results if r.kind == kind]
 
 
+def by_metric(results: list[RowResult]) -> dict[str, dict]:
+    """Scores per measured quantity: allocated, reserved and nvidia-smi predictions are validated separately."""
+    metrics = sorted({r.metric for r in results})
+    return {m: score([r for r in results if r.metric == m]) for m in metrics}
+
+
 def score(results: list[RowResult]) -> dict:
     errors = [r.error for r in results]
     return {

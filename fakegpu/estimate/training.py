@@ -5,10 +5,13 @@ partitioned by stage), except plain DDP under torch.autocast, which keeps fp32 w
 an autocast cache of half-precision weight copies. Activations are the tensors eager PyTorch saves for backward
 in a transformer layer (norm inputs, q/k/v, attention output, the MLP intermediates); for LoRA/QLoRA,
 training_activations counts what frozen and 4-bit linears keep and what the framework (litgpt or HF/PEFT) adds.
+Reserved memory (see _totals) adds what the caching allocator cannot share: FSDP's per-stream pools, blocks left
+by earlier peaks and by FSDP's constructor; Answer.AI's FSDP benchmarks in the dev set pin those terms.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,7 +21,13 @@ from fakegpu.estimate.llm import load_model, resolve_profile
 from fakegpu.estimate.model_config import ModelConfig
 from fakegpu.estimate.safetensors_header import Checkpoint
 from fakegpu.estimate.target import fits, largest, verdict
-from fakegpu.estimate.training_activations import FRAMEWORKS, adapter_layer, bnb_saves_input, lora_trainable
+from fakegpu.estimate.training_activations import (
+    FRAMEWORKS,
+    adapter_layer,
+    bnb_saves_input,
+    lora_trainable,
+    peft_casts_to_base,
+)
 from fakegpu.estimate.weights import classify, summarise
 
 REPORT = "fakegpu.plan-training/v1"
@@ -59,6 +68,7 @@ class TrainingOptions:
     framework: str = "generic"  # see training_activations.FRAMEWORKS
     double_quant: bool = True  # QLoRA absmax double quantization (bnb_4bit_use_double_quant / litgpt bnb.nf4-dq)
     bitsandbytes: str = "0.45"  # installed bitsandbytes; before 0.43.2 MatMul4Bit keeps its input alive
+    peft: str = "0.13"  # installed PEFT; before 0.12 adapters take the base weight's float dtype (not fp32)
 
     def validate(self) -> None:
         for name, allowed in (("method", METHODS), ("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
@@ -79,6 +89,11 @@ class TrainingOptions:
             raise EstimateInputError("--gpus", "must be a multiple of tensor-parallel x pipeline-parallel")
         if self.offload == "params" and self.zero != 3 and self.fsdp == "none":
             raise EstimateInputError("--offload", "offloading parameters needs ZeRO-3 or FSDP")
+        for name in ("bitsandbytes", "peft"):
+            # Versions gate behaviour changes; a typo must not silently select the oldest behaviour.
+            value = str(getattr(self, name)).strip()
+            if not re.fullmatch(r"\d+(\.\d+){0,2}([.+-]?\w+)*", value):
+                raise EstimateInputError(f"--{name}", f"{value!r} is not a version; use e.g. 0.45 or 0.13.2")
 
     @property
     def data_parallel(self) -> int:
@@ -212,8 +227,13 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
         adapters, lora_inputs = lora_trainable(ckpt, o.lora_targets, o.lora_rank, fw)
         trainable = adapters / pp / tp
         base_b = 4 if o.precision == "fp32" else 2
-        # PEFT keeps adapters in fp32 (autocast_adapter_dtype); litgpt's bf16-true casts them with the model.
-        w_b = g_b = state_b = base_b if fw.adapters_in_base_dtype else 4
+        # PEFT >= 0.12 keeps adapters in fp32 (autocast_adapter_dtype); litgpt's bf16-true casts them with the
+        # model, and so did PEFT before 0.12 (LoraLayer.update_layer: `self.to(weight.device, dtype=weight.dtype)`
+        # when the base weight is floating point: a bf16 model, or bnb 4-bit stored as bf16, which FSDP/ZeRO-3
+        # need to flatten it with the bf16 norms; a uint8-stored 4-bit weight leaves the adapters in fp32).
+        float_base = o.method == "lora" or s_weights > 1
+        in_base = fw.adapters_in_base_dtype or (peft_casts_to_base(o.peft) and float_base)
+        w_b = g_b = state_b = base_b if in_base else 4
         master_b = 0
         quant = summarise(ckpt, cfg.quantization)
         head_params, largest = _head_and_largest(ckpt)
@@ -232,7 +252,9 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
             frozen = quant.weight_bytes / pp / tp / s_weights
         else:
             frozen = rank_params * base_b / s_weights
-        weights = trainable * w_b
+        # Adapters are partitioned like any parameter: PEFT's fsdp_auto_wrap_policy makes each LoRA linear its own
+        # FSDP unit, ZeRO-3 partitions every parameter.
+        weights = trainable * w_b / s_weights
     states_per_param = {"adamw": 2 * state_b, "adamw-8bit": 2, "sgd": state_b, "adafactor": 0.05 * state_b}[o.optimizer]
     optimizer = trainable * (states_per_param + master_b) / s_states
     if o.method == "qlora" and fw.paged_qlora_optimizer:
@@ -248,9 +270,16 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     act = _activations(cfg, o, o.micro_batch, dropout_inputs, dequant)
     inflight = pp  # 1F1B keeps as many micro-batches in flight on the first stage as there are stages
     if o.grad_checkpointing:
+        # Only each layer's input is kept; a layer's saved tensors exist again only while it is recomputed in
+        # backward, and by then autograd has released the loss's buffers (a node's saved tensors and the grads it
+        # consumed are freed as it runs), so the layer's peak and the logits' peak are sequential, not summed. The
+        # no-grad forward's transient inside a layer is bounded by what that layer saves when recomputed.
         activations = act["layer_input"] * layers_here * inflight + act["layer"]
+        logits_fwd = max(0.0, act["logits_forward"] - act["layer"])
+        logits_bwd = max(0.0, act["logits"] - act["layer"] - act["layer_grads"] - act["dequant"])
     else:
         activations = act["layer"] * layers_here * inflight
+        logits_fwd, logits_bwd = act["logits_forward"], act["logits"]
     layer_params = rank_params / max(1, layers_here)
     if layer_packed is not None:  # QLoRA: the flat params gathered are the 4-bit storage, not bf16 weights
         layer_params_bytes = layer_packed
@@ -260,9 +289,25 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     # FSDP does not reshard the root unit after forward (torch _post_forward_reshard: "Do not free the root's
     # parameters ... immediately used for backward"): with per-layer wrapping that is embeddings, final norm, head.
     fsdp_root = emb_here / tp * (2 if half else 4) if o.fsdp in ("full", "hybrid") and s_weights > 1 else 0
+    # FSDP parameter offload: before each all-gather the unit's CPU shard is copied to the GPU on FSDP's
+    # pre-unshard stream (FlatParamHandle.pre_unshard: flat_param_to(device), "creates a new tensor distinct from
+    # any attributes", held until the all-gather that reads it completes). The caching allocator keeps blocks per
+    # stream, so that stream holds a segment as large as the largest shard copied, the root unit's (embeddings,
+    # head) at the start of forward, and re-splits it for each layer's copy; nothing on the compute stream reuses it.
+    offload_staging = 0.0
+    if o.offload == "params" and o.fsdp != "none" and s_weights > 1:
+        offload_staging = max(fsdp_root, layer_params_bytes) / s_weights
     autocast_cache = rank_linear * 2 if ddp_amp and o.method == "full" else 0
     workspace = runtime.cublas_workspace_bytes(cc)
-    bucket = min(ZERO_BUCKET_ELEMENTS, trainable) * 2 if stage >= 1 else 0
+    if o.zero >= 1:
+        bucket = min(ZERO_BUCKET_ELEMENTS, trainable) * 2  # DeepSpeed's reduce bucket
+    elif s_grads > 1:
+        # FSDP has no bucket: each FlatParameter's unsharded gradient is reduce-scattered on its own (_post_backward
+        # _hook); the largest is one layer unit, or for LoRA one adapter linear (PEFT wraps each as its own unit).
+        unit = layer_params if o.method == "full" else o.lora_rank * max(cfg.intermediate_size, cfg.hidden_size)
+        bucket = unit * g_b
+    else:
+        bucket = 0
     ddp_buckets = trainable * g_b if stage == 0 and o.data_parallel > 1 else 0
     step_temp = trainable * 4 / s_states if o.optimizer in ("adamw", "sgd") and stage == 0 else 0
 
@@ -270,29 +315,60 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     phases = {
         "load": {"weights": weights, "frozen_weights": frozen},
         "forward": {**base, "ddp_buckets": ddp_buckets, "activations": activations,
-                    "logits": act["logits_forward"], "previous_step_graph": act["stale_graph"],
-                    "gathered_params": gathered, "fsdp_root_params": fsdp_root, "autocast_cache": autocast_cache,
-                    "cublas_workspace": workspace},
+                    "logits": logits_fwd, "previous_step_graph": act["stale_graph"],
+                    "gathered_params": gathered, "fsdp_root_params": fsdp_root, "offload_staging": offload_staging,
+                    "autocast_cache": autocast_cache, "cublas_workspace": workspace},
         "backward": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "reduce_bucket": bucket,
-                     "activations": max(activations + act["logits"], act["layer"]),
+                     "activations": activations, "logits": logits_bwd,
                      "layer_gradients": act["layer_grads"], "dequantized_weight": act["dequant"],
-                     "gathered_params": gathered, "fsdp_root_params": fsdp_root, "autocast_cache": autocast_cache,
-                     "cublas_workspace": workspace},
+                     "gathered_params": gathered, "fsdp_root_params": fsdp_root, "offload_staging": offload_staging,
+                     "autocast_cache": autocast_cache, "cublas_workspace": workspace},
         "optimizer_step": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "step_temporaries": step_temp,
                            "cublas_workspace": workspace},
     }
-    details = {"trainable": int(trainable * pp * tp), "total": total, "stage": stage}
+    # What FSDP's constructor leaves in the caching allocator (the compute stream's pool): each unit is moved to the
+    # GPU, broadcast from rank 0 through c10d's coalesced flat buffer (sync_module_states, which accelerate's
+    # CPU-RAM-efficient loading requires), and flattened into a new FlatParameter before one shard is kept
+    # (_init_param_handle_from_module). Three copies of the root unit and of a layer unit are freed into the cache
+    # (their sizes differ, so one does not reuse the other's), and training fills those blocks before it reserves
+    # more. Answer.AI's 7B QLoRA run: "about 3.72GiB (see reserved_after_model_wrap)" for ~2 GiB of shards.
+    init_cache = 3 * (fsdp_root + layer_params_bytes) if o.fsdp != "none" and s_weights > 1 else 0
+    if init_cache:
+        # While a unit is flattened its moved parameters and the FlatParameter are both alive.
+        copies = 2 * max(fsdp_root, layer_params_bytes)
+        setup = {"weights": weights, "frozen_weights": frozen, "fsdp_unit_copies": copies}
+        phases = {"load": phases["load"], "fsdp_setup": setup, **{k: v for k, v in phases.items() if k != "load"}}
+    # Peaks at different moments still do not share blocks: the forward's per-layer temporaries come first and
+    # leave blocks of their sizes cached, and the loss's larger logits buffers take fresh segments. So a
+    # checkpointed layer and the logits add up in reserved memory though not in allocated (Answer.AI's 7B FSDP
+    # rows: the allocated figures fit the sequential peak, the reserved ones the sum).
+    cached_only = {"forward": act["logits_forward"] - logits_fwd, "backward": act["logits"] - logits_bwd}
+    details = {"trainable": int(trainable * pp * tp), "total": total, "stage": stage, "init_cache": init_cache,
+               "cached_only": cached_only}
     return phases, details
 
 
-def _totals(phases: dict, cc: tuple[int, int], gpus: int) -> dict:
+# Allocated on FSDP's unshard and pre-unshard streams: the caching allocator keeps separate blocks per stream, and
+# these are the same sizes every layer, so they are reserved as they are, apart from the compute stream's pool.
+STREAM_POOLS = ("gathered_params", "fsdp_root_params", "offload_staging")
+
+
+def _totals(phases: dict, cc: tuple[int, int], gpus: int, details: dict | None = None) -> dict:
+    """Allocated, reserved and nvidia-smi per phase. Reserved: resident states as they are, FSDP's stream pools as
+    they are, and the compute stream's temporaries (with what earlier peaks left cached) plus fragmentation, never
+    below what FSDP's constructor left cached."""
+    details = details or {}
+    init_cache = details.get("init_cache", 0)
+    cached_only = details.get("cached_only", {})
     context = runtime.cuda_context_bytes(cc) + runtime.nccl_bytes(gpus)
     out = {}
     for name, parts in phases.items():
         ints = {k: int(v) for k, v in parts.items()}
         allocated = sum(ints.values())
         resident = ints.get("weights", 0) + ints.get("frozen_weights", 0) + ints.get("optimizer_states", 0)
-        held = resident + (allocated - resident) * (1 + runtime.FRAGMENTATION)
+        pools = sum(ints.get(k, 0) for k in STREAM_POOLS)
+        compute = (allocated - resident - pools + cached_only.get(name, 0)) * (1 + runtime.FRAGMENTATION)
+        held = resident + pools + (max(compute, init_cache) if name != "load" else compute)
         reserved = runtime.round_up(held, runtime.LARGE_ROUND)
         out[name] = {"components": ints, "max_memory_allocated": allocated, "max_memory_reserved": reserved,
                      "nvidia_smi_used": reserved + context}
@@ -300,9 +376,11 @@ def _totals(phases: dict, cc: tuple[int, int], gpus: int) -> dict:
 
 
 def _peak(totals: dict) -> dict:
+    """The run's maxima: each counter is a running maximum, so each is the largest over the phases, which need not
+    be one phase (the allocator's pools from a reserved-heavy phase outlive it)."""
     name = max(totals, key=lambda p: totals[p]["max_memory_reserved"])
-    return {"phase": name, **{k: totals[name][k] for k in ("max_memory_allocated", "max_memory_reserved",
-                                                           "nvidia_smi_used")}}
+    return {"phase": name, **{k: max(t[k] for t in totals.values()) for k in ("max_memory_allocated",
+                                                                           "max_memory_reserved", "nvidia_smi_used")}}
 
 
 def plan_training(source: Path | str, options: TrainingOptions, target: str | None = None) -> dict:
@@ -311,7 +389,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     profile = resolve_profile(target) if target else None
     cc = profile.compute_capability if profile else DEFAULT_CC
     phases, details = plan(ckpt, cfg, options, cc)
-    totals = _totals(phases, cc, options.gpus)
+    totals = _totals(phases, cc, options.gpus, details)
     peak = _peak(totals)
     summary = summarise(ckpt, cfg.quantization)
     report = {
@@ -332,7 +410,8 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
         out = verdict(profile, peak["max_memory_reserved"], context, peak["nvidia_smi_used"])
 
         def ok(mb: int) -> bool:
-            p = _peak(_totals(plan(ckpt, cfg, _with(options, micro_batch=mb), cc)[0], cc, options.gpus))
+            phases_mb, details_mb = plan(ckpt, cfg, _with(options, micro_batch=mb), cc)
+            p = _peak(_totals(phases_mb, cc, options.gpus, details_mb))
             return fits(profile, p["max_memory_reserved"], context, p["nvidia_smi_used"])
 
         out["max_micro_batch"] = largest(ok, cap=4096)
@@ -344,8 +423,8 @@ def peak_for(source: Path | str, options: TrainingOptions, compute_capability: t
     """The peak phase's predicted numbers for a GPU of this compute capability (the dev set's entry point)."""
     options.validate()
     ckpt, cfg = load_model(source)
-    phases, _ = plan(ckpt, cfg, options, compute_capability)
-    return _peak(_totals(phases, compute_capability, options.gpus))
+    phases, details = plan(ckpt, cfg, options, compute_capability)
+    return _peak(_totals(phases, compute_capability, options.gpus, details))
 
 
 def _with(o: TrainingOptions, **changes) -> TrainingOptions:

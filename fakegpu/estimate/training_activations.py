@@ -16,6 +16,9 @@ from fakegpu.estimate.safetensors_header import Checkpoint
 # bitsandbytes' MatMul4Bit kept its input A in `ctx.tensors` (a plain attribute, not save_for_backward) until
 # bitsandbytes PR #1270 "fix QLoRA mem bug: delete useless buffered activation", first released in 0.43.2.
 BNB_INPUT_FIX = (0, 43, 2)
+# PEFT PR #1706 "Autocast adapter weights if fp16/bf16" (first released in 0.12.0) upcasts adapters to fp32; until
+# then LoraLayer.update_layer moved them to the base weight's dtype when that was floating point.
+PEFT_AUTOCAST_ADAPTERS = (0, 12, 0)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 def bnb_saves_input(bitsandbytes: str) -> bool:
     return version_tuple(bitsandbytes) < BNB_INPUT_FIX
+
+
+def peft_casts_to_base(peft: str) -> bool:
+    return version_tuple(peft) < PEFT_AUTOCAST_ADAPTERS
 
 
 def adapter_layer(cfg: ModelConfig, fw: Framework, method: str, a: int, r: int, tp: int,
