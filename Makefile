@@ -5,6 +5,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# PyPI's last CUDA 12 build of torch, in a venv of its own: native mode's CUDA 12 libraries are tested with it.
+VENV210       := .venv-torch210
+VENV210_STAMP := $(VENV210)/.installed
 
 .PHONY: all install native catalog test test-fast lint demo images bench clean
 
@@ -20,6 +23,15 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# torch 2.10.0+cu128 (CUDA 12.8 wheels: nvidia-cuda-runtime-cu12 12.8.90, nvidia-cublas-cu12 12.8.4.1, ...).
+$(VENV210_STAMP):
+	$(PYTHON) -m venv $(VENV210)
+	$(VENV210)/bin/pip install --quiet --upgrade pip
+	$(VENV210)/bin/pip install --quiet torch==2.10.0 numpy
+	touch $@
+
+$(VENV210): $(VENV210_STAMP)
+
 # The native shims (libnvidia-ml, CUDA libraries, nvidia-smi); skipped cleanly while native/ has no Makefile.
 native: $(STAMP)
 	@if [ -f native/Makefile ]; then $(MAKE) -C native PYTHON=$(abspath $(PY)); else echo "native: nothing to build yet"; fi
@@ -32,7 +44,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Every test, Docker and native ones included. pytest's "no tests collected" (exit 5) is a failure here.
-test: all
+test: all $(VENV210_STAMP)
 	$(PY) -m fakegpu.profiles.compile --check
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -53,5 +65,5 @@ bench: all images
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build *.egg-info native/build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV210) build *.egg-info native/build .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -5,7 +5,8 @@ Targets (issue 5): a malloc/free pair at most 20 us (it is an mmap/munmap plus b
 flow under the shims at most 5 ms (kernels are not run, so this is the shims' and PyTorch's host overhead). The
 same script on plain CPU torch (same process setup, device "cpu", no shims) gives the ratio native/cpu: below 1
 means the control flow under the shims costs less than doing the math on the CPU; the step in accounting memory
-mode is printed too (its copies are skipped, so it should not be slower).
+mode is printed too (its copies are skipped, so it should not be slower), and so are the cost of replaying the step
+captured into a CUDA graph and the step under torch 2.10+cu128 (the CUDA 12 libraries), when its venv exists.
 Needs `make native`. Prints one line per figure; exits non-zero when a target is missed.
 """
 
@@ -35,6 +36,27 @@ t = time.perf_counter(); n = 50
 for _ in range(n): step()
 print((time.perf_counter() - t) / n * 1000)
 """
+# The same step captured once into a CUDA graph (recorded no-ops) and replayed: the cost of one replay.
+GRAPH_STEP = """
+import time, torch
+m = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)).cuda()
+opt = torch.optim.AdamW(m.parameters(), capturable=True)
+x = torch.randn(64, 512, device="cuda"); y = torch.randint(0, 10, (64,), device="cuda")
+def step():
+    opt.zero_grad(set_to_none=False); torch.nn.functional.cross_entropy(m(x), y).backward(); opt.step()
+s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s):
+    for _ in range(3): step()
+torch.cuda.current_stream().wait_stream(s)
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g): step()
+t = time.perf_counter(); n = 200
+for _ in range(n): g.replay()
+torch.cuda.synchronize()
+print((time.perf_counter() - t) / n * 1000)
+"""
+# PyPI's last CUDA 12 torch (2.10.0+cu128), on the CUDA 12 set of our libraries: `make .venv-torch210`.
+TORCH210 = REPO / ".venv-torch210" / "bin" / "python"
 
 
 def main() -> int:
@@ -61,8 +83,8 @@ def main() -> int:
         return 0 if ok else 1
     cpu = float(subprocess.run([sys.executable, "-c", STEP, "cpu"], capture_output=True, text=True, check=True).stdout)
 
-    def under_shims(*flags: str) -> float:
-        cmd = [sys.executable, "-m", "fakegpu", "run", "--devices", "a100", *flags, "--", sys.executable, "-c", STEP]
+    def under_shims(*flags: str, python: str = sys.executable, script: str = STEP) -> float:
+        cmd = [sys.executable, "-m", "fakegpu", "run", "--devices", "a100", *flags, "--", python, "-c", script]
         return float(subprocess.run([*cmd, "cuda"], capture_output=True, text=True, check=True).stdout)
 
     native, accounting = under_shims(), under_shims("--memory", "accounting")
@@ -73,6 +95,16 @@ def main() -> int:
     if native > STEP_TARGET_MS:
         print(f"  target missed: {STEP_TARGET_MS} ms")
         ok = False
+    replay = under_shims(script=GRAPH_STEP)
+    print(f"cuda graph replay of the same step: {replay:.3f} ms, ratio replay/eager {replay / native:.3f}")
+    if TORCH210.exists():
+        cu12 = under_shims(python=str(TORCH210))
+        print(f"cuda step under torch 2.10+cu128 (CUDA 12 libraries): native {cu12:.2f} ms")
+        if cu12 > STEP_TARGET_MS:
+            print(f"  target missed: {STEP_TARGET_MS} ms")
+            ok = False
+    else:
+        print("cuda step under torch 2.10: skipped (no .venv-torch210; `make .venv-torch210`)")
     return 0 if ok else 1
 
 

@@ -7,7 +7,8 @@ CUDA libraries of the child agree on one set of devices and one shared process s
 native: the child's CUDA libraries are FakeGPU's (native/build/lib). CUDA-built PyTorch finds NVIDIA's libraries
 through DT_RPATH ($ORIGIN/../../nvidia/...), which the loader searches *before* LD_LIBRARY_PATH, so the library
 path alone cannot win: ours are put in LD_PRELOAD. A preloaded object carries its SONAME, so every later
-DT_NEEDED or dlopen of "libcudart.so.13" binds to it. Python's torch additionally preloads the nvidia wheels by
+DT_NEEDED or dlopen of "libcudart.so.13" binds to it. Both the CUDA 13 and the CUDA 12 set are preloaded (see
+NATIVE_LIBS), so a torch of either kind finds its own. Python's torch additionally preloads the nvidia wheels by
 absolute path (torch/__init__.py, _preload_cuda_deps, searching sys.path for nvidia/<pkg>/lib/); a folder first
 on PYTHONPATH that mirrors that layout with links to our libraries makes those loads resolve to ours too, so no
 NVIDIA library is mapped at all.
@@ -38,27 +39,49 @@ MEMORY_MODES = ("full", "accounting")
 DEFAULT_DEVICES = "a100:1"
 
 # Our libraries, in the order they are preloaded (a library before the ones that link it), and where the
-# nvidia-* wheels put the real ones (torch's preloader layout: nvidia/<folder>/lib/<file>).
-NATIVE_LIBS: tuple[tuple[str, str], ...] = (
-    ("libcuda.so.1", "cu13"),
-    ("libcudart.so.13", "cu13"),
-    ("libcublasLt.so.13", "cu13"),
-    ("libcublas.so.13", "cu13"),
-    ("libnccl.so.2", "nccl"),
-    ("libcudnn.so.9", "cudnn"),
-    ("libcusparse.so.12", "cu13"),
-    ("libcusolver.so.12", "cu13"),
-    ("libcufft.so.12", "cu13"),
-    ("libcufile.so.0", "cu13"),
-    ("libcusparseLt.so.0", "cusparselt"),
-    ("libnvrtc.so.13", "cu13"),
-    ("libnvshmem_host.so.3", "nvshmem"),
-    ("libcupti.so.13", "cu13"),
+# nvidia-* wheels put the real ones (torch's preloader layout: nvidia/<folder>/lib/<file>; CUDA 13 wheels share
+# nvidia/cu13/lib, CUDA 12 wheels have a folder each). Both CUDA majors' sets are preloaded: their sonames and
+# symbol version nodes differ (libcudart.so.12 vs .13), so a program binds to the set it was linked against
+# and the other stays unused; libraries whose soname is the same in both majors are one build serving both.
+NATIVE_LIBS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("libcuda.so.1", ("cu13",)),
+    ("libcudart.so.13", ("cu13",)),
+    ("libcublasLt.so.13", ("cu13",)),
+    ("libcublas.so.13", ("cu13",)),
+    ("libcudart.so.12", ("cuda_runtime",)),
+    ("libcublasLt.so.12", ("cublas",)),
+    ("libcublas.so.12", ("cublas",)),
+    ("libnccl.so.2", ("nccl",)),
+    ("libcudnn.so.9", ("cudnn",)),
+    ("libcusparse.so.12", ("cu13", "cusparse")),
+    ("libcusolver.so.12", ("cu13",)),
+    ("libcusolver.so.11", ("cusolver",)),
+    ("libcufft.so.12", ("cu13",)),
+    ("libcufft.so.11", ("cufft",)),
+    ("libcufile.so.0", ("cu13", "cufile")),
+    ("libcusparseLt.so.0", ("cusparselt",)),
+    ("libnvrtc.so.13", ("cu13",)),
+    ("libnvrtc.so.12", ("cuda_nvrtc",)),
+    ("libnvshmem_host.so.3", ("nvshmem",)),
+    ("libcupti.so.13", ("cu13",)),
+    ("libcupti.so.12", ("cuda_cupti",)),
+    ("libcurand.so.10", ("cu13", "curand")),
 )
 
-# The driver branch and CUDA version a CUDA 13 runtime needs; NVML and nvidia-smi report the same.
-NATIVE_DRIVER_VERSION = "580.95.05"
-NATIVE_CUDA_VERSION = "13000"
+
+def _native_versions() -> dict[str, object]:
+    """fakegpu/data/native_versions.json: the one copy of the versions native mode reports (libcuda compiles
+    the same file in, tools/gen_cuda_versions.py)."""
+    import json
+
+    return json.loads((Path(__file__).resolve().parent / "data" / "native_versions.json").read_text(encoding="utf-8"))
+
+
+_VERSIONS = _native_versions()
+# The driver branch and CUDA version native mode reports (NVML and nvidia-smi agree): a CUDA 13 driver, which
+# serves both the CUDA 13 and the CUDA 12 runtime.
+NATIVE_DRIVER_VERSION = str(_VERSIONS["driver_version"])
+NATIVE_CUDA_VERSION = str(_VERSIONS["cuda_version"])
 
 _SITECUSTOMIZE = '''"""FakeGPU interpreter-start hook (written by fakegpu.launcher.python_hook_dir)."""
 import fakegpu.fakecuda.envhook  # noqa: F401  (activates fakecuda when FAKEGPU_RUNTIME=fakecuda)
@@ -143,10 +166,11 @@ def native_libraries(lib_dir: Path) -> list[Path]:
 def _wheel_mirror(root: Path, libs: list[Path]) -> Path:
     """A folder laid out like site-packages/nvidia/<pkg>/lib/, linking our libraries (see the module doc)."""
     mirror = root / "pynative"
-    for (name, folder), path in zip(NATIVE_LIBS, libs, strict=True):
-        target = mirror / "nvidia" / folder / "lib" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(path.resolve())
+    for (name, folders), path in zip(NATIVE_LIBS, libs, strict=True):
+        for folder in folders:
+            target = mirror / "nvidia" / folder / "lib" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(path.resolve())
     return mirror
 
 

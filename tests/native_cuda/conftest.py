@@ -31,7 +31,18 @@ LIBS = (
     "libnvrtc.so.13",
     "libnvshmem_host.so.3",
     "libcupti.so.13",
+    "libcurand.so.10",
+    # the CUDA 12 set (sonames that differ from CUDA 13's)
+    "libcudart.so.12",
+    "libcublas.so.12",
+    "libcublasLt.so.12",
+    "libcusolver.so.11",
+    "libcufft.so.11",
+    "libnvrtc.so.12",
+    "libcupti.so.12",
 )
+# PyPI's last CUDA 12 torch (2.10.0+cu128), in a venv of its own: `make .venv-torch210` (`make test` makes it).
+TORCH210_PYTHON = REPO / ".venv-torch210" / "bin" / "python"
 
 
 def _require(what: str, ok: bool) -> None:
@@ -57,6 +68,17 @@ def cuda_torch() -> None:
         _require("torch is not installed", False)
         return
     _require(f"torch {torch.__version__} is not a CUDA 13 build", (torch.version.cuda or "").startswith("13"))
+
+
+@pytest.fixture(scope="session", params=["cu13", "cu12"])
+def torch_python(request: pytest.FixtureRequest) -> str:
+    """The interpreter of a CUDA build of torch: this venv's (CUDA 13, torch 2.15) or .venv-torch210's (CUDA 12.8,
+    torch 2.10), so each native-mode torch test runs against both sets of FakeGPU's CUDA libraries."""
+    if request.param == "cu13":
+        request.getfixturevalue("cuda_torch")
+        return sys.executable
+    _require(f"{TORCH210_PYTHON} is missing: run `make .venv-torch210`", TORCH210_PYTHON.is_file())
+    return str(TORCH210_PYTHON)
 
 
 @pytest.fixture

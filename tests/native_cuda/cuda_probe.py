@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-lib = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libcudart.so.13"))
+lib = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], os.environ.get("PROBE_CUDART", "libcudart.so.13")))
 out: dict = {}
 n = ctypes.c_int()
 out["count_rc"] = lib.cudaGetDeviceCount(ctypes.byref(n))
@@ -45,5 +45,6 @@ fn = ctypes.c_void_p()
 status = ctypes.c_int(-1)
 out["entry_rc"] = lib.cudaGetDriverEntryPointByVersion(b"cuMemAlloc", ctypes.byref(fn), 12000, 0, ctypes.byref(status))
 out["entry_found"] = bool(fn.value) and status.value == 0
-out["unsupported_rc"] = lib.cudaGraphCreate(ctypes.byref(ctypes.c_void_p()), 0)  # a generated stub
+out["graph_rc"] = lib.cudaGraphCreate(ctypes.byref(ctypes.c_void_p()), 0)  # graphs: recorded no-ops
+out["unsupported_rc"] = lib.cudaGraphClone(ctypes.byref(ctypes.c_void_p()), None)  # a generated stub
 json.dump(out, sys.stdout)

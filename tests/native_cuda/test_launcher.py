@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from fakegpu.launcher import prepare, python_hook_dir
-from tests.native_cuda.conftest import run_fakegpu
+from fakegpu.launcher import NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION, prepare, python_hook_dir
+from tests.native_cuda.conftest import REPO, run_fakegpu
 
 
 def test_bad_spec_is_a_usage_error() -> None:
@@ -31,8 +32,18 @@ def test_native_env_preloads_our_libraries(cuda_build) -> None:
         pre = launch.env["LD_PRELOAD"].split(":")
         assert Path(pre[0]).name == "libcuda.so.1" and all(Path(p).is_file() for p in pre)
         assert Path(launch.env["FAKEGPU_DEVICE_TABLE"]).is_file()
+        assert {Path(p).name for p in pre} >= {"libcudart.so.13", "libcudart.so.12"}, "both CUDA majors' sets"
         mirror = Path(launch.env["PYTHONPATH"].split(":")[0])
         assert (mirror / "nvidia" / "cu13" / "lib" / "libcudart.so.13").resolve() == (cuda_build / "libcudart.so.13")
+        # CUDA 12 wheels: a folder per package (torch 2.10's _preload_cuda_deps looks there)
+        for folder, name in (
+            ("cuda_runtime", "libcudart.so.12"),
+            ("cublas", "libcublasLt.so.12"),
+            ("cusolver", "libcusolver.so.11"),
+            ("cusparse", "libcusparse.so.12"),
+        ):
+            assert (mirror / "nvidia" / folder / "lib" / name).resolve() == cuda_build / name
+        assert launch.env["FAKEGPU_CUDA_VERSION"] == NATIVE_CUDA_VERSION
     finally:
         launch.cleanup()
     assert not launch.root.exists()
@@ -56,3 +67,25 @@ def test_hook_dir_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
         text=True,
     )
     assert out.stdout.split() == ["1", "True"], out.stderr
+
+
+def test_one_copy_of_the_native_versions(cuda_env: dict[str, str], tmp_path: Path) -> None:
+    # fakegpu/data/native_versions.json feeds both the launcher and libcuda's compiled-in default.
+    data = json.loads((REPO / "fakegpu" / "data" / "native_versions.json").read_text())
+    assert (NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION) == (data["driver_version"], str(data["cuda_version"]))
+    code = """
+import ctypes, os
+lib = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libcuda.so.1"))
+v = ctypes.c_int()
+print(lib.cuDriverGetVersion(ctypes.byref(v)), v.value)
+"""
+    env = {k: v for k, v in cuda_env.items() if k != "FAKEGPU_CUDA_VERSION"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["0", str(data["cuda_version"])], out.stderr
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"driver_version": "580", "cuda_version": 13000}')
+    tool = str(REPO / "tools" / "gen_cuda_versions.py")
+    gen = subprocess.run(
+        [sys.executable, tool, "--json", str(bad), "--out", str(tmp_path / "h")], capture_output=True, text=True
+    )
+    assert gen.returncode == 1 and "driver_version must look like 580.95.05" in gen.stderr

@@ -80,8 +80,9 @@ def test_no_peers_is_rank_local_and_never_hangs(cuda_env: dict[str, str]) -> Non
 
 
 @pytest.mark.torch
-def test_ddp_nccl_two_ranks_under_torchrun(cuda_build, cuda_torch, tmp_path: Path) -> None:
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
+def test_ddp_nccl_two_ranks_under_torchrun(cuda_build, torch_python, tmp_path: Path) -> None:
+    # torch 2.15 (libcudart.so.13) and torch 2.10 (libcudart.so.12) share one libnccl.so.2
+    torchrun = [torch_python, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone"]
     rep = tmp_path / "reports"
     args = ["--devices", "a100:2", "--report-dir", str(rep), "--", *torchrun, str(SCRIPTS / "ddp_step.py")]
     proc = run_fakegpu(args, timeout=180)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,3 +55,36 @@ def test_accounting_mode_is_reported(cuda_build, cuda_torch, tmp_path: Path) -> 
     (r,) = reports(rep)
     assert r["memory_mode"] == "accounting"
     assert r["devices"][0]["peak_bytes"] == 20 << 20  # the caching allocator's 20 MiB segment for 4 MiB
+
+
+TWO_RUNTIMES = """
+import ctypes, os
+class dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+lib = os.environ["FAKEGPU_LIB"]
+libc = ctypes.CDLL(None)
+libc.strdup.restype = ctypes.c_void_p
+stubs = []
+for major, name, launches in ((12, b"kernel_of_cuda12", 3), (13, b"kernel_of_cuda13", 2)):
+    rt = ctypes.CDLL(os.path.join(lib, f"libcudart.so.{major}"))
+    rt.__cudaRegisterFatBinary.restype = ctypes.c_void_p
+    handle = rt.__cudaRegisterFatBinary(None)
+    stub = ctypes.create_string_buffer(1)  # the host stub's address is the key a program launches by
+    kname = ctypes.c_void_p(libc.strdup(name))  # never freed: the report is written after Python's finalization
+    stubs.append(stub)
+    rt.__cudaRegisterFunction(ctypes.c_void_p(handle), stub, kname, kname, -1, None, None, None, None, None)
+    for _ in range(launches):
+        assert rt.cudaLaunchKernel(stub, dim3(1, 1, 1), dim3(32, 1, 1), None, ctypes.c_size_t(0), None) == 0
+"""
+
+
+def test_kernels_of_both_runtimes_are_merged(cuda_env: dict[str, str], tmp_path: Path) -> None:
+    # torch 2.10 uses libcudart.so.12 while a library linked against .13 (our cuDNN) uses the other: one report.
+    rep = tmp_path / "reports"
+    env = {**cuda_env, "FAKEGPU_REPORT_DIR": str(rep)}
+    proc = subprocess.run([sys.executable, "-c", TWO_RUNTIMES], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (r,) = reports(rep)
+    k = r["kernels"]
+    assert (k["registered"], k["launched_kernels"], k["launches"]) == (2, 2, 5)
+    assert [(t["name"], t["launches"]) for t in k["top"]] == [("kernel_of_cuda12", 3), ("kernel_of_cuda13", 2)]

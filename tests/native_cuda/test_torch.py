@@ -1,7 +1,11 @@
-"""Unmodified CUDA-built PyTorch under `fakegpu run` (native mode): devices, caching allocator, OOM, a step."""
+"""Unmodified CUDA-built PyTorch under `fakegpu run` (native mode): devices, caching allocator, OOM, a step.
+
+Each test runs twice (fixture torch_python): torch 2.15+cu132 on the CUDA 13 libraries and torch 2.10+cu128 on
+the CUDA 12 ones."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -20,6 +24,7 @@ free, total = torch.cuda.mem_get_info()
 print("mem", torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), free, total)
 maps = open("/proc/self/maps").read()
 print("nvidia", sorted(set(re.findall(r"nvidia/\\S*/lib/(libcu\\S*|libnccl\\S*)", maps))))
+print("cuda", torch.version.cuda)
 """
 
 
@@ -27,8 +32,8 @@ def lines(out: str) -> dict[str, list[str]]:
     return {ln.split()[0]: ln.split()[1:] for ln in out.splitlines() if ln.strip()}
 
 
-def test_acceptance_a100x2(cuda_build, cuda_torch) -> None:
-    proc = run_fakegpu(["--devices", "a100:2", "--", sys.executable, "-c", ACCEPT])
+def test_acceptance_a100x2(cuda_build, torch_python) -> None:
+    proc = run_fakegpu(["--devices", "a100:2", "--", torch_python, "-c", ACCEPT])
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = lines(proc.stdout)
     assert out["avail"] == ["True", "2"]
@@ -37,9 +42,10 @@ def test_acceptance_a100x2(cuda_build, cuda_torch) -> None:
     assert allocated == 1 << 30 and reserved == 1 << 30
     assert total == 84986036224 and free == total - (420 << 20) - reserved
     assert out["nvidia"] == ["[]"], "no NVIDIA CUDA library may be mapped"
+    assert out["cuda"][0].split(".")[0] == ("13" if torch_python == sys.executable else "12")
 
 
-def test_oom_past_capacity_and_fits_on_a100_not_t4(cuda_build, cuda_torch) -> None:
+def test_oom_past_capacity_and_fits_on_a100_not_t4(cuda_build, torch_python) -> None:
     code = """
 import torch
 try:
@@ -48,11 +54,11 @@ try:
 except torch.OutOfMemoryError:
     print("oom")
 """
-    assert run_fakegpu(["--devices", "a100", "--", sys.executable, "-c", code]).stdout.strip() == "fits"
-    assert run_fakegpu(["--devices", "t4", "--", sys.executable, "-c", code]).stdout.strip() == "oom"
+    assert run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code]).stdout.strip() == "fits"
+    assert run_fakegpu(["--devices", "t4", "--", torch_python, "-c", code]).stdout.strip() == "oom"
 
 
-def test_mlp_training_step_and_nvidia_smi(cuda_build, cuda_torch) -> None:
+def test_mlp_training_step_and_nvidia_smi(cuda_build, torch_python) -> None:
     code = """
 import os, subprocess, torch
 m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
@@ -65,7 +71,7 @@ import time; time.sleep(0.1)
 print(subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip())
 """
-    proc = run_fakegpu(["--devices", "a100:2", "--", sys.executable, "-c", code])
+    proc = run_fakegpu(["--devices", "a100:2", "--", torch_python, "-c", code])
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, smi = proc.stdout.strip().splitlines()[:2]
     peak, reserved = map(int, first.split()[1:])
@@ -74,7 +80,7 @@ print(subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv
     assert int(pid) > 0 and int(used.split()[0]) == 420 + reserved // (1 << 20)
 
 
-def test_transformer_encoder_adamw_steps_run_to_the_end(cuda_build, cuda_torch) -> None:
+def test_transformer_encoder_adamw_steps_run_to_the_end(cuda_build, torch_python) -> None:
     # Control flow only: kernels are not executed in native mode, so no value is checked, only that torch's
     # real code path (attention, layer norm, AdamW's fused/foreach paths) runs and its allocator accounts.
     code = """
@@ -92,9 +98,25 @@ torch.cuda.synchronize()
 params = sum(p.numel() * p.element_size() for p in model.parameters())
 print("mem", params, torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated())
 """
-    proc = run_fakegpu(["--devices", "a100", "--", sys.executable, "-c", code])
+    proc = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code])
     assert proc.returncode == 0, proc.stderr[-3000:]
     params, allocated, peak = map(int, lines(proc.stdout)["mem"])
     # parameters plus AdamW's two moment buffers stay allocated after the step; the peak held activations too
     assert allocated >= 3 * params
     assert peak > allocated
+
+
+def test_device_properties_come_from_the_profile_in_either_layout(cuda_build, torch_python) -> None:
+    # torch 2.10 reads CUDA 12's cudaDeviceProp (clockRate, memoryClockRate are fields there; CUDA 13 removed
+    # them and torch 2.15 asks the driver): every property must come out the same, from the profile.
+    code = """
+import json, torch
+p = torch.cuda.get_device_properties(0)
+print(json.dumps({k: str(getattr(p, k)) for k in dir(p) if not k.startswith("_") and k != "uuid"}))
+"""
+    proc = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    props = json.loads(proc.stdout)
+    assert (props["clock_rate"], props["memory_clock_rate"]) == ("1410000", "1593000")  # kHz: 1410 / 1593 MHz
+    assert (props["memory_bus_width"], props["L2_cache_size"]) == ("5120", "41943040")
+    assert (props["shared_memory_per_block_optin"], props["regs_per_multiprocessor"]) == ("166912", "65536")

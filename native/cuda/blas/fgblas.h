@@ -22,7 +22,9 @@ struct cublasContext {
     cublasPointerMode_t pointer_mode;
 };
 
-/* Count one GEMM-like call: `batch` products of (m x k) by (k x n). */
-FG_HIDDEN void fgblas_record(const char *api, long long m, long long n, long long k, long long batch);
+/* Count one GEMM-like call on `stream`: `batch` products of (m x k) by (k x n). On a capturing stream the call
+ * is recorded into the graph and counted each time the graph is launched. */
+FG_HIDDEN void fgblas_record(cudaStream_t stream, const char *api, long long m, long long n, long long k,
+                             long long batch);
 
 #endif

@@ -21,7 +21,7 @@ static cublasStatus_t check(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         (void)alpha, (void)A, (void)B, (void)beta, (void)C;                                                       \
         cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);                                              \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(#name, m, n, k, 1);                                                                     \
+            fgblas_record(h->stream, #name, m, n, k, 1);                                                                     \
         return s;                                                                                                 \
     }
 GEMM(cublasSgemm_v2, float)
@@ -39,7 +39,7 @@ GEMM(cublasZgemm_v2, cuDoubleComplex)
         if (s == CUBLAS_STATUS_SUCCESS && batch < 0)                                                              \
             s = CUBLAS_STATUS_INVALID_VALUE;                                                                      \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(#name, m, n, k, batch);                                                                 \
+            fgblas_record(h->stream, #name, m, n, k, batch);                                                                 \
         return s;                                                                                                 \
     }
 GEMM_STRIDED(cublasSgemmStridedBatched, float)
@@ -57,7 +57,7 @@ GEMM_STRIDED(cublasZgemmStridedBatched, cuDoubleComplex)
         if (s == CUBLAS_STATUS_SUCCESS && batch < 0)                                                              \
             s = CUBLAS_STATUS_INVALID_VALUE;                                                                      \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(#name, m, n, k, batch);                                                                 \
+            fgblas_record(h->stream, #name, m, n, k, batch);                                                                 \
         return s;                                                                                                 \
     }
 GEMM_BATCHED(cublasSgemmBatched, float)
@@ -73,7 +73,7 @@ FGC_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
     (void)alpha, (void)A, (void)at, (void)B, (void)bt, (void)beta, (void)C, (void)ct, (void)compute, (void)algo;
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record("cublasGemmEx", m, n, k, 1);
+        fgblas_record(h->stream, "cublasGemmEx", m, n, k, 1);
     return s;
 }
 
@@ -85,7 +85,7 @@ FGC_EXPORT cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, 
     (void)alpha, (void)A, (void)at, (void)B, (void)bt, (void)beta, (void)C, (void)ct;
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record("cublasSgemmEx", m, n, k, 1);
+        fgblas_record(h->stream, "cublasSgemmEx", m, n, k, 1);
     return s;
 }
 
@@ -102,6 +102,6 @@ FGC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOpe
     if (s == CUBLAS_STATUS_SUCCESS && batch < 0)
         s = CUBLAS_STATUS_INVALID_VALUE;
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record("cublasGemmStridedBatchedEx", m, n, k, batch);
+        fgblas_record(h->stream, "cublasGemmStridedBatchedEx", m, n, k, batch);
     return s;
 }

@@ -147,14 +147,13 @@ FGC_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
                                          const cublasLtMatmulAlgo_t *algo, void *ws, size_t wsBytes,
                                          cudaStream_t stream)
 {
-    (void)alpha, (void)A, (void)B, (void)beta, (void)C, (void)Cd, (void)D, (void)algo, (void)ws, (void)wsBytes,
-        (void)stream;
+    (void)alpha, (void)A, (void)B, (void)beta, (void)C, (void)Cd, (void)D, (void)algo, (void)ws, (void)wsBytes;
     if (!h || !desc || !Ad || !Bd || !Dd)
         return CUBLAS_STATUS_INVALID_VALUE;
     const lt_desc *x = (const lt_desc *)desc;
     const lt_layout *a = (const lt_layout *)Ad, *d = (const lt_layout *)Dd;
     long long k = x->transa == CUBLAS_OP_N ? (long long)a->cols : (long long)a->rows;
-    fgblas_record("cublasLtMatmul", (long long)d->rows, (long long)d->cols, k, d->batch > 0 ? d->batch : 1);
+    fgblas_record(stream, "cublasLtMatmul", (long long)d->rows, (long long)d->cols, k, d->batch > 0 ? d->batch : 1);
     return CUBLAS_STATUS_SUCCESS;
 }
 

@@ -33,6 +33,10 @@ struct CUstream_st {
     int device;
     unsigned flags;
     int priority;
+    /* stream capture (driver/graph.c): the graph work is recorded into instead of run, or NULL */
+    struct CUgraph_st *capture;
+    unsigned long long capture_id;
+    int capture_mode;
 };
 
 struct CUevent_st {
@@ -72,6 +76,20 @@ FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
 /* Memory usage changed: republish the process's entry in the shared state (rate-limited, in the background). */
 FG_HIDDEN void fgd_state_changed(void);
 FG_HIDDEN long long fgd_now_ns(void);
+
+/* The legacy (0, CU_STREAM_LEGACY) and per-thread (CU_STREAM_PER_THREAD) default streams are not objects. */
+static inline int fgd_default_stream(CUstream s)
+{
+    return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
+}
+/* Copies and fills as the synchronous API does them (driver/memory.c), for work replayed from a graph. */
+FG_HIDDEN CUresult fgd_copy(void *dst, const void *src, size_t n);
+FG_HIDDEN CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n);
+/* Stream-ordered work on a capturing stream is recorded into its graph instead of done (driver/graph.c):
+ * these return 1 when `s` is capturing and the work was recorded (*rc the result), 0 to do it now. */
+FG_HIDDEN int fgd_capture_copy(CUstream s, void *dst, const void *src, size_t n, CUresult *rc);
+FG_HIDDEN int fgd_capture_fill(CUstream s, CUdeviceptr dst, unsigned value, size_t width, size_t n, CUresult *rc);
+FG_HIDDEN int fgd_capture_host(CUstream s, CUhostFn fn, void *user, CUresult *rc);
 
 #define FGD_INIT()                                                                                                \
     do {                                                                                                          \

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "fg_versions.h"
 #include "fgd.h"
 
 fgd_world fgd;
@@ -56,11 +57,12 @@ static void load(void)
         m->capacity = total > m->context ? total - m->context : 0;
         fgd.ctx[i].device = (int)i;
     }
-    /* CUDA 13.0 unless told: the runtime we stand in for (libcudart.so.13) needs a 13.x driver. */
+    /* fakegpu/data/native_versions.json unless told: the newest runtime we stand in for (libcudart.so.13)
+     * needs a 13.x driver, which also serves libcudart.so.12. */
     const char *v = getenv("FAKEGPU_CUDA_VERSION");
-    fgd.driver_version = v && *v ? atoi(v) : 13000;
+    fgd.driver_version = v && *v ? atoi(v) : FG_NATIVE_CUDA_VERSION;
     if (fgd.driver_version < 1000)
-        fgd.driver_version = 13000;
+        fgd.driver_version = FG_NATIVE_CUDA_VERSION;
     fgd.loaded = 1;
 }
 

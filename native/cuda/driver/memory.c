@@ -259,7 +259,7 @@ static int on_device(const void *p)
     return fgd_lookup(p, &a) && !a.host;
 }
 
-static CUresult copy(void *dst, const void *src, size_t n)
+CUresult fgd_copy(void *dst, const void *src, size_t n)
 {
     FGD_INIT();
     if (n && (!dst || !src))
@@ -279,43 +279,46 @@ static CUresult copy(void *dst, const void *src, size_t n)
 }
 
 #define P(x) ((void *)(uintptr_t)(x))
-FGC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(P(dst), P(src), n); }
+
+/* The stream-ordered copy: recorded when the stream is capturing a graph, done now otherwise. */
+static CUresult copy_on(CUstream s, void *dst, const void *src, size_t n)
+{
+    CUresult rc;
+    return fgd_capture_copy(s, dst, src, n, &rc) ? rc : fgd_copy(dst, src, n);
+}
+FGC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return fgd_copy(P(dst), P(src), n); }
 FGC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    (void)s;
-    return copy(P(dst), P(src), n);
+    return copy_on(s, P(dst), P(src), n);
 }
-FGC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return copy(P(dst), src, n); }
-FGC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy(dst, P(src), n); }
-FGC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy(P(dst), P(src), n); }
+FGC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return fgd_copy(P(dst), src, n); }
+FGC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return fgd_copy(dst, P(src), n); }
+FGC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return fgd_copy(P(dst), P(src), n); }
 FGC_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
-    (void)s;
-    return copy(P(dst), src, n);
+    return copy_on(s, P(dst), src, n);
 }
 FGC_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    (void)s;
-    return copy(dst, P(src), n);
+    return copy_on(s, dst, P(src), n);
 }
 FGC_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    (void)s;
-    return copy(P(dst), P(src), n);
+    return copy_on(s, P(dst), P(src), n);
 }
 FGC_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n)
 {
     (void)dc, (void)sc;
-    return copy(P(dst), P(src), n);
+    return fgd_copy(P(dst), P(src), n);
 }
 FGC_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n,
                                       CUstream s)
 {
-    (void)dc, (void)sc, (void)s;
-    return copy(P(dst), P(src), n);
+    (void)dc, (void)sc;
+    return copy_on(s, P(dst), P(src), n);
 }
 
-static CUresult fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
+CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
 {
     FGD_INIT();
     if (n && !dst)
@@ -336,23 +339,26 @@ static CUresult fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
     return CUDA_SUCCESS;
 }
 
-FGC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fill(d, v, 1, n); }
-FGC_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return fill(d, v, 2, n); }
-FGC_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return fill(d, v, 4, n); }
+static CUresult fill_on(CUstream s, CUdeviceptr d, unsigned v, size_t width, size_t n)
+{
+    CUresult rc;
+    return fgd_capture_fill(s, d, v, width, n, &rc) ? rc : fgd_fill(d, v, width, n);
+}
+
+FGC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fgd_fill(d, v, 1, n); }
+FGC_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return fgd_fill(d, v, 2, n); }
+FGC_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return fgd_fill(d, v, 4, n); }
 FGC_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
 {
-    (void)s;
-    return fill(d, v, 1, n);
+    return fill_on(s, d, v, 1, n);
 }
 FGC_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
 {
-    (void)s;
-    return fill(d, v, 2, n);
+    return fill_on(s, d, v, 2, n);
 }
 FGC_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
 {
-    (void)s;
-    return fill(d, v, 4, n);
+    return fill_on(s, d, v, 4, n);
 }
 
 /* ---- pointer attributes ---- */

@@ -7,10 +7,18 @@
 
 #include "fgd.h"
 
-static const struct {
+typedef struct {
     const char *base, *versioned;
-} aliases[] = {
+} alias;
+
+static const alias aliases[] = {
 #include "cuda_aliases.h"
+};
+
+/* CUDA 12's renames: a caller built with 12.x asking for "cuMemAdvise" wants 12's ABI (cuMemAdvise, an int
+ * device), not CUDA 13's cuMemAdvise_v2; likewise cuStreamGetCaptureInfo (_v2, not _v3), cuCtxCreate. */
+static const alias aliases12[] = {
+#include "cuda12_aliases.h"
 };
 
 static void *self_handle(void)
@@ -24,29 +32,27 @@ static void *self_handle(void)
     return handle;
 }
 
-/* Our export for `symbol` as the current headers name it, or NULL. */
-FG_HIDDEN void *fgd_entry_point(const char *symbol);
-void *fgd_entry_point(const char *symbol)
+/* Our export for `symbol` as the headers of CUDA `cuda_version` name it, or NULL. */
+static void *entry_point(const char *symbol, int cuda_version)
 {
     void *h = self_handle();
     if (!h || !symbol)
         return NULL;
-    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
-        if (strcmp(aliases[i].base, symbol) == 0) {
-            void *f = dlsym(h, aliases[i].versioned);
-            if (f)
-                return f;
-        }
+    const alias *table = cuda_version >= 13000 ? aliases : aliases12;
+    size_t n = cuda_version >= 13000 ? sizeof aliases / sizeof aliases[0] : sizeof aliases12 / sizeof aliases12[0];
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(table[i].base, symbol) == 0)
+            return dlsym(h, table[i].versioned);
     return dlsym(h, symbol);
 }
 
 FGC_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                                         CUdriverProcAddressQueryResult *symbolStatus)
 {
-    (void)cudaVersion, (void)flags;
+    (void)flags;
     if (!symbol || !pfn)
         return CUDA_ERROR_INVALID_VALUE;
-    *pfn = fgd_entry_point(symbol);
+    *pfn = entry_point(symbol, cudaVersion);
     if (symbolStatus)
         *symbolStatus = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;

@@ -38,16 +38,18 @@ static void gemm(FILE *f, const char *dir)
 {
     static const char *const libs[] = {"cublas", "cublasLt"};
     unsigned long long calls[2] = {0}, flops[2] = {0};
-    for (int i = 0; i < 2; i++) {
-        char path[1400];
-        snprintf(path, sizeof path, "%s/gemm-%s.json", dir, libs[i]);
-        FILE *p = fopen(path, "r");
-        if (p) {
-            if (fscanf(p, "{\"calls\": %llu, \"flops\": %llu}", &calls[i], &flops[i]) != 2)
-                calls[i] = flops[i] = 0;
-            fclose(p);
+    for (int i = 0; i < 2; i++)
+        for (int major = 12; major <= 13; major++) { /* each CUDA major's library writes its own part */
+            char path[1400];
+            unsigned long long c, fl;
+            snprintf(path, sizeof path, "%s/gemm-%s-%d.json", dir, libs[i], major);
+            FILE *p = fopen(path, "r");
+            if (p) {
+                if (fscanf(p, "{\"calls\": %llu, \"flops\": %llu}", &c, &fl) == 2)
+                    calls[i] += c, flops[i] += fl;
+                fclose(p);
+            }
         }
-    }
     fprintf(f, "{\"calls\": %llu, \"flops\": %llu, \"by_library\": {", calls[0] + calls[1], flops[0] + flops[1]);
     for (int i = 0; i < 2; i++)
         fprintf(f, "%s\"%s\": {\"calls\": %llu, \"flops\": %llu}", i ? ", " : "", libs[i], calls[i], flops[i]);
@@ -83,6 +85,9 @@ static void remove_parts(const char *dir)
     rmdir(dir);
 }
 
+FG_HIDDEN void fgd_graph_report(FILE *f);                    /* driver/graph.c */
+FG_HIDDEN void fgd_kernels_report(FILE *f, const char *dir); /* driver/kernels_report.c */
+
 void fgd_report_merge(void)
 {
     const char *dir = fgc_parts_dir();
@@ -117,9 +122,9 @@ void fgd_report_merge(void)
                 (unsigned long long)atomic_load(&m->frees), atomic_load(&m->active) ? "true" : "false");
     }
     fputs("],\n \"kernels\": ", f);
-    if (!emit(f, dir, "kernels"))
-        fputs("{\"registered\": 0, \"launched_kernels\": 0, \"launches\": 0, \"unregistered_launches\": 0, \"top\": []}",
-              f);
+    fgd_kernels_report(f, dir);
+    fputs(",\n \"graphs\": ", f);
+    fgd_graph_report(f);
     fputs(",\n \"gemm\": ", f);
     gemm(f, dir);
     fputs(",\n \"collectives\": ", f);

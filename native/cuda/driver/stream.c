@@ -1,6 +1,7 @@
-/* Streams and events. Nothing runs asynchronously (kernels are recorded, copies happen at the call), so every
- * stream is always idle: queries succeed, synchronisation returns at once, and an event's time is the host
- * clock when it was recorded, so elapsed times measure the host-side control flow between two records. */
+/* Streams and events (stream capture: driver/graph.c). Nothing runs asynchronously (kernels are recorded,
+ * copies happen at the call), so every stream is always idle: queries succeed, synchronisation returns at once,
+ * and an event's time is the host clock when it was recorded, so elapsed times measure the host-side control
+ * flow between two records. */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -29,13 +30,10 @@ FGC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags,
 
 FGC_EXPORT CUresult cuStreamCreate(CUstream *ph, unsigned int flags) { return cuStreamCreateWithPriority(ph, flags, 0); }
 
-/* The legacy (0, CU_STREAM_LEGACY) and per-thread (CU_STREAM_PER_THREAD) default streams are not objects. */
-static int is_default(CUstream s) { return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
-
 FGC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
     FGD_INIT();
-    if (is_default(s))
+    if (fgd_default_stream(s))
         return CUDA_ERROR_INVALID_HANDLE;
     free(s);
     return CUDA_SUCCESS;
@@ -54,7 +52,7 @@ FGC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *priority)
     FGD_INIT();
     if (!priority)
         return CUDA_ERROR_INVALID_VALUE;
-    *priority = is_default(s) ? 0 : s->priority;
+    *priority = fgd_default_stream(s) ? 0 : s->priority;
     return CUDA_SUCCESS;
 }
 
@@ -63,7 +61,7 @@ FGC_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
     FGD_INIT();
     if (!flags)
         return CUDA_ERROR_INVALID_VALUE;
-    *flags = is_default(s) ? 0 : s->flags;
+    *flags = fgd_default_stream(s) ? 0 : s->flags;
     return CUDA_SUCCESS;
 }
 
@@ -72,7 +70,7 @@ FGC_EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice *dev)
     FGD_INIT();
     if (!dev)
         return CUDA_ERROR_INVALID_VALUE;
-    *dev = is_default(s) ? stream_device() : s->device;
+    *dev = fgd_default_stream(s) ? stream_device() : s->device;
     return CUDA_SUCCESS;
 }
 
@@ -81,17 +79,7 @@ FGC_EXPORT CUresult cuStreamGetId(CUstream s, unsigned long long *id)
     FGD_INIT();
     if (!id)
         return CUDA_ERROR_INVALID_VALUE;
-    *id = is_default(s) ? (unsigned long long)(uintptr_t)s : (unsigned long long)(uintptr_t)s;
-    return CUDA_SUCCESS;
-}
-
-FGC_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *status)
-{
-    (void)s;
-    FGD_INIT();
-    if (!status)
-        return CUDA_ERROR_INVALID_VALUE;
-    *status = CU_STREAM_CAPTURE_STATUS_NONE; /* graph capture is not supported yet, so never capturing */
+    *id = fgd_default_stream(s) ? (unsigned long long)(uintptr_t)s : (unsigned long long)(uintptr_t)s;
     return CUDA_SUCCESS;
 }
 
@@ -107,10 +95,12 @@ FGC_EXPORT CUresult cuStreamAddCallback(CUstream s, CUstreamCallback cb, void *u
 
 FGC_EXPORT CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *user)
 {
-    (void)s;
     FGD_INIT();
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc;
+    if (fgd_capture_host(s, fn, user, &rc))
+        return rc; /* a host node of the graph being captured, called at each launch */
     fn(user);
     return CUDA_SUCCESS;
 }

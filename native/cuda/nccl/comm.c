@@ -6,6 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+
 #include "fgn.h"
 
 FGC_EXPORT ncclResult_t ncclGetVersion(int *version)
@@ -65,7 +69,10 @@ static ncclResult_t init(ncclComm_t *comm, int nranks, int rank, const unsigned 
     c->rank = rank;
     c->ins = ins;
     memcpy(c->key, key, FGN_KEY);
-    cudaGetDevice(&c->device);
+    /* The driver's current context, not a runtime's current device: libnccl.so.2 serves libcudart.so.12 and
+     * .13 alike, and each runtime keeps its own, while both make the device's context current in libcuda. */
+    CUdevice dev = 0;
+    c->device = cuCtxGetDevice(&dev) == CUDA_SUCCESS ? dev : 0;
     fgn_join(c); /* blocks until the peers join, like NCCL's init; never fails: at worst rank-local */
     *comm = c;
     return ncclSuccess;
@@ -223,10 +230,13 @@ FGC_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size)
 {
     if (!ptr)
         return ncclInvalidArgument;
-    return cudaMalloc(ptr, size) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAlloc_v2(&p, size);
+    *ptr = rc == CUDA_SUCCESS ? (void *)(uintptr_t)p : NULL;
+    return rc == CUDA_SUCCESS ? ncclSuccess : ncclUnhandledCudaError;
 }
 
 FGC_EXPORT ncclResult_t ncclMemFree(void *ptr)
 {
-    return cudaFree(ptr) == cudaSuccess ? ncclSuccess : ncclUnhandledCudaError;
+    return cuMemFree_v2((CUdeviceptr)(uintptr_t)ptr) == CUDA_SUCCESS ? ncclSuccess : ncclUnhandledCudaError;
 }

@@ -8,13 +8,23 @@
 static __thread int tls_device;
 static __thread int tls_ready = -1; /* device whose context this thread made current */
 
-int rt_device(void) { return tls_device; }
+/* The device of the driver's current context when there is one: it is what cudaSetDevice made current, or a
+ * driver API user, or the other runtime (libcudart.so.12 and .13 can share a process, e.g. under a library
+ * linked against the other one); else this thread's choice, device 0 by default. */
+int rt_device(void)
+{
+    CUcontext ctx = NULL;
+    CUdevice dev;
+    if (cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx && cuCtxGetDevice(&dev) == CUDA_SUCCESS)
+        tls_device = dev;
+    return tls_device;
+}
 
 cudaError_t rt_err(CUresult rc) { return (cudaError_t)rc; }
 
 cudaError_t rt_context(void)
 {
-    if (tls_ready == tls_device)
+    if (tls_ready == rt_device())
         return cudaSuccess;
     CUresult rc = cuInit(0);
     if (rc != CUDA_SUCCESS)
@@ -61,16 +71,21 @@ FGC_EXPORT cudaError_t cudaGetDevice(int *device)
 {
     if (!device)
         return rt_ret(cudaErrorInvalidValue);
-    *device = tls_device;
+    *device = rt_device();
     return cudaSuccess;
 }
 
 FGC_EXPORT cudaError_t cudaInitDevice(int device, unsigned int deviceFlags, unsigned int flags)
 {
     (void)deviceFlags, (void)flags;
+    /* Initialise the device without making it current: the thread's device and context are put back. */
+    CUcontext saved_ctx = NULL;
+    cuCtxGetCurrent(&saved_ctx);
     int saved = tls_device;
     cudaError_t e = cudaSetDevice(device);
     tls_device = saved;
+    tls_ready = -1;
+    cuCtxSetCurrent(saved_ctx);
     return e;
 }
 
@@ -106,7 +121,10 @@ static int attr(CUdevice_attribute a, int dev)
     return v;
 }
 
-/* The CUDA 13 cudaDeviceProp, every field from the driver's attributes (which come from the profile). */
+/* cudaDeviceProp as laid out by the headers this runtime is built against, every field from the driver's
+ * attributes (which come from the profile). CUDA 12's headers rename the function to
+ * cudaGetDeviceProperties_v2 (the name torch 2.10 imports) and carry eight fields that CUDA 13 removed;
+ * CUDA 13 adds the NUMA and PCI ids. */
 FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
 {
     if (!p)
@@ -184,10 +202,22 @@ FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev
     p->hostRegisterSupported = attr(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, dev);
     p->memoryPoolsSupported = attr(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev);
     p->clusterLaunch = attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev);
+#if CUDART_VERSION >= 13000
+    p->deviceNumaConfig = attr(CU_DEVICE_ATTRIBUTE_NUMA_CONFIG, dev);
     p->deviceNumaId = attr(CU_DEVICE_ATTRIBUTE_NUMA_ID, dev);
     p->hostNumaId = attr(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev);
     p->gpuPciDeviceID = (unsigned)attr(CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID, dev);
     p->gpuPciSubsystemID = (unsigned)attr(CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID, dev);
+#else
+    p->clockRate = attr(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev);
+    p->deviceOverlap = attr(CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, dev);
+    p->kernelExecTimeoutEnabled = attr(CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, dev);
+    p->computeMode = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev);
+    p->maxTexture1DLinear = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH, dev);
+    p->memoryClockRate = attr(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev);
+    p->singleToDoublePrecisionPerfRatio = attr(CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO, dev);
+    p->cooperativeMultiDeviceLaunch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH, dev);
+#endif
     return cudaSuccess;
 }
 

@@ -17,13 +17,16 @@ typedef struct {
     const void *host_fun; /* the host stub's address: the key programs launch by */
     const char *name;     /* the device function's (mangled) name, in the registering binary's rodata */
     atomic_ullong launches;
+    unsigned magic; /* KERNEL_MAGIC: tells our entries from other CUfunctions found in a graph */
 } kernel;
+
+#define KERNEL_MAGIC 0x6b65726eu
 
 /* Open addressing keyed by host_fun; a libtorch_cuda registers tens of thousands of kernels at load time. */
 static kernel **table;
 static size_t table_cap, table_n;
 static pthread_rwlock_t table_lock = PTHREAD_RWLOCK_INITIALIZER;
-static atomic_ullong total_launches, unknown_launches;
+static atomic_ullong total_launches, unknown_launches, captured_launches;
 
 static size_t slot_of(const void *key, size_t cap)
 {
@@ -85,6 +88,7 @@ FGC_EXPORT void __cudaRegisterFunction(void **handle, const char *hostFun, char 
         return;
     k->host_fun = hostFun;
     k->name = deviceName ? deviceName : deviceFun;
+    k->magic = KERNEL_MAGIC;
     pthread_rwlock_wrlock(&table_lock);
     if ((table_n + 1) * 2 > table_cap) {
         size_t cap = table_cap ? table_cap * 2 : 4096;
@@ -166,7 +170,41 @@ FGC_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_
     return cudaSuccess;
 }
 
-static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem)
+/* A launch into a capturing stream becomes a kernel node of the driver's graph (its function: our registry
+ * entry), counted as captured; graph launches count it as executed (rt_graph_replayed). */
+static int captured(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, cudaError_t *err)
+{
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUgraph graph = NULL;
+    if (cuStreamGetCaptureInfo_v3(stream, &status, NULL, &graph, NULL, NULL, NULL) != CUDA_SUCCESS ||
+        status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+        return 0;
+    CUDA_KERNEL_NODE_PARAMS p = {.func = (CUfunction)k, .gridDimX = grid.x, .gridDimY = grid.y, .gridDimZ = grid.z,
+                                 .blockDimX = block.x, .blockDimY = block.y, .blockDimZ = block.z,
+                                 .sharedMemBytes = (unsigned)shmem};
+    CUgraphNode node;
+    *err = RT(cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &p));
+    if (*err == cudaSuccess)
+        atomic_fetch_add_explicit(&captured_launches, 1, memory_order_relaxed);
+    return 1;
+}
+
+int rt_kernel_of(const void *func)
+{
+    const kernel *k = func;
+    return k && k->magic == KERNEL_MAGIC && find(k->host_fun) == k;
+}
+
+void rt_graph_replayed(const void *func, unsigned long long n)
+{
+    atomic_fetch_add_explicit(&total_launches, n, memory_order_relaxed);
+    if (func)
+        atomic_fetch_add_explicit(&((kernel *)func)->launches, n, memory_order_relaxed);
+    else
+        atomic_fetch_add_explicit(&unknown_launches, n, memory_order_relaxed);
+}
+
+static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
 {
     RT_CONTEXT();
     int max_threads = 0, max_smem = 0, dev = rt_device();
@@ -177,6 +215,9 @@ static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem)
     if (!grid.x || !grid.y || !grid.z || !threads || threads > (unsigned)max_threads || grid.y > 65535 ||
         grid.z > 65535 || block.z > 64 || shmem > (size_t)max_smem)
         return rt_ret(cudaErrorInvalidConfiguration);
+    cudaError_t err;
+    if (captured(k, grid, block, shmem, stream, &err))
+        return err;
     atomic_fetch_add_explicit(&total_launches, 1, memory_order_relaxed);
     if (k)
         atomic_fetch_add_explicit(&k->launches, 1, memory_order_relaxed);
@@ -188,10 +229,10 @@ static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem)
 FGC_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
                                         cudaStream_t stream)
 {
-    (void)args, (void)stream;
+    (void)args;
     if (!func)
         return rt_ret(cudaErrorInvalidDeviceFunction);
-    return launch(find(func), grid, block, shmem);
+    return launch(find(func), grid, block, shmem, stream);
 }
 
 FGC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args,
@@ -221,10 +262,10 @@ FGC_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *out, const void *hostFun)
 FGC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kern, dim3 grid, dim3 block, void **args, size_t shmem,
                                           cudaStream_t stream)
 {
-    (void)args, (void)stream;
+    (void)args;
     if (!kern)
         return rt_ret(cudaErrorInvalidDeviceFunction);
-    return launch((kernel *)kern, grid, block, shmem);
+    return launch((kernel *)kern, grid, block, shmem, stream);
 }
 
 FGC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kern, dim3 grid, dim3 block, void **args, size_t shmem,
@@ -362,7 +403,12 @@ static int by_launches(const void *a, const void *b)
 
 __attribute__((destructor)) static void write_report(void)
 {
-    FILE *f = fgc_part_open("kernels");
+    /* Both runtimes (libcudart.so.12 and .13) are preloaded; one the process never used has nothing to say. */
+    if (!table_n && !atomic_load(&total_launches) && !atomic_load(&captured_launches))
+        return;
+    char part[32];
+    snprintf(part, sizeof part, "kernels-%d", CUDART_VERSION / 1000); /* merged with the other runtime's */
+    FILE *f = fgc_part_open(part);
     if (!f)
         return;
     const char *top_env = getenv("FAKEGPU_REPORT_TOP_KERNELS");
@@ -375,10 +421,11 @@ __attribute__((destructor)) static void write_report(void)
             launched[n++] = table[i];
     if (launched)
         qsort(launched, n, sizeof *launched, by_launches);
-    fprintf(f, "{\"registered\": %zu, \"launched_kernels\": %zu, \"launches\": %llu, \"unregistered_launches\": %llu, "
-               "\"top\": [",
+    fprintf(f,
+            "{\"registered\": %zu, \"launched_kernels\": %zu, \"launches\": %llu, \"captured_launches\": %llu, "
+            "\"unregistered_launches\": %llu, \"top\": [",
             table_n, n, (unsigned long long)atomic_load(&total_launches),
-            (unsigned long long)atomic_load(&unknown_launches));
+            (unsigned long long)atomic_load(&captured_launches), (unsigned long long)atomic_load(&unknown_launches));
     for (size_t i = 0; i < n && i < top; i++) {
         fputs(i ? ", {\"name\": " : "{\"name\": ", f);
         fgc_json_string(f, launched[i]->name ? launched[i]->name : "?");
@@ -387,5 +434,5 @@ __attribute__((destructor)) static void write_report(void)
     pthread_rwlock_unlock(&table_lock);
     free(launched);
     fputs("]}", f);
-    fgc_part_close(f, "kernels");
+    fgc_part_close(f, part);
 }

@@ -74,57 +74,67 @@ FGC_EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     return RT(cuMemGetInfo_v2(free, total));
 }
 
-static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+/* A copy now (synchronous API, stream NULL) or in `stream`'s order, which the driver records instead when the
+ * stream is capturing a graph. */
+static cudaError_t copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, int async,
+                        cudaStream_t stream)
 {
     if ((unsigned)kind > cudaMemcpyDefault)
         return rt_ret(cudaErrorInvalidMemcpyDirection);
     if (n && (!dst || !src))
         return rt_ret(cudaErrorInvalidValue);
-    return n ? RT(cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n)) : cudaSuccess;
+    if (!n)
+        return cudaSuccess;
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)dst, s = (CUdeviceptr)(uintptr_t)src;
+    return RT(async ? cuMemcpyAsync(d, s, n, stream) : cuMemcpy(d, s, n));
 }
 
 FGC_EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
 {
-    return copy(dst, src, n, kind);
+    return copy(dst, src, n, kind, 0, NULL);
 }
 
 FGC_EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                                        cudaStream_t stream)
 {
-    (void)stream;
-    return copy(dst, src, n, kind);
+    return copy(dst, src, n, kind, 1, stream);
 }
 
 FGC_EXPORT cudaError_t cudaMemcpyPeer(void *dst, int dd, const void *src, int sd, size_t n)
 {
     (void)dd, (void)sd;
-    return copy(dst, src, n, cudaMemcpyDeviceToDevice);
+    return copy(dst, src, n, cudaMemcpyDeviceToDevice, 0, NULL);
 }
 
 FGC_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, int sd, size_t n, cudaStream_t s)
 {
-    (void)dd, (void)sd, (void)s;
-    return copy(dst, src, n, cudaMemcpyDeviceToDevice);
+    (void)dd, (void)sd;
+    return copy(dst, src, n, cudaMemcpyDeviceToDevice, 1, s);
 }
 
-FGC_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
-                                    size_t height, enum cudaMemcpyKind kind)
+static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                          enum cudaMemcpyKind kind, int async, cudaStream_t stream)
 {
     if (width > dpitch || width > spitch)
         return rt_ret(cudaErrorInvalidPitchValue);
     for (size_t r = 0; r < height; r++) {
-        cudaError_t e = copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind);
+        cudaError_t e = copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, async, stream);
         if (e != cudaSuccess)
             return e;
     }
     return cudaSuccess;
 }
 
+FGC_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                                    size_t height, enum cudaMemcpyKind kind)
+{
+    return copy2d(dst, dpitch, src, spitch, width, height, kind, 0, NULL);
+}
+
 FGC_EXPORT cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                                          size_t height, enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-    (void)stream;
-    return cudaMemcpy2D(dst, dpitch, src, spitch, width, height, kind);
+    return copy2d(dst, dpitch, src, spitch, width, height, kind, 1, stream);
 }
 
 FGC_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
@@ -136,8 +146,10 @@ FGC_EXPORT cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 
 FGC_EXPORT cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
-    (void)stream;
-    return cudaMemset(devPtr, value, count);
+    if (count && !devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    return count ? RT(cuMemsetD8Async((CUdeviceptr)(uintptr_t)devPtr, (unsigned char)value, count, stream))
+                 : cudaSuccess;
 }
 
 FGC_EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *ptr)

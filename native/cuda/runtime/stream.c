@@ -1,6 +1,5 @@
-/* Streams, events and the stream-capture queries. cudaStream_t and cudaEvent_t are the driver's CUstream and
- * CUevent, so handles pass freely between the runtime, cuBLAS and the driver API. Graph capture itself is not
- * supported yet: streams report that they are never capturing, and beginning a capture is refused. */
+/* Streams and events. cudaStream_t and cudaEvent_t are the driver's CUstream and CUevent, so handles pass freely
+ * between the runtime, cuBLAS and the driver API. Stream capture and graphs: runtime/graph.c. */
 #include "rt.h"
 
 FGC_EXPORT cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority)
@@ -35,54 +34,9 @@ FGC_EXPORT cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_
 
 FGC_EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *user)
 {
-    (void)s;
     if (!fn)
         return rt_ret(cudaErrorInvalidValue);
-    fn(user);
-    return cudaSuccess;
-}
-
-FGC_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status)
-{
-    (void)s;
-    if (!status)
-        return rt_ret(cudaErrorInvalidValue);
-    *status = cudaStreamCaptureStatusNone;
-    return cudaSuccess;
-}
-
-FGC_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, enum cudaStreamCaptureStatus *status,
-                                                unsigned long long *id, cudaGraph_t *graph,
-                                                const cudaGraphNode_t **deps, const cudaGraphEdgeData **edges,
-                                                size_t *ndeps)
-{
-    (void)s;
-    if (!status)
-        return rt_ret(cudaErrorInvalidValue);
-    *status = cudaStreamCaptureStatusNone;
-    if (id)
-        *id = 0;
-    if (graph)
-        *graph = NULL;
-    if (deps)
-        *deps = NULL;
-    if (edges)
-        *edges = NULL;
-    if (ndeps)
-        *ndeps = 0;
-    return cudaSuccess;
-}
-
-static __thread enum cudaStreamCaptureMode capture_mode = cudaStreamCaptureModeGlobal;
-
-FGC_EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
-{
-    if (!mode)
-        return rt_ret(cudaErrorInvalidValue);
-    enum cudaStreamCaptureMode old = capture_mode;
-    capture_mode = *mode;
-    *mode = old;
-    return cudaSuccess;
+    return RT(cuLaunchHostFunc(s, fn, user)); /* the driver records it when `s` is capturing */
 }
 
 /* ---- events ---- */

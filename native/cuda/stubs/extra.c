@@ -1,22 +1,10 @@
-/* The few functions of the stub-only libraries (cuDNN, cuSPARSE, NVRTC, ...) that return something other than
+/* The few functions of the stub-only libraries (cuSPARSE, NVRTC, ...) that return something other than
  * a status, which a generated `long f(void)` stub cannot answer safely: versions and error strings. Compiled
  * into each stub library; the library's version script exports only its own. */
 #include <stddef.h>
 
 #include "fgc_unsup.h"
 
-/* cuDNN is not provided: version 0 makes PyTorch treat it as unavailable rather than mismatched later. */
-FGC_EXPORT size_t cudnnGetVersion(void) { return 0; }
-FGC_EXPORT size_t cudnnGetCudartVersion(void) { return 13000; }
-FGC_EXPORT const char *cudnnGetErrorString(int status)
-{
-    return status == 0 ? "CUDNN_STATUS_SUCCESS" : "CUDNN_STATUS_NOT_SUPPORTED (FakeGPU provides no cuDNN)";
-}
-FGC_EXPORT void cudnnGetLastErrorString(char *message, size_t max)
-{
-    if (message && max)
-        message[0] = 0;
-}
 FGC_EXPORT const char *cusparseGetErrorString(int status)
 {
     return status == 0 ? "CUSPARSE_STATUS_SUCCESS" : "CUSPARSE_STATUS_NOT_SUPPORTED (FakeGPU provides no cuSPARSE)";
