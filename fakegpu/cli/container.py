@@ -68,15 +68,17 @@ def install(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     front_dir: Path | None = typer.Option(None, "--front-dir", envvar="FAKEGPU_FRONT_DIR",
                                           help="Where the sh fronts go (default <prefix>/libexec/fakegpu)."),
+    python_create: bool = typer.Option(False, "--python-create",
+                                       help="Run every `create` in Python, not the C fast path (to compare)."),
 ) -> None:
     """Write the sh fronts, add the runtime to daemon.json (other keys kept, atomic, backed up), reload dockerd."""
     from fakegpu_hook import daemon_json as dj
     from fakegpu_hook import front
 
-    # dockerd runs the registered path on every runtime call: register the sh front, which starts Python for
-    # `create` only, rather than the Python console script.
+    # dockerd runs the registered path on every runtime call: register the sh front, which execs runc at once
+    # for every command but `create` (C, or Python), rather than the Python console script.
     directory = str(front_dir) if front_dir else front.default_front_dir()
-    files = front.front_files(directory)
+    files = front.front_files(directory, create=front.NO_CREATE if python_create else None)
     path = next(p for p in files if p.endswith(front.RUNTIME_FRONT))
     if not dry_run:
         try:

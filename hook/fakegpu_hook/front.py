@@ -3,9 +3,11 @@
 Docker calls its runtime 4-6 times per container (create, start, state, kill, delete). A Python entry point
 pays interpreter start-up (and the editable install's import hook) on every one of them; the runtime front
 finds runc's subcommand in sh and execs the low-level runtime directly for everything but `create`, removes
-the per-container state folder itself on `delete`, and starts Python only for `create` of any container and
-for a configuration it cannot read in sh. Python is started isolated (`-I -S`: no site, no .pth files, no
-PYTHON* variables) with the package folders put on sys.path, which also makes the hook front cheap.
+the per-container state folder itself on `delete`, and hands `create` to the C binary `fakegpu-create`
+(native/container: the common case with no Python at all; it execs Python for anything else). Python starts
+directly only when that binary is not built, and for a configuration the front cannot read in sh. Python is
+started isolated (`-I -S`: no site, no .pth files, no PYTHON* variables) with the package folders put on
+sys.path, which also makes the hook front cheap.
 
 The subcommand rule here and `runtime.find_command` are one rule written twice; tests run both on the same
 argument lists.
@@ -23,12 +25,15 @@ from fakegpu_hook.runtime import GLOBAL_OPTIONS_WITH_VALUE
 
 RUNTIME_FRONT = "fakegpu-container-runtime"
 HOOK_FRONT = "fakegpu-hook"
+CREATE_BINARY = "fakegpu-create"
 
 _RUNTIME_TEMPLATE = r"""#!/bin/sh
 # fakegpu-container-runtime front, written by `fakegpu runtime install`: rerun that rather than editing this.
-# Every command but create and delete execs the low-level runtime at once; Python starts for create only.
+# Every command but create and delete execs the low-level runtime at once. create goes to the C fast path
+# (native/container, built by `make`), which hands anything it does not handle to Python; Python when unbuilt.
 PYTHON=@PYTHON@
 PYCODE=@PYCODE@
+CREATE=@CREATE@
 
 py() { exec "$PYTHON" -I -S -c "$PYCODE" "$@"; }
 
@@ -77,7 +82,11 @@ low=${low:-runc}
 root=${root:-/run/fakegpu}
 
 case $cmd in
-    create) py "$@" ;;
+    create)
+        if [ -x "$CREATE" ]; then
+            exec "$CREATE" --python "$PYTHON" --pycode "$PYCODE" --native-default @NATIVE@ --catalog @CATALOG@ -- "$@"
+        fi
+        py "$@" ;;
     delete)
         for id in "$@"; do :; done
         case $id in
@@ -115,11 +124,38 @@ def package_path() -> list[str]:
     return out
 
 
-def render_runtime_front(python: str, self_path: str, pypath: list[str]) -> str:
+class CreatePaths:
+    """What the C `create` (native/container) needs that only the Python side knows: where the binary is, the
+    default native build folder (`settings.native_lib_dir` when unset) and the compiled catalog table, which it
+    both resolves specs with and mounts, as the Python runtime does."""
+
+    __slots__ = ("binary", "catalog", "native_default")
+
+    def __init__(self, binary: str, native_default: str, catalog: str) -> None:
+        self.binary, self.native_default, self.catalog = binary, native_default, catalog
+
+    @classmethod
+    def of_checkout(cls) -> CreatePaths:
+        from fakegpu.profiles.catalog import COMPILED_CATALOG
+        from fakegpu_hook.settings import _repo_native_lib
+
+        lib = _repo_native_lib()
+        return cls(os.path.join(os.path.dirname(lib), "bin", CREATE_BINARY), lib,
+                   os.path.splitext(COMPILED_CATALOG)[0] + ".tbl")
+
+
+# Empty: no C fast path, every create goes to Python.
+NO_CREATE = CreatePaths("", "", "")
+
+
+def render_runtime_front(python: str, self_path: str, pypath: list[str], create: CreatePaths = NO_CREATE) -> str:
     options = "|".join(f"-{o}|--{o}" for o in GLOBAL_OPTIONS_WITH_VALUE)
     return (_RUNTIME_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
             .replace("@PYCODE@", shlex.quote(_pycode("fakegpu_hook.runtime", self_path, pypath)))
-            .replace("@OPTIONS@", options))
+            .replace("@OPTIONS@", options)
+            .replace("@CREATE@", shlex.quote(create.binary))
+            .replace("@NATIVE@", shlex.quote(create.native_default))
+            .replace("@CATALOG@", shlex.quote(create.catalog)))
 
 
 def render_hook_front(python: str, self_path: str, pypath: list[str]) -> str:
@@ -132,13 +168,17 @@ def default_front_dir() -> str:
     return os.path.join(sys.prefix, "libexec", "fakegpu")
 
 
-def front_files(directory: str, python: str | None = None, pypath: list[str] | None = None) -> dict[str, str]:
-    """{path: content} of both fronts for `directory`."""
+def front_files(directory: str, python: str | None = None, pypath: list[str] | None = None,
+                create: CreatePaths | None = None) -> dict[str, str]:
+    """{path: content} of both fronts for `directory`. `create` defaults to this checkout's C binary, used
+    whenever it is built (the front checks at each call, so a later `make` needs no reinstall)."""
     python = python or sys.executable
     pypath = pypath if pypath is not None else package_path()
+    create = create if create is not None else CreatePaths.of_checkout()
     runtime = os.path.join(directory, RUNTIME_FRONT)
     hook = os.path.join(directory, HOOK_FRONT)
-    return {runtime: render_runtime_front(python, runtime, pypath), hook: render_hook_front(python, hook, pypath)}
+    return {runtime: render_runtime_front(python, runtime, pypath, create),
+            hook: render_hook_front(python, hook, pypath)}
 
 
 def write_fronts(files: dict[str, str]) -> list[str]:

@@ -48,6 +48,15 @@ def test_install_keeps_other_keys_and_is_idempotent(daemon_json, front_dir):
     assert (daemon_json.parent / "daemon.json.fakegpu.bak").read_text() == ORIGINAL
 
 
+def test_python_create_front_has_no_c_fast_path(daemon_json, front_dir):
+    assert cli("runtime", "install", "--config", str(daemon_json), "--no-reload").exit_code == 0
+    assert "CREATE=" in (front_dir / "fakegpu-container-runtime").read_text()
+    assert "fakegpu-create" in (front_dir / "fakegpu-container-runtime").read_text()
+    result = cli("runtime", "install", "--config", str(daemon_json), "--no-reload", "--python-create")
+    assert result.exit_code == 0, result.output
+    assert "CREATE=''" in (front_dir / "fakegpu-container-runtime").read_text()
+
+
 def test_dry_run_writes_nothing(daemon_json, front_dir):
     result = cli("runtime", "install", "--config", str(daemon_json), "--dry-run", "--set-default")
     assert result.exit_code == 0

@@ -142,3 +142,44 @@ def test_real_front_runs_the_python_runtime_isolated(tmp_path, bundle):
     assert result.returncode == 0, result.stderr
     hook = json.loads((b / "config.json").read_text())["hooks"]["createContainer"][0]
     assert hook["path"] == str(tmp_path / "front" / front.HOOK_FRONT)
+
+
+def test_create_goes_to_the_c_binary_when_built_else_to_python(tmp_path, env):
+    """The C fast path gets create with everything it needs to hand over to Python; an unbuilt (or unset)
+    binary means Python directly."""
+    fake_python = tmp_path / "python"
+    fake_python.write_text('#!/bin/sh\nprintf "PYTHON\\n" >> "$MOCK_RUNC_LOG"\n')
+    fake_python.chmod(0o755)
+    create = tmp_path / "fakegpu-create"
+    create.write_text('#!/bin/sh\nprintf "CREATE" >> "$MOCK_RUNC_LOG"\n'
+                      'for a in "$@"; do printf "\\t%s" "$a" >> "$MOCK_RUNC_LOG"; done\n'
+                      'printf "\\n" >> "$MOCK_RUNC_LOG"\n')
+    create.chmod(0o755)
+    argv = ["--root", "/r", "create", "--bundle", "/b", "id"]
+    paths = front.CreatePaths(str(create), "/native lib", "/cat.tbl")
+    for name, create_paths, expected in [
+        ("built", paths, "CREATE"),
+        ("unbuilt", front.CreatePaths(str(tmp_path / "missing"), "/n", "/c"), "PYTHON"),
+        ("none", front.NO_CREATE, "PYTHON"),
+    ]:
+        files = front.front_files(str(tmp_path / name), python=str(fake_python), pypath=["/nowhere"],
+                                  create=create_paths)
+        front.write_fronts(files)
+        calls = call(tmp_path / name, argv, env)
+        assert [c[0] for c in calls] == [expected]
+        if expected == "CREATE":
+            c = calls[0]
+            assert c[c.index("--") + 1:] == argv
+            assert c[1:c.index("--")] == ["--python", str(fake_python), "--pycode", c[4], "--native-default",
+                                          "/native lib", "--catalog", "/cat.tbl"]
+            assert "fakegpu_hook.runtime" in c[4]
+    # Other commands never reach it.
+    assert call(tmp_path / "built", ["start", "id"], env)[0][0] == str(MOCK_BIN / "runc")
+
+
+def test_installed_front_points_at_this_checkouts_binary():
+    paths = front.CreatePaths.of_checkout()
+    assert paths.binary.endswith("native/build/bin/fakegpu-create")
+    assert paths.catalog.endswith("fakegpu/data/catalog.tbl") and os.path.isfile(paths.catalog)
+    text = front.render_runtime_front("/usr/bin/python3", "/f/fakegpu-container-runtime", ["/p"], paths)
+    assert f"CREATE={paths.binary}" in text and subprocess.run(["sh", "-n", "-c", text]).returncode == 0

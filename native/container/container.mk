@@ -1,0 +1,16 @@
+# fakegpu-create: the container runtime's `create` in C (native/container/), included by native/Makefile.
+# Linked with native/common's device resolution and table reader; no NVIDIA header needed.
+CT_SRC  := $(wildcard container/*.c)
+CT_OBJ  := $(CT_SRC:%.c=$(OBJ)/%.o)
+CT_BIN  := $(B)/bin/fakegpu-create
+CT_COMMON_OBJ := $(OBJ)/common/fg_devices.o $(OBJ)/common/fg_table.o $(OBJ)/common/fg_sha256.o $(OBJ)/common/fg_log.o
+
+all: $(CT_BIN)
+
+$(OBJ)/container/%.o: container/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Icontainer -c $< -o $@
+
+$(CT_BIN): $(CT_OBJ) $(CT_COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) -o $@ $^ -ldl

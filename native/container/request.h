@@ -1,0 +1,28 @@
+/* What fakegpu-create is asked to do: the runtime's settings (settings.py: the config file plus FAKEGPU_*
+ * overrides) and the container's device request (env.py). Anything read differently from Python hands the
+ * whole create over to Python (fg_defer), before anything is changed. */
+#ifndef FG_REQUEST_H
+#define FG_REQUEST_H
+
+typedef struct {
+    char *low_level_runtime, *nvidia_profile, *native_lib_dir, *nvidia_smi, *state_root, *hook_path, *hook_stage,
+        *injection;
+    int honour_nvidia_env;
+} settings;
+typedef struct {
+    char *spec;
+    const char *seed; /* NULL: not set */
+    const char *source;
+} request;
+
+/* Hand the create to the Python runtime (exec; does not return). */
+void fg_defer(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+void load_settings(settings *s);
+/* 1 with a request, 0 when the container asks for nothing. */
+int device_request(char **env, int n, const settings *s, request *r);
+/* The value of the first NAME= entry, as getenv(3) in the container will see it. */
+const char *env_lookup(char **env, int n, const char *name);
+int is_ascii(const char *s);
+
+#endif
