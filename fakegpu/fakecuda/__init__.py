@@ -34,9 +34,10 @@ def activate(devices: str | None = None) -> Runtime:
     api = FakeCudaApi(mode)
     api.install()
     mode.__enter__()
-    from fakegpu.fakecuda import distributed
+    from fakegpu.fakecuda import distributed, dtensor
 
     distributed.install()  # backend "nccl" -> gloo on the CPU tensors
+    dtensor.install()  # DTensors on a cuda mesh (FSDP2) report their fake device
     _active.update(runtime=runtime, mode=mode, api=api)
     return runtime
 
@@ -45,8 +46,9 @@ def deactivate() -> None:
     """Undo activate(): the mode leaves the stack and torch.cuda gets its own functions back."""
     if not _active:
         return
-    from fakegpu.fakecuda import distributed
+    from fakegpu.fakecuda import distributed, dtensor
 
+    dtensor.uninstall()
     distributed.uninstall()
     _active["mode"].__exit__(None, None, None)
     _active["api"].uninstall()

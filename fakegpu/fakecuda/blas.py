@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from fakegpu.fakecuda import amp
+from fakegpu.fakecuda.dtensor import badge_locals
 from fakegpu.fakecuda.mode import FakeCudaMode, register
 
 _NAMES = ("mm", "matmul", "bmm", "addmm", "baddbmm", "addbmm", "mv", "addmv", "linear", "__matmul__",
@@ -36,8 +37,8 @@ def uses_lt(func, args: tuple, kwargs: dict) -> bool:
 @register(*GEMMS)
 def _gemm(mode: FakeCudaMode, func, args, kwargs):
     index = mode._common_device(func, args, kwargs)
-    if index is None:
-        return func(*args, **kwargs)
+    if index is None:  # CPU tensors, or DTensors (whose local products are not seen here)
+        return badge_locals(mode, func(*args, **kwargs), args, kwargs)
     if _autocast_on("cuda"):
         args, kwargs = amp.cast_args(mode, func, args, kwargs)
     out = mode._badge_outputs(func(*args, **kwargs), index, args)

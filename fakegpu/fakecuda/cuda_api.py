@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 import torch.cuda
+import torch.cuda.graphs
 import torch.cuda.memory
 import torch.cuda.random
 
@@ -25,7 +26,7 @@ from fakegpu.fakecuda import (
 from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
 from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
-from fakegpu.fakecuda.tensor import malloc
+from fakegpu.fakecuda.tensor import install_storage_resize, malloc, uninstall_storage_resize
 from fakegpu.fakecuda.workspace import BlasConfig, Workspaces
 
 
@@ -36,7 +37,10 @@ class FakeCudaApi:
         self._saved: list[tuple[Any, str, Any]] = []
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
-        self.workspaces = Workspaces(BlasConfig.from_env(), lambda i, n: malloc(rt, i, n), rt.free,
+        # torch's workspace-size API came with per-call cuBLAS workspaces and their TORCH_CUBLAS_WORKSPACE_CACHE
+        # switch (both in 2.15, neither in 2.10); without them torch holds the workspace (workspace.py)
+        config = BlasConfig.from_env(caching_switch=hasattr(torch._C, "_cuda_getCublasWorkspaceSize"))
+        self.workspaces = Workspaces(config, lambda i, n: malloc(rt, i, n), rt.free,
                                      lambda i: rt.devices[i].profile.compute_capability)
         api = self
 
@@ -131,6 +135,11 @@ class FakeCudaApi:
 
     def set_device_index(self, device: Any) -> None:
         self.set_device(device)
+
+    def is_current_stream_capturing(self) -> bool:
+        """No CUDA graph is ever captured on a fake device. Asked by every optimizer step; torch 2.15's C query
+        answers False without a driver, torch 2.10's raises cudaErrorInsufficientDriver."""
+        return False
 
     # -- memory
 
@@ -246,6 +255,8 @@ class FakeCudaApi:
             (torch._C, "_cuda_setCublasWorkspaceSize", self.set_cublas_workspace_size),
             (torch._C, "_cuda_getCublasLtWorkspaceSize", self.get_cublaslt_workspace_size),
             (torch._C, "_cuda_setCublasLtWorkspaceSize", self.set_cublaslt_workspace_size),
+            (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
+            (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
         ]
         a = torch.accelerator
         pairs += [
@@ -277,6 +288,7 @@ class FakeCudaApi:
         self.reporter = report.install_from_env(self.rt)
         persist.install(self.mode)
         backward.install(self.mode)
+        install_storage_resize(self.mode.tracker)
         for owner, name, fn in self.replacements():
             self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
             setattr(owner, name, fn)
@@ -291,6 +303,7 @@ class FakeCudaApi:
         self.publisher.close()
         persist.uninstall()
         backward.uninstall()
+        uninstall_storage_resize()
         while self._saved:
             owner, name, original = self._saved.pop()
             if original is _MISSING:

@@ -5,7 +5,9 @@ the process group registered for the *cpu* device type. install() re-registers t
 torch's own extension point, `Backend.register_backend` (torch itself registers its builtin backends that way),
 with a creator that builds torch's ProcessGroupGloo and registers it on the group for both cpu and cuda.
 Everything above the backend (init_process_group's rendezvous, env:// and tcp://, `get_backend()` == "nccl",
-DDP's reducer) is torch's unchanged code, and the numbers are real: gloo moves each rank's actual data.
+DDP's reducer) is torch's unchanged code, and the numbers are real: gloo moves each rank's actual data. Torch
+releases that build "nccl" in `_new_process_group_helper` instead of through a plugin (2.10) get the same
+backend another way (_install_builtin_nccl below).
 (FSDP needs more than a backend; README.md says what.)
 
 Calls and bytes per collective come from ProcessGroup.register_pre_hook, torch's per-group hook that also sees
@@ -15,6 +17,8 @@ the collectives C++ issues (DDP's bucket all-reduces), not only the Python API.
 from __future__ import annotations
 
 import atexit
+import functools
+import inspect
 import threading
 import time
 from dataclasses import dataclass
@@ -159,7 +163,9 @@ class _Installed:
         self.functions: list[tuple[Any, str, Any]] = []
 
     def replace(self, owner: Any, name: str, fn: Any) -> None:
-        self.functions.append((owner, name, getattr(owner, name, None)))
+        # a class's own dict entry (a pybind method is an `instancemethod` there, a plain builtin once looked up)
+        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        self.functions.append((owner, name, original))
         setattr(owner, name, fn)
 
     def restore(self) -> None:
@@ -174,7 +180,10 @@ class _Installed:
             B.backend_type_map[_NCCL] = self.backend_type
         while self.functions:
             owner, name, original = self.functions.pop()
-            setattr(owner, name, original)
+            if original is None:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
 
 _installed: _Installed | None = None
@@ -186,8 +195,11 @@ def install() -> None:
     if _installed is not None:
         return
     state = _Installed()
-    c10d.Backend.register_backend(_NCCL, _create_nccl_on_gloo, extended_api=True, devices=state.capability,
-                                  _backend_type=_BACKEND_TYPE)
+    if "_backend_type" in inspect.signature(c10d.Backend.register_backend).parameters:
+        c10d.Backend.register_backend(_NCCL, _create_nccl_on_gloo, extended_api=True, devices=state.capability,
+                                      _backend_type=_BACKEND_TYPE)
+    else:
+        _install_builtin_nccl(state)
     # A CPU build of torch has no NCCL at all: answer as the CUDA build does.
     if not hasattr(torch._C, "_nccl_version"):
         state.replace(torch.cuda.nccl, "version", nccl_version)
@@ -195,7 +207,98 @@ def install() -> None:
     if not dist.is_nccl_available():
         state.replace(dist, "is_nccl_available", _true)
         state.replace(c10d, "is_nccl_available", _true)
+    state.replace(dist.ProcessGroup, "barrier", _host_barrier(dist.ProcessGroup.barrier))
     _installed = state
+
+
+def _host_barrier(barrier: Any) -> Any:
+    """ProcessGroup.barrier with a cuda device (`init_process_group(device_id=...)`, `barrier(device_ids=)`)
+    taken as the CPU. c10d's barrier allocates its one-byte tensor on `opts.device`, a real CUDA allocation that
+    fails with no driver; the collective runs on gloo, whose tensors are CPU tensors, as every fake CUDA one is."""
+
+    @functools.wraps(barrier)
+    def host_barrier(self, opts=None):
+        if opts is None:
+            return barrier(self)
+        device = getattr(opts, "device", None)
+        if device is not None and device.type == "cuda":
+            opts.device = torch.device("cpu")
+        return barrier(self, opts=opts)
+
+    return host_barrier
+
+
+# -- torch releases whose "nccl" is not a registered plugin (2.10 among them)
+#
+# There `_new_process_group_helper` has a branch for the name "nccl" that constructs the module's
+# `ProcessGroupNCCL` and then checks isinstance(..., ProcessGroupNCCL); `Backend.register_backend` cannot
+# replace a builtin. So, for the duration of that helper only, the module's `ProcessGroupNCCL` is a stand-in
+# whose construction makes torch's ProcessGroupGloo (as the helper's own gloo branch does) and whose
+# isinstance accepts it. Outside the helper torch's class is back, so the many isinstance(backend,
+# ProcessGroupNCCL) checks elsewhere (uid, abort, timeouts) keep treating the group as the gloo it is.
+# After the helper, the group gets the same backend for cpu, as the plugin creator does.
+
+
+class _PassesAsNccl(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        return isinstance(obj, dist.ProcessGroupGloo)
+
+
+class _Options:
+    """What the helper fills in for NCCL (timeout, ranks, name, split source and color): gloo takes the first
+    three; NCCL's own knobs are accepted and not applied, as with the plugin creator."""
+
+    def __init__(self) -> None:
+        self._timeout = None
+        self.global_ranks_in_group: list[int] = []
+        self.group_name = ""
+        self.is_high_priority_stream = False
+
+
+def _nccl_stand_in() -> type:
+    class ProcessGroupNCCL(metaclass=_PassesAsNccl):
+        Options = _Options
+
+        def __new__(cls, store, rank: int, size: int, options) -> dist.ProcessGroupGloo:  # type: ignore[misc]
+            gloo = dist.ProcessGroupGloo(store, rank, size, timeout=options._timeout)
+            gloo.options.global_ranks_in_group = options.global_ranks_in_group
+            gloo.options.group_name = options.group_name
+            return gloo
+
+    return ProcessGroupNCCL
+
+
+def _install_builtin_nccl(state: _Installed) -> None:
+    real = getattr(c10d, "ProcessGroupNCCL", None)  # a CPU build of torch has none
+    stand_in = _nccl_stand_in()
+    original = c10d._new_process_group_helper
+
+    @functools.wraps(original)
+    def new_process_group_helper(*args, **kwargs):
+        backend = args[3] if len(args) > 3 else kwargs.get("backend")
+        if str(backend) != _NCCL:
+            return original(*args, **kwargs)
+        # a caller's ProcessGroupNCCL.Options (pg_options=) would fail the helper's isinstance against the
+        # stand-in's; gloo has no use for NCCL's knobs, so they are dropped here, as the plugin creator ignores them
+        if len(args) > 6:
+            args = (*args[:6], None, *args[7:])
+        kwargs.pop("backend_options", None)
+        c10d.ProcessGroupNCCL = stand_in
+        try:
+            pg, store = original(*args, **kwargs)
+        finally:
+            if real is None:
+                del c10d.ProcessGroupNCCL
+            else:
+                c10d.ProcessGroupNCCL = real
+        if isinstance(pg, dist.ProcessGroup) and pg is not c10d.GroupMember.NON_GROUP_MEMBER:
+            pg._register_backend(torch.device("cpu"), _BACKEND_TYPE, pg._get_backend(torch.device("cuda")))
+            if hasattr(pg, "register_pre_hook"):
+                pg.register_pre_hook(_HOOK_ID, _count)
+            _drain_at_exit()
+        return pg, store
+
+    state.replace(c10d, "_new_process_group_helper", new_process_group_helper)
 
 
 def uninstall() -> None:

@@ -15,6 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from fakegpu.fakecuda import amp
 from fakegpu.fakecuda.backward import in_backward, wrap_tensor_hook
+from fakegpu.fakecuda.dtensor import badge_locals, local_index
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, malloc, unbadge
 
@@ -97,8 +98,8 @@ class FakeCudaMode(TorchFunctionMode):
         if device is not None:
             return factory(self, func, args, kwargs)
         index = self._common_device(func, args, kwargs)
-        if index is None:
-            return func(*args, **kwargs)
+        if index is None:  # no fake tensor argument: CPU tensors, scalars, or DTensors (dtensor.py)
+            return badge_locals(self, func(*args, **kwargs), args, kwargs)
         if _autocast_on("cuda"):  # CUDA's autocast rules, applied here because the kernels are CPU ones
             args, kwargs = amp.cast_args(self, func, args, kwargs)
         return self._badge_outputs(func(*args, **kwargs), index, args)
@@ -107,7 +108,7 @@ class FakeCudaMode(TorchFunctionMode):
         """What __torch_function__ does for a function without a handler (inlined there: it is the hot path)."""
         index = self._common_device(func, args, kwargs)
         if index is None:
-            return func(*args, **kwargs)
+            return badge_locals(self, func(*args, **kwargs), args, kwargs)
         if _autocast_on("cuda"):
             args, kwargs = amp.cast_args(self, func, args, kwargs)
         return self._badge_outputs(func(*args, **kwargs), index, args)
@@ -184,12 +185,14 @@ def _to(mode: FakeCudaMode, func, args, kwargs):
     options = {"dtype": dtype or self.dtype}
     if memory_format is not None:
         options["memory_format"] = memory_format
-    src = self._fc_index if type(self) in FAKE_TYPES else None
+    src = self._fc_index if type(self) in FAKE_TYPES else local_index(self)
     dst = src if device is None else mode.resolve(device)
     if dst == src:
         out = func(self, dtype=dtype or self.dtype, copy=copy, **({"memory_format": memory_format} if memory_format
                                                                    else {}))
-        return out if src is None or out is self else badge(out, src, mode.tracker)
+        if src is None or out is self:
+            return out
+        return badge(out, src, mode.tracker) if type(self) in FAKE_TYPES else badge_locals(mode, out, args, kwargs)
     return mode.to_device(self, dst, **options)
 
 
@@ -199,7 +202,7 @@ def _cuda(mode: FakeCudaMode, func, args, kwargs):
     device = args[1] if len(args) > 1 else kwargs.get("device")
     index = mode.runtime.current if device is None else mode.resolve(device if not isinstance(device, int)
                                                                       else torch.device("cuda", device))
-    if type(self) in FAKE_TYPES and self._fc_index == index:
+    if (self._fc_index if type(self) in FAKE_TYPES else local_index(self)) == index:
         return self
     options = {}
     if "memory_format" in kwargs:

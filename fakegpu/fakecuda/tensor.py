@@ -14,6 +14,8 @@ dies (a finalizer on the storage object, which PyTorch preserves for as long as 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -104,18 +106,61 @@ class StorageTracker:
             if block is not None:  # pre-allocated for a storage that turned out to be shared: give it back
                 self.runtime.free(index, block)
             return
-        nbytes = storage.nbytes()
         if block is None:
-            if nbytes == 0:
-                return  # PyTorch's allocator hands out no block for zero bytes
-            block = malloc(self.runtime, index, nbytes)
+            nbytes = storage.nbytes()
+            # PyTorch's allocator hands out no block for zero bytes; the storage is still tracked, as it may
+            # be resized later (resize() below)
+            block = malloc(self.runtime, index, nbytes) if nbytes else None
         # a plain weakref with a callback costs less per op output than weakref.finalize
         self.live[key] = (index, block, weakref.ref(storage, lambda _ref, key=key: self._release(key)))
 
     def _release(self, key: int) -> None:
         entry = self.live.pop(key, None)
-        if entry is not None:
+        if entry is not None and entry[1] is not None:
             self.runtime.free(entry[0], entry[1])
+
+    def resize(self, storage: torch.UntypedStorage, nbytes: int, resize: Callable[..., Any]) -> Any:
+        """`storage.resize_(nbytes)` on a fake device, as CUDA's resize_bytes does it: a new block of the new
+        size (OOM before anything changes), the bytes copied over, the old block freed; zero bytes free it.
+        FSDP frees and re-allocates its unsharded parameters this way (`untyped_storage().resize_(0)`)."""
+        key = storage._cdata
+        entry = self.live.get(key)
+        if entry is None:
+            return resize(storage, nbytes)
+        index, block, ref = entry
+        new = malloc(self.runtime, index, nbytes) if nbytes else None
+        try:
+            out = resize(storage, nbytes)
+        except BaseException:
+            if new is not None:
+                self.runtime.free(index, new)
+            raise
+        if block is not None:
+            self.runtime.free(index, block)
+        self.live[key] = (index, new, ref)
+        return out
+
+
+_resize_installed: list[Any] = []
+
+
+def install_storage_resize(tracker: StorageTracker) -> None:
+    """Route `UntypedStorage.resize_` (torch's C method, inherited) through the tracker; see uninstall."""
+    if _resize_installed:
+        return
+    original = torch.UntypedStorage.resize_
+
+    def resize_(self, size):
+        return tracker.resize(self, int(size), original)
+
+    _resize_installed.append(original)
+    torch.UntypedStorage.resize_ = resize_
+
+
+def uninstall_storage_resize() -> None:
+    if _resize_installed:
+        _resize_installed.clear()
+        del torch.UntypedStorage.resize_  # the inherited C method shows through again
 
 
 def badge(tensor: torch.Tensor, index: int, tracker: StorageTracker, block=None) -> torch.Tensor:
@@ -129,7 +174,9 @@ def badge(tensor: torch.Tensor, index: int, tracker: StorageTracker, block=None)
         tensor._fc_index = index
         return tensor
     else:
-        # A user's tensor subclass: leave its type alone and do not pretend it moved.
+        # A tensor subclass (a user's, DTensor): leave its type alone and do not pretend it moved.
+        if block is not None:  # sized for it by a factory or a device move: nothing holds that block now
+            tracker.runtime.free(index, block)
         return tensor
     tensor._fc_index = index
     tracker.account(tensor, index, block)

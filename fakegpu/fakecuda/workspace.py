@@ -1,6 +1,7 @@
 """The cuBLAS / cuBLASLt workspaces PyTorch takes from the caching allocator around matrix products. No torch here.
 
-What torch 2.15 does (aten/src/ATen/cuda/CublasHandlePool.cpp; the switches are in its libtorch_cuda.so):
+What torch 2.15 does (aten/src/ATen/cuda/CublasHandlePool.cpp; the switches are in its libtorch_cuda.so;
+torch 2.10 has no caching switch and always holds the cuBLAS workspace, see BlasConfig.from_env):
 
 - Workspace caching is off by default on CUDA (TORCH_CUBLAS_WORKSPACE_CACHE=1 turns it on). Off, every cuBLAS
   GEMM allocates its workspace from the caching allocator for the duration of the call and frees it after: the
@@ -53,9 +54,13 @@ class BlasConfig:
     lt_bytes: int = 1024 * KiB
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> BlasConfig:
+    def from_env(cls, environ: dict[str, str] | None = None, caching_switch: bool = True) -> BlasConfig:
+        """`caching_switch`: the running torch has TORCH_CUBLAS_WORKSPACE_CACHE (2.15 does). Without it (2.10's
+        libtorch_cuda.so has no such string) torch always holds the cuBLAS workspace per (handle, stream), the
+        behaviour since torch 2.0 (pytorch/pytorch#95668: one Linear leaves 8 MiB + 128 KiB allocated)."""
         env = os.environ if environ is None else environ
-        config = cls(caching=_flag(env.get("TORCH_CUBLAS_WORKSPACE_CACHE")) is True)
+        caching = _flag(env.get("TORCH_CUBLAS_WORKSPACE_CACHE")) is True if caching_switch else True
+        config = cls(caching=caching)
         config.unified = _flag(env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE")) is not False
         if "CUBLAS_WORKSPACE_CONFIG" in env:
             config.chosen_override = parse_workspace_config(env["CUBLAS_WORKSPACE_CONFIG"])

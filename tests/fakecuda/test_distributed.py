@@ -9,6 +9,7 @@ write what they saw as JSON. Every subprocess has a timeout and every group an i
 from __future__ import annotations
 
 import datetime
+import inspect
 import json
 import os
 import socket
@@ -25,6 +26,10 @@ dist = pytest.importorskip("torch.distributed")
 nn = torch.nn
 
 pytestmark = pytest.mark.torch
+# torch 2.10 has no ProcessGroup.register_pre_hook, the hook collective statistics are counted by
+COUNTS_COLLECTIVES = hasattr(dist.ProcessGroup, "register_pre_hook")
+# torch 2.15 registers its builtin backends as plugins; in 2.10 "nccl" is a branch of _new_process_group_helper
+NCCL_IS_PLUGIN = "_backend_type" in inspect.signature(dist.Backend.register_backend).parameters
 
 HERE = Path(__file__).resolve()
 INIT_TIMEOUT = datetime.timedelta(seconds=60)
@@ -83,6 +88,9 @@ def test_nccl_group_reports_nccl_and_keeps_fake_cuda_results(one_rank_group):
     for x in (t, out, parts[0], red):
         assert x.device == torch.device("cuda", 1) and x.is_cuda
         assert torch.equal(x.cpu(), torch.arange(4.0))
+    if not COUNTS_COLLECTIVES:
+        assert collective_stats() == {}
+        return
     stats = collective_stats()
     assert stats["all_reduce"] == {"calls": 1, "bytes": 16}
     assert stats["all_gather_into_tensor"] == {"calls": 1, "bytes": 16}
@@ -99,23 +107,32 @@ def test_device_id_binding_and_subgroups(fakecuda):
         t = torch.ones(2, device="cuda:1")
         dist.all_reduce(t, group=sub)
         assert dist.get_backend(sub) == "nccl" and t.device == torch.device("cuda", 1)
+        dist.barrier()  # c10d makes its barrier tensor on the bound device: a CUDA allocation without fakecuda
     finally:
         dist.destroy_process_group()
 
 
 def test_deactivate_gives_torch_its_nccl_back(fakecuda):
+    from torch.distributed import distributed_c10d as c10d
     from torch.distributed.distributed_c10d import Backend
 
     from fakegpu.fakecuda import distributed
 
     before = Backend._plugins.get("NCCL")
+    helper, pg_class, barrier = c10d._new_process_group_helper, c10d.ProcessGroupNCCL, dist.ProcessGroup.barrier
     fakecuda("a100")
-    assert Backend._plugins["NCCL"].creator_fn is distributed._create_nccl_on_gloo
+    if NCCL_IS_PLUGIN:
+        assert Backend._plugins["NCCL"].creator_fn is distributed._create_nccl_on_gloo
+    else:
+        assert c10d._new_process_group_helper is not helper
+    assert dist.ProcessGroup.barrier is not barrier
     import fakegpu.fakecuda as fc
 
     fc.deactivate()
     assert Backend._plugins.get("NCCL") == before
     assert Backend.backend_capability["nccl"] == ["cuda"]
+    assert c10d._new_process_group_helper is helper and c10d.ProcessGroupNCCL is pg_class
+    assert dist.ProcessGroup.barrier == barrier  # torch's pybind method again (bound the same way)
     fakecuda("a100")  # the fixture deactivates once more; a second deactivate is a no-op
 
 
@@ -168,6 +185,8 @@ def test_ddp_two_ranks_under_torchrun_match_single_process_gradients(tmp_path):
         assert res["param_device"] == f"cuda:{r}" and res["grad_device"] == f"cuda:{r}"
         for name, p in model.named_parameters():
             assert torch.allclose(torch.tensor(res["grads"][name]), p.grad, atol=1e-6), (r, name)
+        if not COUNTS_COLLECTIVES:
+            continue
         # DDP's bucket all-reduce is issued from C++; the group's hook still counts it
         assert res["stats"]["all_reduce"]["calls"] >= 1
         assert res["stats"]["all_reduce"]["bytes"] >= sum(p.numel() * 4 for p in model.parameters())
@@ -200,6 +219,8 @@ def test_collectives_across_two_processes_over_tcp(tmp_path):
         assert res["reduce_scatter_tensor"] == [[1.0, 3.0], [5.0, 7.0]][r]
         assert res["recv"] == ([] if r == 0 else [42.0, 42.0])
         assert set(res["devices"]) == {f"cuda:{r}"}
+        if not COUNTS_COLLECTIVES:
+            continue
         assert res["stats"]["all_reduce"] == {"calls": 2, "bytes": 12 + 8}
         assert res["stats"]["reduce_scatter_tensor"] == {"calls": 1, "bytes": 16}
         assert res["stats"]["barrier"]["calls"] == 1

@@ -25,6 +25,16 @@ def test_workspace_config_parsing():
 torch_tests = pytest.mark.torch
 
 
+def _per_call_workspaces() -> bool:
+    """torch 2.15 frees the cuBLAS workspace after each call unless TORCH_CUBLAS_WORKSPACE_CACHE=1; torch 2.10
+    has no such switch and always holds it. fakecuda tells them apart by the workspace-size API (cuda_api.py)."""
+    torch = pytest.importorskip("torch")
+    return hasattr(torch._C, "_cuda_getCublasWorkspaceSize")
+
+
+per_call_only = pytest.mark.skipif("not _per_call_workspaces()", reason="this torch always holds the workspace")
+
+
 def _matmul_deltas(torch):
     a = torch.randn(64, 64, device="cuda")
     torch.cuda.reset_peak_memory_stats()
@@ -34,6 +44,7 @@ def _matmul_deltas(torch):
 
 
 @torch_tests
+@per_call_only
 def test_first_matmul_takes_a_transient_workspace_by_default(fakecuda):
     torch = pytest.importorskip("torch")
     fakecuda("a100")
@@ -46,6 +57,7 @@ def test_first_matmul_takes_a_transient_workspace_by_default(fakecuda):
 
 
 @torch_tests
+@per_call_only
 def test_bias_linear_holds_the_cublaslt_workspace(fakecuda):
     torch = pytest.importorskip("torch")
     fakecuda("a100")
@@ -59,6 +71,17 @@ def test_bias_linear_holds_the_cublaslt_workspace(fakecuda):
     torch._C._cuda_clearCublasWorkspaces()
     assert torch.cuda.memory_allocated() - base == 2 * 8 * 64 * 4
     del y, y2
+
+
+@torch_tests
+def test_torch_without_the_caching_switch_holds_the_workspace(monkeypatch, fakecuda):  # undone after fakecuda
+    torch = pytest.importorskip("torch")
+    if _per_call_workspaces():
+        monkeypatch.delattr(torch._C, "_cuda_getCublasWorkspaceSize")  # look like torch 2.10
+    monkeypatch.setenv("TORCH_CUBLAS_WORKSPACE_CACHE", "0")  # no switch: ignored, as that torch ignores it
+    fakecuda("a100")
+    _, kept, _ = _matmul_deltas(torch)
+    assert kept == 64 * 64 * 4 + cublas_workspace_bytes((8, 0))
 
 
 @torch_tests
