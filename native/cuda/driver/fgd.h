@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fg_devices.h"
 #include "fg_log.h"
@@ -63,6 +64,37 @@ typedef struct {
 } fgd_world;
 
 FG_HIDDEN extern fgd_world fgd;
+
+/* One entry of the table of device addresses (driver/memory.c), which every pointer lookup consults. */
+enum { FGD_DEVICE, FGD_HOST, FGD_MAPPED, FGD_POOLED };
+typedef struct {
+    uintptr_t base;
+    size_t size;    /* requested (a mapping: its length) */
+    size_t charged; /* pages charged to the device by this entry: 0 when a handle or a pool owns them */
+    int device;
+    int kind;    /* FGD_DEVICE cuMemAlloc, FGD_HOST page-locked host memory, FGD_MAPPED a cuMemMap'ped range of a
+                    VMM reservation, FGD_POOLED an allocation from a stream-ordered pool (driver/pool.c) */
+    uintptr_t owner; /* FGD_MAPPED: the reservation's base (adjacent mappings of one reservation form one range);
+                        FGD_POOLED: the pool */
+} fgd_alloc;
+
+/* The allocation holding p, copied out; 0 if p is not ours. */
+FG_HIDDEN int fgd_lookup(const void *p, fgd_alloc *out);
+/* Add an entry / remove the entry starting exactly at base whose kind is `kind` (0 on success). */
+FG_HIDDEN int fgd_table_add(const fgd_alloc *a);
+FG_HIDDEN int fgd_table_take(uintptr_t base, int kind, fgd_alloc *out);
+/* Is any part of [base, base+size) in the table? */
+FG_HIDDEN int fgd_table_overlaps(uintptr_t base, size_t size);
+/* Capacity of a device: claim `bytes` (CUDA_ERROR_OUT_OF_MEMORY past the capacity; counts an allocation,
+ * the peak and republishes the usage) and give them back (counts a free). */
+FG_HIDDEN CUresult fgd_charge(int device, size_t bytes);
+FG_HIDDEN void fgd_uncharge(int device, size_t bytes);
+/* Anonymous MAP_NORESERVE memory (the host RAM of device memory is spent only on pages written). */
+FG_HIDDEN void *fgd_reserve_pages(size_t bytes);
+/* Stream-ordered pools (driver/pool.c): free a pooled allocation; a synchronization point (pools above their
+ * release threshold give memory back). */
+FG_HIDDEN CUresult fgd_pool_free(const fgd_alloc *a);
+FG_HIDDEN void fgd_pools_synced(void);
 
 /* Load devices once (thread-safe); returns what cuInit returns. */
 FG_HIDDEN CUresult fgd_init(void);

@@ -334,7 +334,9 @@ FGC_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 
 FGC_EXPORT CUresult cuCtxSynchronize(void)
 {
-    return fgd_init(); /* nothing ever runs asynchronously */
+    FGD_INIT(); /* nothing ever runs asynchronously */
+    fgd_pools_synced();
+    return CUDA_SUCCESS;
 }
 
 FGC_EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)

@@ -5,7 +5,11 @@
  * real board does. Device pointers are host addresses, so copies and memsets are plain memcpy/memset.
  *
  * In accounting mode (FAKEGPU_MEMORY=accounting, common/fgc_env.h) writes to device memory are dropped and
- * device memory reads as zeros: its pages are never touched, so a 16 GB model "on the GPU" costs no host RAM. */
+ * device memory reads as zeros: its pages are never touched, so a 16 GB model "on the GPU" costs no host RAM.
+ *
+ * The table of allocations here is the one every pointer lookup consults: it also holds the ranges mapped with
+ * the virtual memory management API (driver/vmm.c) and allocations from stream-ordered pools (driver/pool.c),
+ * whose capacity is charged by their handle or pool through fgd_charge. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,14 +22,6 @@
 /* The driver hands out whole 2 MiB pages for device allocations on current boards; what a device "uses"
  * (cuMemGetInfo, nvidia-smi) counts pages, not requested bytes. */
 #define FGD_PAGE (2ULL << 20)
-
-typedef struct {
-    uintptr_t base;
-    size_t size;    /* requested */
-    size_t charged; /* pages, what capacity counts */
-    int device;
-    int host; /* page-locked host memory (cuMemHostAlloc), not device memory */
-} fgd_alloc;
 
 /* Sorted by base, so an interior pointer (cuPointerGetAttribute, cuMemGetAddressRange) is a binary search. */
 static fgd_alloc *allocs;
@@ -70,8 +66,6 @@ static int insert(const fgd_alloc *a)
     return 0;
 }
 
-/* The allocation holding p (device or host), copied out; 0 if p is not ours. */
-FG_HIDDEN int fgd_lookup(const void *p, fgd_alloc *out);
 int fgd_lookup(const void *p, fgd_alloc *out)
 {
     pthread_mutex_lock(&lock);
@@ -83,10 +77,97 @@ int fgd_lookup(const void *p, fgd_alloc *out)
     return hit;
 }
 
-static void *reserve(size_t bytes)
+int fgd_table_add(const fgd_alloc *a)
+{
+    pthread_mutex_lock(&lock);
+    int rc = insert(a);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+int fgd_table_take(uintptr_t base, int kind, fgd_alloc *out)
+{
+    pthread_mutex_lock(&lock);
+    size_t i = nallocs ? find_floor(base) : nallocs;
+    if (i == nallocs || allocs[i].base != base || allocs[i].kind != kind) {
+        pthread_mutex_unlock(&lock);
+        return -1;
+    }
+    if (out)
+        *out = allocs[i];
+    memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
+    nallocs--;
+    pthread_mutex_unlock(&lock);
+    return 0;
+}
+
+int fgd_table_overlaps(uintptr_t base, size_t size)
+{
+    pthread_mutex_lock(&lock);
+    size_t i = nallocs ? find_floor(base + size - 1) : nallocs;
+    int hit = i < nallocs && allocs[i].base + (allocs[i].size ? allocs[i].size : 1) > base;
+    pthread_mutex_unlock(&lock);
+    return hit;
+}
+
+static int joined(const fgd_alloc *a, const fgd_alloc *b) /* b continues a's mapping run */
+{
+    return a->kind == FGD_MAPPED && b->kind == FGD_MAPPED && a->owner == b->owner && a->base + a->size == b->base;
+}
+
+/* The whole range p lies in: an allocation, or for VMM the run of adjacent mappings of one reservation (torch's
+ * expandable segments map 2/20 MiB pieces side by side, and one tensor may straddle them). */
+static int lookup_range(const void *p, fgd_alloc *out)
+{
+    pthread_mutex_lock(&lock);
+    size_t i = nallocs ? find_floor((uintptr_t)p) : nallocs;
+    int hit = i < nallocs && (uintptr_t)p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1);
+    if (hit) {
+        *out = allocs[i];
+        size_t lo = i, hi = i;
+        while (lo > 0 && joined(&allocs[lo - 1], &allocs[lo]))
+            lo--;
+        while (hi + 1 < nallocs && joined(&allocs[hi], &allocs[hi + 1]))
+            hi++;
+        out->base = allocs[lo].base;
+        out->size = allocs[hi].base + allocs[hi].size - allocs[lo].base;
+    }
+    pthread_mutex_unlock(&lock);
+    return hit;
+}
+
+void *fgd_reserve_pages(size_t bytes)
 {
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+CUresult fgd_charge(int device, size_t bytes)
+{
+    fgd_mem *m = &fgd.mem[device];
+    /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
+    unsigned long long used = atomic_load(&m->used);
+    do {
+        if (used + bytes > m->capacity || used + bytes < used)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+    } while (!atomic_compare_exchange_weak(&m->used, &used, used + bytes));
+    unsigned long long now = used + bytes, peak = atomic_load(&m->peak);
+    while (now > peak && !atomic_compare_exchange_weak(&m->peak, &peak, now))
+        ;
+    atomic_fetch_add(&m->allocs, 1);
+    fgd_activate(&fgd.ctx[device]);
+    fgd_state_changed();
+    return CUDA_SUCCESS;
+}
+
+void fgd_uncharge(int device, size_t bytes)
+{
+    /* Saturating: a forked child starts at 0 (driver/state.c) yet may free what its parent allocated. */
+    unsigned long long used = atomic_load(&fgd.mem[device].used);
+    while (!atomic_compare_exchange_weak(&fgd.mem[device].used, &used, used > bytes ? used - bytes : 0))
+        ;
+    atomic_fetch_add(&fgd.mem[device].frees, 1);
+    fgd_state_changed();
 }
 
 static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
@@ -100,34 +181,21 @@ static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
     size_t charged = (bytes + FGD_PAGE - 1) / FGD_PAGE * FGD_PAGE;
     if (charged < bytes)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    fgd_mem *m = host ? NULL : &fgd.mem[c->device];
-    if (m) {
-        /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
-        unsigned long long used = atomic_load(&m->used);
-        do {
-            if (used + charged > m->capacity)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-        } while (!atomic_compare_exchange_weak(&m->used, &used, used + charged));
+    if (!host) {
+        CUresult rc = fgd_charge(c->device, charged);
+        if (rc != CUDA_SUCCESS)
+            return rc;
     }
-    void *p = reserve(charged);
-    fgd_alloc a = {(uintptr_t)p, bytes, charged, c ? c->device : 0, host};
-    pthread_mutex_lock(&lock);
-    int bad = !p || insert(&a) != 0;
-    pthread_mutex_unlock(&lock);
-    if (bad) {
+    void *p = fgd_reserve_pages(charged);
+    fgd_alloc a = {(uintptr_t)p, bytes, charged, c ? c->device : 0, host ? FGD_HOST : FGD_DEVICE, 0};
+    if (!p || fgd_table_add(&a) != 0) {
         if (p)
             munmap(p, charged);
-        if (m)
-            atomic_fetch_sub(&m->used, charged);
+        if (!host) {
+            atomic_fetch_sub(&fgd.mem[c->device].used, charged);
+            atomic_fetch_sub(&fgd.mem[c->device].allocs, 1);
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (m) {
-        unsigned long long now = atomic_load(&m->used), peak = atomic_load(&m->peak);
-        while (now > peak && !atomic_compare_exchange_weak(&m->peak, &peak, now))
-            ;
-        atomic_fetch_add(&m->allocs, 1);
-        fgd_activate(c);
-        fgd_state_changed();
     }
     *out = p;
     return CUDA_SUCCESS;
@@ -137,22 +205,14 @@ static CUresult release(void *p, int host)
 {
     if (!p)
         return CUDA_SUCCESS;
-    pthread_mutex_lock(&lock);
-    size_t i = nallocs ? find_floor((uintptr_t)p) : nallocs;
-    if (i == nallocs || allocs[i].base != (uintptr_t)p || allocs[i].host != host) {
-        pthread_mutex_unlock(&lock);
+    fgd_alloc a;
+    if (!host && fgd_table_take((uintptr_t)p, FGD_POOLED, &a) == 0)
+        return fgd_pool_free(&a); /* cuMemFree of stream-ordered memory: allowed, as on CUDA */
+    if (fgd_table_take((uintptr_t)p, host ? FGD_HOST : FGD_DEVICE, &a) != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    }
-    fgd_alloc a = allocs[i];
-    memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
-    nallocs--;
-    pthread_mutex_unlock(&lock);
     munmap(p, a.charged);
-    if (!host) {
-        atomic_fetch_sub(&fgd.mem[a.device].used, a.charged);
-        atomic_fetch_add(&fgd.mem[a.device].frees, 1);
-        fgd_state_changed();
-    }
+    if (!host)
+        fgd_uncharge(a.device, a.charged);
     return CUDA_SUCCESS;
 }
 
@@ -170,12 +230,6 @@ FGC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (dptr)
         *dptr = (CUdeviceptr)(uintptr_t)p;
     return rc;
-}
-
-FGC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
-{
-    (void)hStream; /* stream order is program order here: nothing runs asynchronously */
-    return cuMemAlloc_v2(dptr, bytesize);
 }
 
 FGC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
@@ -197,12 +251,6 @@ FGC_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     FGD_INIT();
     return release((void *)(uintptr_t)dptr, 0);
-}
-
-FGC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
-{
-    (void)hStream;
-    return cuMemFree_v2(dptr);
 }
 
 FGC_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
@@ -241,7 +289,7 @@ FGC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 {
     FGD_INIT();
     fgd_alloc a;
-    if (!fgd_lookup((void *)(uintptr_t)dptr, &a) || a.host)
+    if (!lookup_range((void *)(uintptr_t)dptr, &a) || a.kind == FGD_HOST)
         return CUDA_ERROR_NOT_FOUND;
     if (pbase)
         *pbase = a.base;
@@ -256,7 +304,7 @@ FGC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 static int on_device(const void *p)
 {
     fgd_alloc a;
-    return fgd_lookup(p, &a) && !a.host;
+    return fgd_lookup(p, &a) && a.kind != FGD_HOST;
 }
 
 CUresult fgd_copy(void *dst, const void *src, size_t n)
@@ -369,12 +417,12 @@ FGC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     if (!data)
         return CUDA_ERROR_INVALID_VALUE;
     fgd_alloc a;
-    int ours = fgd_lookup(P(ptr), &a);
+    int ours = lookup_range(P(ptr), &a);
     switch (attribute) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         if (!ours)
             return CUDA_ERROR_INVALID_VALUE; /* what the driver says of pageable host memory */
-        *(unsigned *)data = a.host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        *(unsigned *)data = a.kind == FGD_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:

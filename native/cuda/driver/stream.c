@@ -40,7 +40,13 @@ FGC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 }
 
 FGC_EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return fgd_init(); }
-FGC_EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return fgd_init(); }
+FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+    (void)s;
+    FGD_INIT();
+    fgd_pools_synced(); /* where pools above their release threshold give memory back */
+    return CUDA_SUCCESS;
+}
 FGC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 {
     (void)s, (void)e, (void)flags;
@@ -152,7 +158,13 @@ FGC_EXPORT CUresult cuEventQuery(CUevent e)
     return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-FGC_EXPORT CUresult cuEventSynchronize(CUevent e) { return cuEventQuery(e); }
+FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
+{
+    CUresult rc = cuEventQuery(e);
+    if (rc == CUDA_SUCCESS)
+        fgd_pools_synced();
+    return rc;
+}
 
 FGC_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
 {

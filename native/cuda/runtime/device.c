@@ -22,21 +22,26 @@ int rt_device(void)
 
 cudaError_t rt_err(CUresult rc) { return (cudaError_t)rc; }
 
-cudaError_t rt_context(void)
+/* Make `device`'s primary context the thread's current one. */
+static cudaError_t make_current(int device)
 {
-    if (tls_ready == rt_device())
-        return cudaSuccess;
     CUresult rc = cuInit(0);
     if (rc != CUDA_SUCCESS)
         return rc == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : rt_err(rc);
     CUcontext ctx;
-    rc = cuDevicePrimaryCtxRetain(&ctx, tls_device);
+    rc = cuDevicePrimaryCtxRetain(&ctx, device);
     if (rc == CUDA_SUCCESS)
         rc = cuCtxSetCurrent(ctx);
     if (rc != CUDA_SUCCESS)
         return rt_err(rc);
-    tls_ready = tls_device;
+    tls_device = tls_ready = device;
     return cudaSuccess;
+}
+
+cudaError_t rt_context(void)
+{
+    int device = rt_device();
+    return tls_ready == device ? cudaSuccess : make_current(device);
 }
 
 FGC_EXPORT cudaError_t cudaGetDeviceCount(int *count)
@@ -61,10 +66,9 @@ FGC_EXPORT cudaError_t cudaSetDevice(int device)
     cuDeviceGetCount(&n);
     if (device < 0 || device >= n)
         return rt_ret(cudaErrorInvalidDevice);
-    tls_device = device;
-    /* CUDA 12+ initialises the device's primary context on cudaSetDevice. */
-    cudaError_t e = rt_context();
-    return rt_ret(e);
+    /* CUDA 12+ initialises the device's primary context on cudaSetDevice. Not through rt_context(): that one
+     * follows the driver's current context, which is still the previous device's. */
+    return rt_ret(make_current(device));
 }
 
 FGC_EXPORT cudaError_t cudaGetDevice(int *device)
@@ -244,7 +248,7 @@ FGC_EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
 FGC_EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
     RT_CONTEXT();
-    return cudaSuccess; /* nothing ever runs asynchronously */
+    return RT(cuCtxSynchronize()); /* nothing runs asynchronously, but pools trim at synchronization */
 }
 
 FGC_EXPORT cudaError_t cudaDeviceReset(void) { return cudaSuccess; }

@@ -20,10 +20,37 @@ FGC_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
     return rt_ret(rc == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : rt_err(rc));
 }
 
+/* The driver's result of an allocation as the runtime reports it: running out is cudaErrorMemoryAllocation. */
+static cudaError_t alloc_ret(CUresult rc)
+{
+    return rt_ret(rc == CUDA_ERROR_OUT_OF_MEMORY ? cudaErrorMemoryAllocation : rt_err(rc));
+}
+
+/* Stream-ordered allocation from the device's current pool (driver/pool.c). */
 FGC_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
-    (void)stream; /* stream order is program order here */
-    return cudaMalloc(devPtr, size);
+    if (!devPtr)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_CONTEXT();
+    if (size == 0) { /* as cudaMalloc: a NULL pointer and success */
+        *devPtr = NULL;
+        return cudaSuccess;
+    }
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAllocAsync(&p, size, stream);
+    *devPtr = rc == CUDA_SUCCESS ? (void *)(uintptr_t)p : NULL;
+    return alloc_ret(rc);
+}
+
+FGC_EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream)
+{
+    if (!ptr)
+        return rt_ret(cudaErrorInvalidValue);
+    RT_CONTEXT();
+    CUdeviceptr p = 0;
+    CUresult rc = cuMemAllocFromPoolAsync(&p, size, memPool, stream);
+    *ptr = rc == CUDA_SUCCESS ? (void *)(uintptr_t)p : NULL;
+    return alloc_ret(rc);
 }
 
 FGC_EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
@@ -41,8 +68,71 @@ FGC_EXPORT cudaError_t cudaFree(void *devPtr)
 
 FGC_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
-    (void)stream;
-    return cudaFree(devPtr);
+    RT_CONTEXT();
+    return RT(cuMemFreeAsync((CUdeviceptr)(uintptr_t)devPtr, stream));
+}
+
+/* ---- memory pools: the driver's (cudaMemPool_t is CUmemoryPool, the attributes and access flags agree) ---- */
+
+FGC_EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+    return RT(cuDeviceGetDefaultMemPool(memPool, device));
+}
+
+FGC_EXPORT cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+    return RT(cuDeviceGetMemPool(memPool, device));
+}
+
+FGC_EXPORT cudaError_t cudaDeviceSetMemPool(int device, cudaMemPool_t memPool)
+{
+    return RT(cuDeviceSetMemPool(device, memPool));
+}
+
+FGC_EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
+{
+    return RT(cuMemPoolCreate(memPool, (const CUmemPoolProps *)poolProps));
+}
+
+FGC_EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool) { return RT(cuMemPoolDestroy(memPool)); }
+
+FGC_EXPORT cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+    return RT(cuMemPoolTrimTo(memPool, minBytesToKeep));
+}
+
+FGC_EXPORT cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    return RT(cuMemPoolSetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+FGC_EXPORT cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value)
+{
+    return RT(cuMemPoolGetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+FGC_EXPORT cudaError_t cudaMemPoolSetAccess(cudaMemPool_t memPool, const struct cudaMemAccessDesc *descList,
+                                            size_t count)
+{
+    return RT(cuMemPoolSetAccess(memPool, (const CUmemAccessDesc *)descList, count));
+}
+
+FGC_EXPORT cudaError_t cudaDeviceGetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
+{
+    return RT(cuDeviceGetGraphMemAttribute(device, (CUgraphMem_attribute)attr, value));
+}
+
+FGC_EXPORT cudaError_t cudaDeviceSetGraphMemAttribute(int device, enum cudaGraphMemAttributeType attr, void *value)
+{
+    return RT(cuDeviceSetGraphMemAttribute(device, (CUgraphMem_attribute)attr, value));
+}
+
+FGC_EXPORT cudaError_t cudaDeviceGraphMemTrim(int device) { return RT(cuDeviceGraphMemTrim(device)); }
+
+FGC_EXPORT cudaError_t cudaMemPoolGetAccess(enum cudaMemAccessFlags *flags, cudaMemPool_t memPool,
+                                            struct cudaMemLocation *location)
+{
+    return RT(cuMemPoolGetAccess((CUmemAccess_flags *)flags, memPool, (CUmemLocation *)location));
 }
 
 FGC_EXPORT cudaError_t cudaMallocHost(void **ptr, size_t size)
