@@ -8,7 +8,8 @@ fakegpu need not be installed there. What it measures, the test asserts:
 - memory: allocator statistics of a known allocation, empty_cache, device properties of the profile;
 - oom: torch.cuda.OutOfMemoryError for a request larger than the device, with the model's message;
 - ranks: 2 worker processes (backend "nccl" on gloo, tcp:// rendezvous): DDP gradients and FSDP2 (fully_shard)
-  gradients against a single-process CPU reference on the whole batch;
+  gradients against a single-process CPU reference on the whole batch; `libuv_store` says which TCPStore server
+  the build has;
 - modules: which of fakegpu's optional dependencies got imported (none should be needed).
 Every subprocess has a timeout and every process group an init timeout.
 """
@@ -140,8 +141,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def store_query(torch) -> str:
+    """The tcp:// URL's query: `?use_libuv=0` where torch was built without libuv (Debian's python3-torch).
+
+    TCPStore defaults to its libuv server and raises on such a build, with or without fakecuda; torch's own
+    switch (USE_LIBUV=0 or this query) selects the other server, which the CUDA wheels have too.
+    """
+    from torch.distributed import DistStoreError, TCPStore
+
+    try:
+        TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10), use_libuv=True)
+    except DistStoreError as exc:
+        if "without libuv" not in str(exc):
+            raise
+        return "?use_libuv=0"
+    return ""
+
+
 def two_ranks(torch) -> dict:
-    url = f"tcp://127.0.0.1:{free_port()}"
+    url = f"tcp://127.0.0.1:{free_port()}{store_query(torch)}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, __file__, "worker", url, str(r)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
@@ -162,7 +180,7 @@ def two_ranks(torch) -> dict:
     def max_error(grads: dict) -> float:
         return max((torch.tensor(grads[n]) - torch.tensor(g)).abs().max().item() for n, g in ref.items())
 
-    return {"backends": [o["backend"] for o in outputs],
+    return {"backends": [o["backend"] for o in outputs], "libuv_store": "use_libuv=0" not in url,
             "ddp_devices": [o["ddp_devices"] for o in outputs], "fsdp2_devices": [o["fsdp2_devices"] for o in outputs],
             "ddp_max_error": max(max_error(o["ddp_grads"]) for o in outputs),
             "fsdp2_max_error": max(max_error(o["fsdp2_grads"]) for o in outputs)}
@@ -173,7 +191,7 @@ def main() -> dict:
 
     import fakegpu.fakecuda as fc
 
-    result: dict = {"torch": torch.__version__, "cpu_losses": losses(torch, "cpu")}
+    result: dict = {"torch": torch.__version__, "torch_cuda": torch.version.cuda, "cpu_losses": losses(torch, "cpu")}
     fc.activate(DEVICES)
     try:
         result.update(memory=memory(torch), fake_losses=losses(torch, "cuda"), oom=oom(torch))

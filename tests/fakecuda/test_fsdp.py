@@ -34,6 +34,7 @@ from tests.fakecuda.test_distributed import (  # noqa: E402
     global_batch,
     make_model,
     read_results,
+    skip_without_libuv_store,
     worker_env,
 )
 
@@ -73,6 +74,7 @@ def reference_adamw() -> tuple[dict, dict]:
 
 
 def run_torchrun(tmp_path: Path, kind: str) -> list[dict]:
+    skip_without_libuv_store()
     out = tmp_path / "out"
     out.mkdir()
     env = worker_env(tmp_path)
