@@ -445,3 +445,16 @@ def test_a_retried_create_matches_python(tmp_path, stub_python):
          "--", *_args(b, work)], capture_output=True, text=True, env=env, timeout=60))
     assert py["rc"] == c["rc"] == 0
     assert _without_timing(c) == _without_timing(py)
+
+
+def test_c_knows_the_same_runc_global_options_with_values():
+    """Which runc global options take a value decides where the subcommand is: the sh front is rendered from
+    runtime.GLOBAL_OPTIONS_WITH_VALUE, the C binary has its own list, and they must not drift apart."""
+    import re
+
+    from fakegpu_hook.runtime import GLOBAL_OPTIONS_WITH_VALUE
+
+    source = (REPO / "native" / "container" / "create.c").read_text()
+    listed = re.search(r"static int global_with_value\(.*?opts\[\] = \{([^}]*)\}", source, re.S)
+    assert listed, "create.c: global_with_value's option list not found"
+    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == GLOBAL_OPTIONS_WITH_VALUE
