@@ -255,6 +255,15 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
         # Adapters are partitioned like any parameter: PEFT's fsdp_auto_wrap_policy makes each LoRA linear its own
         # FSDP unit, ZeRO-3 partitions every parameter.
         weights = trainable * w_b / s_weights
+    deepspeed_half = o.zero >= 1 and o.precision != "fp32"
+    if deepspeed_half:
+        # DeepSpeed ZeRO with bf16/fp16 enabled hands the optimizer fp32 copies of each rank's partition, whatever
+        # dtype the trainable parameters have (PEFT < 0.12 leaves adapters in bf16): stage3.py
+        # _create_fp32_partitions (`fp16_partitioned_groups_flat[i].to(device).clone().float()`, then
+        # `optimizer.param_groups[..]["params"] = [fp32_param]`), stage_1_and_2.py single_partition_of_fp32_groups
+        # (DeepSpeed v0.14.0). So the master is fp32 and Adam's states follow it; the gradient partition stays in
+        # the model dtype (engine.get_data_types: grad_accum_dtype = model dtype under ZeRO).
+        master_b, state_b = 4, 4
     states_per_param = {"adamw": 2 * state_b, "adamw-8bit": 2, "sgd": state_b, "adafactor": 0.05 * state_b}[o.optimizer]
     optimizer = trainable * (states_per_param + master_b) / s_states
     if o.method == "qlora" and fw.paged_qlora_optimizer:
@@ -310,6 +319,10 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
         bucket = 0
     ddp_buckets = trainable * g_b if stage == 0 and o.data_parallel > 1 else 0
     step_temp = trainable * 4 / s_states if o.optimizer in ("adamw", "sgd") and stage == 0 else 0
+    if deepspeed_half and o.offload == "none":
+        # ...and before the step it upcasts the partition's gradient to fp32 (stage3.py
+        # _prepare_fp32_grad_for_sub_group; stage_1_and_2.py step: `.to(single_partition_of_fp32_groups[i].dtype)`).
+        step_temp = trainable * 4 / s_states
 
     base = {"weights": weights, "frozen_weights": frozen, "optimizer_states": optimizer}
     phases = {

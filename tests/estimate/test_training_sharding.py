@@ -80,3 +80,21 @@ def test_fsdp_setup_leaves_its_copies_cached(tmp_path):
     assert setup["max_memory_reserved"] == pytest.approx(3.72 * 2**30, rel=0.03)
     assert setup["max_memory_reserved"] - r["phases"]["load"]["max_memory_reserved"] > 1.5 * 2**30
     assert "fsdp_setup" not in plan_training(model, replace(o, fsdp="none", gpus=1))["phases"]
+
+
+def test_deepspeed_keeps_fp32_master_and_states_for_bf16_adapters(models):
+    # DeepSpeed v0.14 stage3.py _create_fp32_partitions: the optimizer steps fp32 copies of each partition whatever
+    # the adapters' dtype, so PEFT < 0.12's bf16 adapters still cost 4 + 8 bytes of optimizer memory per parameter
+    # under ZeRO; FSDP's torch AdamW keeps its states in the parameters' bf16.
+    old = replace(LORA, peft="0.10.0", gpus=2)
+    zero3, n = components(models, replace(old, zero=3), "optimizer_step")
+    fsdp, _ = components(models, replace(old, fsdp="full"), "optimizer_step")
+    assert zero3["weights"] == pytest.approx(n * 2 / 2, rel=1e-6)  # the bf16 partition the model computes with
+    assert zero3["gradients"] == pytest.approx(n * 2 / 2, rel=1e-6)  # grad_accum_dtype = model dtype under ZeRO
+    assert zero3["optimizer_states"] == pytest.approx(n * (4 + 8) / 2, rel=1e-6)
+    assert zero3["step_temporaries"] == pytest.approx(n * 4 / 2, rel=1e-6)  # _prepare_fp32_grad_for_sub_group
+    assert fsdp["optimizer_states"] == pytest.approx(n * 2 * 2 / 2, rel=1e-6)
+    offloaded, _ = components(models, replace(old, zero=3, offload="optimizer"), "optimizer_step")
+    assert offloaded["optimizer_states"] == 0 and offloaded["step_temporaries"] == 0
+    fp32, _ = components(models, replace(old, zero=3, precision="fp32"), "optimizer_step")
+    assert fp32["optimizer_states"] == pytest.approx(n * 8 / 2, rel=1e-6)
