@@ -10,25 +10,10 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   exit 0
 fi
 
-# The mirror comes from this machine's apt sources (one-line or deb822 form), so no host name lives in the repo.
-mirror() {
-  if [ -n "${FAKEGPU_DEBIAN_MIRROR:-}" ]; then echo "$FAKEGPU_DEBIAN_MIRROR"; return; fi
-  local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
-  local uri
-  uri=$(cat "${files[@]}" 2>/dev/null | awk '
-    /^deb[ \t]/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }
-    /^URIs:/    { print $2 }' | grep -E '/debian/?$' | head -n1 || true)
-  echo "${uri:-}"
-}
+# The mirror and debootstrap (images/debian-mirror.sh, shared with the other debootstrap script).
+. "$(dirname "$0")/debian-mirror.sh"
 
-MIRROR=$(mirror)
-if [ -z "$MIRROR" ]; then
-  echo "bootstrap-base: no Debian mirror in /etc/apt/sources*; set FAKEGPU_DEBIAN_MIRROR" >&2
-  exit 1
-fi
-if ! command -v debootstrap >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null
-fi
+debian_bootstrap_ready bootstrap-base
 
 WORK=$(mktemp -d /var/tmp/fakegpu-base.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT

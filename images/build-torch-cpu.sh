@@ -34,29 +34,14 @@ if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   exit 0
 fi
 
-# Same mirror lookup as bootstrap-base.sh: from this machine's apt sources, so no host name lives in the repo.
-mirror() {
-  if [ -n "${FAKEGPU_DEBIAN_MIRROR:-}" ]; then echo "$FAKEGPU_DEBIAN_MIRROR"; return; fi
-  local files=(/etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources)
-  local uri
-  uri=$(cat "${files[@]}" 2>/dev/null | awk '
-    /^deb[ \t]/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z+]+:\/\//) { print $i; break } }
-    /^URIs:/    { print $2 }' | grep -E '/debian/?$' | head -n1 || true)
-  echo "${uri:-}"
-}
+# The mirror and debootstrap (images/debian-mirror.sh, shared with the other debootstrap script).
+. "$(dirname "$0")/debian-mirror.sh"
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "build-torch-cpu: building $IMAGE needs root (debootstrap, chroot, mount)" >&2
   exit 1
 fi
-MIRROR=$(mirror)
-if [ -z "$MIRROR" ]; then
-  echo "build-torch-cpu: no Debian mirror in /etc/apt/sources*; set FAKEGPU_DEBIAN_MIRROR" >&2
-  exit 1
-fi
-if ! command -v debootstrap >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq debootstrap >/dev/null
-fi
+debian_bootstrap_ready build-torch-cpu
 
 WORK=$(mktemp -d /var/tmp/fakegpu-torch-cpu.XXXXXX)
 ROOT="$WORK/root"
