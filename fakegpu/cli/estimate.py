@@ -100,6 +100,10 @@ def plan_training(
     micro_batch: int | None = typer.Option(None, "--micro-batch", help="Default 1."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Default 2048."),
     grad_checkpointing: bool | None = typer.Option(None, "--grad-checkpointing/--no-grad-checkpointing"),
+    checkpoint_impl: str | None = typer.Option(
+        None, "--checkpoint-impl", help="hf-reentrant (transformers' gradient_checkpointing, default), "
+        "hf-non-reentrant, or fsdp-wrapper (checkpoint inside each FSDP unit: accelerate's "
+        "fsdp_activation_checkpointing, torchtune)."),
     zero: int | None = typer.Option(None, "--zero", help="DeepSpeed ZeRO stage 0-3 (default 0)."),
     fsdp: str | None = typer.Option(None, "--fsdp", help="full, hybrid, grad-op or none (default)."),
     offload: str | None = typer.Option(None, "--offload", help="optimizer, params or none (default)."),
@@ -123,7 +127,8 @@ def plan_training(
         "method": method, "lora_rank": lora_rank, "lora_targets": lora_targets, "lora_dropout": lora_dropout,
         "optimizer": optimizer, "framework": framework, "double_quant": double_quant, "bitsandbytes": bitsandbytes,
         "peft": peft, "precision": precision, "micro_batch": micro_batch, "seq_len": seq_len,
-        "grad_checkpointing": grad_checkpointing, "zero": zero, "fsdp": fsdp, "offload": offload, "gpus": gpus,
+        "grad_checkpointing": grad_checkpointing, "checkpoint_impl": checkpoint_impl, "zero": zero, "fsdp": fsdp,
+        "offload": offload, "gpus": gpus,
         "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
     }
     typed = {k: v for k, v in typed.items() if v is not None}

@@ -29,6 +29,7 @@ from fakegpu.estimate.training_activations import (
     peft_casts_to_base,
 )
 from fakegpu.estimate.weights import classify, summarise
+from fakegpu.profiles.matching import closest
 
 REPORT = "fakegpu.plan-training/v1"
 METHODS = ("full", "lora", "qlora")
@@ -36,6 +37,10 @@ OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "adafactor")
 PRECISIONS = ("bf16", "bf16-mixed", "fp16-mixed", "fp32")
 FSDP = ("none", "full", "hybrid", "grad-op")
 OFFLOAD = ("none", "optimizer", "params")
+# Where activation checkpointing sits: transformers' gradient_checkpointing_enable wraps each decoder layer's call from
+# outside its FSDP unit (use_reentrant=True unless gradient_checkpointing_kwargs say otherwise); accelerate's
+# fsdp_activation_checkpointing, Answer.AI's train.py and torchtune wrap the layer inside the unit.
+CHECKPOINT_IMPLS = ("hf-reentrant", "hf-non-reentrant", "fsdp-wrapper")
 # NF4 packs 4 bits per parameter; its QuantState adds one absmax per 64-block: fp32 (0.5 bit per parameter), or
 # with double quantization uint8 plus an fp32 absmax per 256 blocks (~0.127 bit). litgpt's `bnb.nf4` has none
 # (Fabric's _NF4Linear: compress_statistics=False); PEFT's QLoRA examples use bnb_4bit_use_double_quant.
@@ -58,6 +63,7 @@ class TrainingOptions:
     micro_batch: int = 1
     seq_len: int = 2048
     grad_checkpointing: bool = False
+    checkpoint_impl: str = "hf-reentrant"  # see CHECKPOINT_IMPLS
     zero: int = 0
     fsdp: str = "none"
     offload: str = "none"
@@ -72,10 +78,14 @@ class TrainingOptions:
 
     def validate(self) -> None:
         for name, allowed in (("method", METHODS), ("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
-                              ("fsdp", FSDP), ("offload", OFFLOAD), ("framework", tuple(FRAMEWORKS))):
+                              ("fsdp", FSDP), ("offload", OFFLOAD), ("framework", tuple(FRAMEWORKS)),
+                              ("checkpoint_impl", CHECKPOINT_IMPLS)):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
-                raise EstimateInputError(f"--{name}", f"unknown value {value!r}; use {', '.join(allowed)}")
+                near = closest(str(value), list(allowed), limit=1)
+                hint = f" (did you mean {near[0]}?)" if near else ""
+                raise EstimateInputError(f"--{name.replace('_', '-')}",
+                                         f"unknown value {value!r}{hint}; use {', '.join(allowed)}")
         if self.zero not in (0, 1, 2, 3):
             raise EstimateInputError("--zero", f"ZeRO stage {self.zero} does not exist; use 0, 1, 2 or 3")
         if self.zero and self.fsdp != "none":
@@ -295,6 +305,19 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     else:
         layer_params_bytes = layer_params * (2 if half else 4)
     gathered = 2 * layer_params_bytes if s_weights > 1 else 0  # ZeRO-3/FSDP: current + prefetched
+    held_grads = 0.0
+    if o.grad_checkpointing and o.checkpoint_impl == "hf-reentrant" and o.method != "full" and o.fsdp != "none":
+        # A frozen FSDP unit (PEFT's wrap policy gives the adapters units of their own) reshards in backward through a
+        # multi-grad hook on its forward inputs (torch fsdp/_runtime_utils.py _register_post_backward_reshard_only_hook,
+        # removed only by _finalize_params when backward ends; the same code in torch 2.2 and 2.10). Under
+        # transformers' reentrant checkpointing those inputs are the detached leaves CheckpointFunction.backward
+        # recomputes from, and autograd leaves each one's input gradient in its .grad: every layer's input and input
+        # gradient stay alive until the whole backward is done, so the peak is the last layer's backward. Measured
+        # with FakeGPU's native mode on the real stack (transformers 4.39 Trainer, accelerate 0.28, PEFT 0.10, TRL 0.8,
+        # bitsandbytes 0.43, torch 2.10): +64 MiB per Llama-2-70B layer at batch 2 x 2048, all freed together at
+        # _finalize_params. (Native mode also showed one unit gathered there, not two: its kernels finish at once, so
+        # the CPU never runs ahead; on a GPU limit_all_gathers lets two all-gathers be in flight, so two are kept.)
+        held_grads = act["layer_input"] * max(0, layers_here - 1)
     # FSDP does not reshard the root unit after forward (torch _post_forward_reshard: "Do not free the root's
     # parameters ... immediately used for backward"): with per-layer wrapping that is embeddings, final norm, head.
     fsdp_root = emb_here / tp * (2 if half else 4) if o.fsdp in ("full", "hybrid") and s_weights > 1 else 0
@@ -332,7 +355,7 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
                     "gathered_params": gathered, "fsdp_root_params": fsdp_root, "offload_staging": offload_staging,
                     "autocast_cache": autocast_cache, "cublas_workspace": workspace},
         "backward": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "reduce_bucket": bucket,
-                     "activations": activations, "logits": logits_bwd,
+                     "activations": activations, "held_input_grads": held_grads, "logits": logits_bwd,
                      "layer_gradients": act["layer_grads"], "dequantized_weight": act["dequant"],
                      "gathered_params": gathered, "fsdp_root_params": fsdp_root, "offload_staging": offload_staging,
                      "autocast_cache": autocast_cache, "cublas_workspace": workspace},

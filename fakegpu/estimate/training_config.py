@@ -82,7 +82,9 @@ def _fsdp(doc: dict, path: Path) -> dict[str, Any]:
     if doc.get("fsdp_offload_params", doc.get("offload_params", doc.get("cpu_offload"))) in (True, "true"):
         out["offload"] = "params"
     if doc.get("fsdp_activation_checkpointing", doc.get("activation_checkpointing")) in (True, "true"):
+        # accelerate applies apply_activation_checkpointing inside each FSDP unit (non-reentrant checkpoint_wrapper)
         out["grad_checkpointing"] = True
+        out["checkpoint_impl"] = "fsdp-wrapper"
     return out
 
 

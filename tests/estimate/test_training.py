@@ -105,7 +105,7 @@ def test_config_files(tmp_path):
                    "mixed_precision: bf16\nfsdp_config:\n  fsdp_sharding_strategy: HYBRID_SHARD\n"
                    "  fsdp_offload_params: false\n  fsdp_activation_checkpointing: true\n")
     assert read_config_file(acc) == {"gpus": 16, "precision": "bf16-mixed", "fsdp": "hybrid",
-                                     "grad_checkpointing": True}
+                                     "grad_checkpointing": True, "checkpoint_impl": "fsdp-wrapper"}
     acc_ds = tmp_path / "acc-ds.yaml"
     acc_ds.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"
                       "  zero_stage: 3\n  offload_param_device: cpu\n")
