@@ -11,6 +11,17 @@ EXIT_USAGE = 2
 EXIT_CHECK_FAILED = 3
 
 
+SHOWN_CHARACTERS = 80
+
+
+def shorten(value: str, keep: int = SHOWN_CHARACTERS) -> str:
+    """repr(value), cut to its first `keep` characters with the full length named: a hostile 1 MB value is never
+    echoed back into a message, a log or a terminal."""
+    if len(value) <= keep:
+        return repr(value)
+    return f"{value[:keep]!r}... ({len(value)} characters)"
+
+
 class FakeGPUError(Exception):
     """Root of every error FakeGPU raises on purpose; the CLI catches it once and exits with `exit_code`."""
 
@@ -58,12 +69,24 @@ class InvalidDeviceSpec(FakeGPUError):
     def __init__(self, spec: str, part: str, reason: str, suggestions: Sequence[str] = ()) -> None:
         hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
         super().__init__(
-            f"invalid device spec {spec!r}: part {part!r}: {reason}.{hint} Accepted: {self.accepted}"
+            f"invalid device spec {shorten(spec)}: part {shorten(part)}: {reason}.{hint} Accepted: {self.accepted}"
         )
         self.spec = spec
         self.part = part
         self.reason = reason
         self.suggestions = list(suggestions)
+
+
+class InvalidSeed(FakeGPUError):
+    """A FAKEGPU_SEED value outside what identities are derived from."""
+
+    exit_code = EXIT_USAGE
+    code = "invalid-seed"
+
+    def __init__(self, seed: str, reason: str) -> None:
+        super().__init__(f"invalid FAKEGPU_SEED {shorten(seed)}: {reason}")
+        self.seed = seed
+        self.reason = reason
 
 
 class UsageError(FakeGPUError):

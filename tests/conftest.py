@@ -32,3 +32,16 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     exe = Path(sys.executable).with_name("fakegpu")
     return subprocess.run([str(exe), *args], capture_output=True, text=True, env={**os.environ, **(env or {})},
                           timeout=120)
+
+
+
+def mounts_under(folder: Path) -> list[str]:
+    """Mount points at or below folder, deepest first (from this process's mountinfo)."""
+    top = str(folder)
+    points = []
+    with open("/proc/self/mountinfo", encoding="utf-8") as f:
+        for line in f:
+            point = line.split()[4].replace("\\040", " ")
+            if point == top or point.startswith(top + "/"):
+                points.append(point)
+    return sorted(points, key=len, reverse=True)

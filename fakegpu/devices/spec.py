@@ -13,10 +13,14 @@ import os
 import re
 
 from fakegpu.devices.device import Device
-from fakegpu.errors import InvalidDeviceSpec
+from fakegpu.errors import InvalidDeviceSpec, InvalidSeed
 from fakegpu.profiles import Catalog, Profile, load_catalog
 
 MAX_DEVICES = 64
+# Input bounds, checked before any other work (the container runtime parses these as root at every start).
+# native/common/fg_devices.h holds the same numbers (FG_MAX_SPEC_LENGTH, FG_MAX_SEED_LENGTH); a test compares.
+MAX_SPEC_LENGTH = 1024  # bytes of UTF-8
+MAX_SEED_LENGTH = 128
 DEFAULT_SEED = "0"
 _COUNT = re.compile(r"^[0-9]+$")
 # Board names contain spaces and dashes but never ':' or ','; anything else odd is garbage, not a typo.
@@ -25,6 +29,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ._-]*$")
 
 def parse_spec(spec: str, catalog: Catalog | None = None) -> list[tuple[Profile, int]]:
     """Split a spec into ordered (profile, count) parts, or raise InvalidDeviceSpec naming the bad part."""
+    size = len(spec.encode("utf-8", "surrogatepass"))
+    if size > MAX_SPEC_LENGTH:
+        raise InvalidDeviceSpec(spec, spec.split(",", 1)[0], f"the spec is {size} bytes long; at most "
+                                f"{MAX_SPEC_LENGTH}")
     catalog = catalog or load_catalog()
     if not spec or not spec.strip():
         raise InvalidDeviceSpec(spec, spec, "the spec is empty")
@@ -62,9 +70,17 @@ def effective_seed(seed: str | None = None) -> str:
     return seed if seed is not None else (os.environ.get("FAKEGPU_SEED") or DEFAULT_SEED)
 
 
+def check_seed(seed: str) -> None:
+    """Raise InvalidSeed for a seed past MAX_SEED_LENGTH (the C shims hash at most that many bytes of it)."""
+    size = len(seed.encode("utf-8", "surrogatepass"))
+    if size > MAX_SEED_LENGTH:
+        raise InvalidSeed(seed, f"it is {size} bytes long; at most {MAX_SEED_LENGTH}")
+
+
 def resolve_devices(spec: str, seed: str | None = None, catalog: Catalog | None = None) -> list[Device]:
     """The ordered devices a spec describes, with identities from `effective_seed(seed)`."""
     seed = effective_seed(seed)
+    check_seed(seed)
     devices: list[Device] = []
     for profile, count in parse_spec(spec, catalog):
         for _ in range(count):

@@ -41,6 +41,8 @@ def closest(name: str, candidates: list[str], limit: int = 3) -> list[str]:
     key = normalise(name)
     if not key:
         return []
-    scored = sorted((distance(key, c), len(c), c) for c in candidates)
     budget = max(1.0, len(key) / 3)
+    # The distance is at least the difference in length, so candidates far off in length are skipped unscored:
+    # a hostile 1 MB name costs a length comparison per candidate, not an edit distance.
+    scored = sorted((distance(key, c), len(c), c) for c in candidates if abs(len(key) - len(c)) <= budget)
     return [c for d, _, c in scored if d <= budget][:limit]

@@ -102,11 +102,9 @@ class HookLog:
         self.lines.append(f"{time.strftime('%H:%M:%S')} {line}")
 
     def save(self, path: str) -> None:
-        try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write("\n".join(self.lines) + "\n")
-        except OSError:
-            pass
+        from fakegpu_hook.statedir import write_log
+
+        write_log(path, "\n".join(self.lines) + "\n")
 
 
 def prepared_table(path: str, spec: str, seed: str | None) -> tuple[int, str] | None:
@@ -133,6 +131,7 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
     from fakegpu_hook.oci import Spec, read_state
     from fakegpu_hook.rootfs import Root
     from fakegpu_hook.settings import Settings
+    from fakegpu_hook.statedir import make_container_dir, shared_state_dir
 
     state = read_state(state_text)
     bundle = state["bundle"]
@@ -156,8 +155,7 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
         seed = effective_seed(request.seed)
         devices = resolve_devices(request.spec, seed=seed)
         count = len(devices)
-        os.makedirs(host_dir, exist_ok=True)
-        os.chmod(host_dir, 0o1777)  # processes of any user in the container record their state here
+        make_container_dir(args.state_root, state["id"], may_mount=False)
         write_table(table, devices, request.spec, seed)
         log(f"{count} devices from {request.source}={request.spec!r} seed={seed!r}")
 
@@ -165,7 +163,7 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
         _enter_mount_namespace(state.get("pid"))
     with Root(spec.root_path(bundle)) as root:
         plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table,
-                              os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", host_dir, count)
+                              os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", shared_state_dir(host_dir), count)
         for note in plan.notes:
             log(note)
         log(f"libraries go to {plan.lib_dir}")

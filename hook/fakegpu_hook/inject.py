@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 
-from fakegpu_hook.rootfs import Root, bind_mount, unmount
+from fakegpu_hook.rootfs import Root, RootfsError, bind_mount, unmount
 from fakegpu_hook.settings import (
     CONTAINER_CATALOG_TABLE,
     CONTAINER_DEVICE_TABLE,
@@ -132,6 +133,46 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
     plan.nodes.append(("/dev/nvidia-uvm-tools", UVM_MAJOR, 1))
     plan.nodes.extend((f"/dev/nvidia{i}", NVIDIA_MAJOR, i) for i in range(device_count))
     return plan
+
+
+# What docker and containerd mount in every container: kernel filesystems, /dev's tmpfs (runc makes our nodes
+# there), and single files under /etc. None covers a folder of ours; any other mount is looked at.
+RUNTIME_MOUNT_TREES = ("/proc", "/sys", "/dev")
+RUNTIME_MOUNT_FILES = ("/etc/resolv.conf", "/etc/hostname", "/etc/hosts")
+
+
+def runtime_mount(destination: str) -> bool:
+    """Whether config.json's mount at `destination` is one every container gets (RUNTIME_MOUNT_*)."""
+    return destination in RUNTIME_MOUNT_FILES or any(
+        destination == t or destination.startswith(t + "/") for t in RUNTIME_MOUNT_TREES)
+
+
+def check_covering_mounts(root: Root, plan: Plan, mounts: object) -> None:
+    """Refuse a container whose own mounts (a VOLUME, `-v`) cover a folder the plan prepares. runc mounts them
+    first, so what we made in the image is hidden: the links into `<libdir>/fakegpu` would not be seen (GPUs
+    silently missing), and runc would make our mount targets inside the volume, following whatever links it
+    holds. A fresh tmpfs (`--tmpfs /run`) holds nothing to follow: mount targets may sit in one, links may not."""
+    if not isinstance(mounts, list):
+        return
+    own = {dest for _, dest in [*plan.dirs, *plan.lib_dirs, *plan.files]}
+    targets = [(root.canonical(plan.lib_dir), "the GPU libraries' links", False)]
+    inside = tuple(dest.rstrip("/") + "/" for _, dest in plan.dirs)
+    targets += [(root.canonical(dest), dest, True) for _, dest in [*plan.dirs, *plan.lib_dirs, *plan.files]
+                if not dest.startswith(inside)]
+    for m in mounts:
+        dest = m.get("destination") if isinstance(m, dict) else None
+        if not isinstance(dest, str) or not dest.startswith("/") or dest in own:
+            continue
+        dest = posixpath.normpath(dest)
+        if runtime_mount(dest):
+            continue
+        covered = root.canonical(dest)
+        for target, what, mount_target in targets:
+            if target == covered or target.startswith(covered.rstrip("/") + "/"):
+                if mount_target and m.get("type") == "tmpfs":
+                    continue
+                raise RootfsError(f"the container's mount at {dest} covers {target} ({what}): FakeGPU cannot "
+                                  "inject there; mount it elsewhere, or give the image its own library folder")
 
 
 def prepare_targets(root: Root, plan: Plan) -> None:

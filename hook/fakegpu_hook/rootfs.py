@@ -17,6 +17,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
 MNT_DETACH = 0x2
 MAX_LINKS = 40  # as the kernel's own limit on symlinks followed in one lookup
+MAX_DEPTH = 512  # folders open at once in one walk; fg_root.c's MAX_STACK, so both refuse the same paths
 
 _LIBC = None
 
@@ -101,6 +102,8 @@ class Root:
                     continue
                 if not stat.S_ISDIR(st.st_mode):
                     raise RootfsError(f"{'/'.join(parts)} in the container root is not a directory")
+                if len(stack) == MAX_DEPTH:
+                    raise RootfsError(f"{'/'.join(parts)} in the container root is nested too deeply")
                 stack.append(os.open(name, _dir_flags(), dir_fd=here))
             return os.dup(stack[-1])
         finally:
@@ -162,7 +165,70 @@ class Root:
             os.close(dirfd)
 
     def dir_target(self, path: str) -> int:
-        return self.open_dir(path, create=True)
+        """An O_PATH descriptor of a folder at path for a mount: an image's symlink there is replaced by a
+        folder, never followed (it could name /etc, or /proc/self/root/etc), and anything else that is not a
+        folder is refused."""
+        parent, name = os.path.split(path.rstrip("/"))
+        dirfd = self.open_dir(parent, create=True)
+        try:
+            st = self._clear_link(dirfd, name)
+            if st is None:
+                stale = (self._dirs or {}).pop("/" + path.strip("/"), None)  # it named the link's target
+                if stale is not None:
+                    os.close(stale)
+                try:
+                    os.mkdir(name, 0o755, dir_fd=dirfd)
+                except FileExistsError:  # made by someone else since: examined as usual below
+                    pass
+                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                raise RootfsError(f"{path} in the container is not a directory")
+            return os.open(name, _dir_flags(), dir_fd=dirfd)
+        finally:
+            os.close(dirfd)
+
+    def canonical(self, path: str) -> str:
+        """path as the container will see it once its links are followed (inside the root, as `_walk` does):
+        the longest existing prefix resolved, the rest appended as given."""
+        done: list[str] = []
+        pending = [p for p in path.split("/") if p]
+        links = 0
+        fd = os.dup(self.fd)
+        try:
+            while pending:
+                name = pending.pop(0)
+                if name == ".":
+                    continue
+                if name == "..":
+                    if done:
+                        done.pop()
+                        os.close(fd)
+                        fd = self._walk(done, create=False) if done else os.dup(self.fd)
+                    continue
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except OSError:
+                    return "/" + "/".join([*done, name, *pending])
+                if stat.S_ISLNK(st.st_mode):
+                    links += 1
+                    if links > MAX_LINKS:
+                        raise RootfsError(f"too many symlinks under {self.path} resolving {path}")
+                    target = os.readlink(name, dir_fd=fd)
+                    if target.startswith("/"):
+                        done = []
+                        os.close(fd)
+                        fd = os.dup(self.fd)
+                    pending[:0] = [p for p in target.split("/") if p]
+                    continue
+                done.append(name)
+                if not stat.S_ISDIR(st.st_mode):
+                    return "/" + "/".join([*done, *pending])
+                nxt = os.open(name, _dir_flags(), dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            return "/" + "/".join(done)
+        finally:
+            os.close(fd)
 
     def symlink(self, path: str, target: str) -> None:
         parent, name = os.path.split(path)
@@ -175,7 +241,12 @@ class Root:
                 pass
             st = self._clear_link(dirfd, name)
             if st is not None:
-                return  # the image ships a real file under this name; leave it
+                # The image's own file under a library name we serve (a copy of a real driver library, which
+                # cannot work without the driver, or a FIFO a loader would block on): ours replaces it. A folder
+                # cannot be replaced silently.
+                if stat.S_ISDIR(st.st_mode):
+                    raise RootfsError(f"{path} in the container is a directory where FakeGPU links a library")
+                os.unlink(name, dir_fd=dirfd)
             os.symlink(target, name, dir_fd=dirfd)
         finally:
             os.close(dirfd)

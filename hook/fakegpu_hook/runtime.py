@@ -132,24 +132,21 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
     # The hook runs with a minimal environment, so FAKEGPU_SEED from dockerd's environment is not used here.
     seed = request.seed if request.seed is not None else DEFAULT_SEED
     try:
+        # Messages are bounded (errors.shorten): containerd cuts long ones in the middle.
         devices = resolve_devices(request.spec, seed=seed)
     except FakeGPUError as exc:
-        message = exc.message
-        part = getattr(exc, "part", None)
-        if len(message) > 600 and part is not None:
-            # containerd cuts long errors in the middle; keep the bad part and the reason in what survives.
-            reason = getattr(exc, "reason", "")
-            message = (f"invalid device spec ({len(request.spec)} characters): part {part[:80]!r}"
-                       f"{'...' if len(part) > 80 else ''}: {reason}")
-        raise RuntimeError_(f"{request.source}: {message}") from exc
+        raise RuntimeError_(f"{request.source}: {exc.message}") from exc
     settings = settings.resolved()
-    host_dir = os.path.join(settings.state_root, container_id) if container_id else ""
-    if host_dir:
+    host_dir = ""
+    if container_id:
         # The devices are resolved already: write the table now, for runc's mounts or for the hook.
         from fakegpu.devices.table import write_table
+        from fakegpu_hook.statedir import StateRootError, make_container_dir
 
-        os.makedirs(host_dir, exist_ok=True)
-        os.chmod(host_dir, 0o1777)  # processes of any user in the container record their state here
+        try:
+            host_dir = make_container_dir(settings.state_root, container_id)
+        except (OSError, StateRootError) as exc:
+            raise RuntimeError_(str(exc)) from exc
         write_table(os.path.join(host_dir, "devices.tbl"), devices, request.spec, seed)
     try:
         # In a user namespace runc cannot mknod (it would bind the host's /dev/nvidia*, which do not exist):
@@ -171,17 +168,20 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, s
     (the root is mounted at create, and no container process exists yet), and runc bind-mounts onto them and
     makes the device nodes from config.json. One Python process per container start instead of two."""
     from fakegpu.profiles.catalog import COMPILED_CATALOG
-    from fakegpu_hook.inject import oci_devices, oci_mounts, plan_injection, prepare_targets
+    from fakegpu_hook.inject import check_covering_mounts, oci_devices, oci_mounts, plan_injection, prepare_targets
     from fakegpu_hook.modifiers import AddDevices, AddMounts, ModifierList, SetEnv
     from fakegpu_hook.rootfs import Root, RootfsError
     from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
+    from fakegpu_hook.statedir import shared_state_dir, write_log
 
-    lines = [f"runtime environment: {', '.join(sorted(os.environ))}", summary]
+    # The log stays on the host (host_dir is root's alone): it names host paths no container should learn.
+    lines = [summary]
     try:
         with Root(spec.root_path(bundle), cache_dirs=True) as root:
             plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi,
                                   os.path.join(host_dir, "devices.tbl"),
-                                  os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", host_dir, count)
+                                  os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", shared_state_dir(host_dir), count)
+            check_covering_mounts(root, plan, spec.data.get("mounts"))
             prepare_targets(root, plan)
     except (OSError, RootfsError) as exc:
         raise RuntimeError_(f"cannot prepare the container root: {exc}") from exc
@@ -194,11 +194,8 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, s
                   SetEnv("FAKEGPU_DEVICE_TABLE", CONTAINER_DEVICE_TABLE)]).modify(spec)
     lines.append(f"prepared in {(time.monotonic() - _STARTED) * 1000:.1f} ms after the runtime's imports began")
     stamp = time.strftime("%H:%M:%S")
-    try:
-        with open(os.path.join(host_dir, "inject.log"), "w", encoding="utf-8") as f:
-            f.write("".join(f"{stamp} {line}\n" for line in lines))
-    except OSError:
-        pass
+    write_log(os.path.join(host_dir, "inject.log"), "".join(f"{stamp} {line}\n" for line in lines))
+
 
 
 def _add_hook(spec, settings, prepared: bool) -> None:

@@ -17,7 +17,9 @@ static const unsigned BUS_NUMBERS[8] = {0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA
 
 void fg_identity(const char *seed, unsigned index, const char *profile_id, fg_device *d)
 {
-    char msg[512];
+    /* Room for any seed the parser accepts (FG_MAX_SEED_LENGTH) and any profile id: never truncated, so
+     * every device keeps its own identity. */
+    char msg[FG_MAX_SEED_LENGTH + 256];
     int n = snprintf(msg, sizeof msg, "fakegpu:%s:%u:%s", seed, index, profile_id);
     if (n < 0 || (size_t)n >= sizeof msg)
         n = (int)strlen(msg);
@@ -347,9 +349,15 @@ static char *trim(char *s)
 static int parse_parts(const char *spec, const char *seed, const fg_table *cat, fg_devset *out, char *err,
                        size_t errlen)
 {
-    char buf[1024];
-    if (fg_strlcpy(buf, spec, sizeof buf)) {
-        fg_seterr(err, errlen, "FAKEGPU_DEVICES is longer than %zu characters", sizeof buf - 1);
+    char buf[FG_MAX_SPEC_LENGTH + 1];
+    if (strlen(spec) > FG_MAX_SPEC_LENGTH || fg_strlcpy(buf, spec, sizeof buf)) {
+        fg_seterr(err, errlen, "invalid FAKEGPU_DEVICES (%zu bytes): the spec is longer than %d bytes", strlen(spec),
+                  FG_MAX_SPEC_LENGTH);
+        return FG_DEV_BADSPEC;
+    }
+    if (strlen(seed) > FG_MAX_SEED_LENGTH) {
+        fg_seterr(err, errlen, "invalid FAKEGPU_SEED (%zu bytes): it is longer than %d bytes", strlen(seed),
+                  FG_MAX_SEED_LENGTH);
         return FG_DEV_BADSPEC;
     }
     unsigned total = 0, position = 0;

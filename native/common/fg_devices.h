@@ -8,6 +8,9 @@
 #include "fg_log.h"
 
 #define FG_MAX_DEVICES 64 /* MAX_DEVICES in spec.py */
+/* Input bounds, as spec.py's MAX_SPEC_LENGTH and MAX_SEED_LENGTH (bytes; a test compares the two files). */
+#define FG_MAX_SPEC_LENGTH 1024
+#define FG_MAX_SEED_LENGTH 128
 
 typedef struct {
     unsigned index;
@@ -45,8 +48,8 @@ typedef struct {
 typedef struct {
     unsigned count;
     fg_device dev[FG_MAX_DEVICES];
-    char spec[256];
-    char seed[128];
+    char spec[FG_MAX_SPEC_LENGTH + 1];
+    char seed[FG_MAX_SEED_LENGTH + 1];
     char source[512]; /* which file or spec the devices came from, for diagnostics */
 } fg_devset;
 

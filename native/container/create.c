@@ -35,9 +35,8 @@
 #include "files.h"
 #include "plan.h"
 #include "request.h"
+#include "statedir.h"
 #include "textbuf.h"
-
-extern char **environ;
 
 /* ---- hand-over to the Python runtime --------------------------------------------------------------- */
 
@@ -242,8 +241,6 @@ static double ms_since(const struct timespec *t0)
     return (double)(t.tv_sec - t0->tv_sec) * 1e3 + (double)(t.tv_nsec - t0->tv_nsec) / 1e6;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 /* config.json as read: the parsed text and the nodes the splice needs (-1: absent). */
 typedef struct {
     char *text;
@@ -282,6 +279,26 @@ static void read_spec(const char *path, spec *sp)
     }
 }
 
+/* inject.py's runtime_mount, plus our own fixed destinations (a retried create): mounts that cover no folder
+ * of ours. Any other goes to Python's check_covering_mounts. */
+static int known_mount(const char *d)
+{
+    static const char *trees[] = {"/proc", "/sys", "/dev"};
+    static const char *files[] = {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts", CONTAINER_DIR,
+                                  CONTAINER_DIR "/devices.tbl", CONTAINER_DIR "/catalog.tbl", "/usr/bin/nvidia-smi"};
+    if (strstr(d, "//") || strstr(d, "/./") || strstr(d, "/../") || (strlen(d) > 1 && d[strlen(d) - 1] == '/'))
+        return 0; /* not in normal form: Python normalises it */
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        if (!strcmp(d, files[i]))
+            return 1;
+    for (size_t i = 0; i < sizeof trees / sizeof trees[0]; i++) {
+        size_t n = strlen(trees[i]);
+        if (!strncmp(d, trees[i], n) && (d[n] == '\0' || d[n] == '/'))
+            return 1;
+    }
+    return 0;
+}
+
 /* Everything config.json must look like for the splice, checked before anything is changed. */
 static void check_shape(spec *sp)
 {
@@ -302,6 +319,15 @@ static void check_shape(spec *sp)
     sp->mounts = fg_json_get(j, 0, "mounts");
     if (sp->mounts >= 0 && type_of(j, sp->mounts) != FG_JARRAY)
         fg_defer("mounts is not an array");
+    /* A mount of the container's own (a VOLUME, -v) may cover a folder we prepare: Python resolves it inside
+     * the root and decides (inject.py's check_covering_mounts). Docker's and containerd's own are known. */
+    for (int c = sp->mounts >= 0 ? j->nodes[sp->mounts].first_child : -1; c >= 0; c = j->nodes[c].next) {
+        char *dest = fg_json_string(j, fg_json_get(j, c, "destination"));
+        int known = dest && (known_mount(dest) || fg_plan_in_lib_dir(dest));
+        free(dest);
+        if (!known)
+            fg_defer("a mount of the container's own");
+    }
     sp->devices = fg_json_get(j, sp->linux_, "devices");
     if (sp->devices >= 0 && type_of(j, sp->devices) != FG_JARRAY)
         fg_defer("linux.devices is not an array");
@@ -383,18 +409,7 @@ static void render_log(buf_t *log, const fg_plan *plan, const request *req, cons
     time_t now = time(NULL);
     struct tm tm;
     strftime(stamp, sizeof stamp, "%H:%M:%S ", localtime_r(&now, &tm));
-    size_t nvars = 0;
-    for (char **e = environ; *e; e++)
-        nvars++;
-    char **names = calloc(nvars + 1, sizeof *names);
-    for (size_t k = 0; k < nvars && names; k++)
-        names[k] = strndup(environ[k], strcspn(environ[k], "="));
-    if (names)
-        qsort(names, nvars, sizeof *names, cmp_str);
-    bprintf(log, "%sruntime environment: ", stamp);
-    for (size_t k = 0; k < nvars && names; k++)
-        bprintf(log, "%s%s", k ? ", " : "", names[k]);
-    bprintf(log, "\n%s%u devices from %s=", stamp, count, req->source);
+    bprintf(log, "%s%u devices from %s=", stamp, count, req->source);
     py_repr(log, req->spec);
     bputs(log, " seed=");
     py_repr(log, seed);
@@ -509,6 +524,8 @@ int main(int argc, char **argv)
     }
     check_shape(&sp);
     const char *seed = req.seed ? req.seed : "0";
+    if (strlen(req.spec) > FG_MAX_SPEC_LENGTH || strlen(seed) > FG_MAX_SEED_LENGTH)
+        fg_defer("a value past its length limit"); /* Python words the error, bounded */
     if (strpbrk(req.spec, "\t\n") || strpbrk(seed, "\t\n") || !is_ascii(seed))
         fg_defer("a tab, newline or non-ASCII character in the spec or seed");
     if (!is_ascii(s.state_root) || !is_ascii(s.native_lib_dir) || !is_ascii(s.nvidia_smi) ||
@@ -535,8 +552,9 @@ int main(int argc, char **argv)
         snprintf(smi, sizeof smi, "%s", s.nvidia_smi);
     else
         default_smi(lib, smi, sizeof smi);
-    char host_dir[PATH_MAX], table_path[PATH_MAX], log_path[PATH_MAX], full_root[PATH_MAX];
+    char host_dir[PATH_MAX], shared_dir[PATH_MAX], table_path[PATH_MAX], log_path[PATH_MAX], full_root[PATH_MAX];
     if (snprintf(host_dir, sizeof host_dir, "%s/%s", s.state_root, cid) >= (int)sizeof host_dir - 16 ||
+        snprintf(shared_dir, sizeof shared_dir, "%s/state", host_dir) >= (int)sizeof shared_dir ||
         snprintf(table_path, sizeof table_path, "%s/devices.tbl", host_dir) >= (int)sizeof table_path ||
         snprintf(log_path, sizeof log_path, "%s/inject.log", host_dir) >= (int)sizeof log_path ||
         snprintf(full_root, sizeof full_root, "%s%s%s", sp.root_path[0] == '/' ? "" : bundle,
@@ -545,8 +563,8 @@ int main(int argc, char **argv)
     double t_devices = ms_since(&t0);
 
     /* From here on things change: the state folder, then the container root. */
-    if (makedirs(host_dir) != 0 || chmod(host_dir, 01777) != 0) {
-        report_error("[Errno %d] %s: '%s'", errno, strerror(errno), host_dir);
+    if (fg_make_container_dir(s.state_root, host_dir, err, sizeof err) != 0) {
+        report_error("%s", err);
         return 1;
     }
     if (write_atomic(table_path, table.s, table.len, 0644, err, sizeof err) != 0) {
@@ -562,7 +580,7 @@ int main(int argc, char **argv)
     if (no2 && *no2)
         r.use_openat2 = 0;
     if (opened != 0 ||
-        fg_plan_make(&plan, &r, lib, smi, table_path, catalog, host_dir, set.count, err, sizeof err) != 0 ||
+        fg_plan_make(&plan, &r, lib, smi, table_path, catalog, shared_dir, set.count, err, sizeof err) != 0 ||
         fg_plan_prepare(&plan, &r, err, sizeof err) != 0) {
         remove_tree(host_dir);
         report_error("cannot prepare the container root: %s", err);
@@ -579,7 +597,8 @@ int main(int argc, char **argv)
     snprintf(timing, sizeof timing, "prepared in %.1f ms by fakegpu-create (C): request %.1f, devices %.1f, root %.1f",
              ms_since(&t0), t_request, t_devices, t_root);
     render_log(&log, &plan, &req, seed, set.count, timing);
-    int lf = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0666);
+    /* Host only (host_dir is root's alone): it names host paths no container should learn. */
+    int lf = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (lf >= 0) {
         if (write(lf, log.s, log.len) < 0) { /* the log is diagnostics only */
         }

@@ -336,12 +336,67 @@ int fg_root_symlink(fg_root *r, const char *path, const char *target, char *err,
     int c = clear_link(dirfd, name, &st, err, errlen);
     if (c < 0)
         goto out;
-    if (c == 0) { /* the image ships a real file under this name; leave it */
-        rc = 0;
-        goto out;
+    if (c == 0) {
+        /* The image's own file under a library name we serve (a real driver library's copy, useless without
+         * the driver, or a FIFO a loader would block on): ours replaces it. A folder is not replaced silently. */
+        if (S_ISDIR(st.st_mode)) {
+            snprintf(err, errlen, "%s in the container is a directory where FakeGPU links a library", path);
+            goto out;
+        }
+        if (unlinkat(dirfd, name, 0) != 0) {
+            oserr(err, errlen, errno, name);
+            goto out;
+        }
     }
     if (symlinkat(target, dirfd, name) != 0) {
         oserr(err, errlen, errno, name);
+        goto out;
+    }
+    rc = 0;
+out:
+    close(dirfd);
+    return rc;
+}
+
+int fg_root_dir_target(fg_root *r, const char *path, char *err, size_t errlen)
+{
+    char trimmed[4096], head[4096], key[4097];
+    snprintf(trimmed, sizeof trimmed, "%s", path);
+    size_t n = strlen(trimmed);
+    while (n > 1 && trimmed[n - 1] == '/')
+        trimmed[--n] = '\0';
+    const char *name;
+    split(trimmed, head, sizeof head, &name);
+    int dirfd = fg_root_open_dir(r, head, 1, NULL, err, errlen);
+    if (dirfd < 0)
+        return -1;
+    int rc = -1;
+    struct stat st;
+    int c = clear_link(dirfd, name, &st, err, errlen);
+    if (c < 0)
+        goto out;
+    if (c == 1) {
+        /* The link (if there was one) is gone: a descriptor cached under this path named its target. */
+        strip_slashes(trimmed, key + 1, sizeof key - 1);
+        key[0] = '/';
+        for (int i = 0; i < r->ncache; i++)
+            if (!strcmp(r->cache[i].key, key)) {
+                free(r->cache[i].key);
+                close(r->cache[i].fd);
+                r->cache[i] = r->cache[--r->ncache];
+                break;
+            }
+        if (mkdirat(dirfd, name, 0755) != 0 && errno != EEXIST) {
+            oserr(err, errlen, errno, name);
+            goto out;
+        }
+        if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            oserr(err, errlen, errno, name);
+            goto out;
+        }
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s in the container is not a directory", path);
         goto out;
     }
     rc = 0;

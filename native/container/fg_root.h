@@ -36,7 +36,11 @@ int fg_root_exists(fg_root *r, const char *path);
 /* A regular file at path (created empty, 0644 less umask), an image's symlink there replaced. */
 int fg_root_file_target(fg_root *r, const char *path, char *err, size_t errlen);
 
-/* A symlink path -> target; an image's symlink there is replaced, an image's real file is left alone. */
+/* A symlink path -> target; whatever the image has there is replaced, but a folder, which is refused. */
 int fg_root_symlink(fg_root *r, const char *path, const char *target, char *err, size_t errlen);
+
+/* A folder at path for a mount (rootfs.py's dir_target): an image's symlink there is replaced by a folder,
+ * never followed; anything else that is not a folder is refused. 0, or -1 with err. */
+int fg_root_dir_target(fg_root *r, const char *path, char *err, size_t errlen);
 
 #endif

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #define LIB_SUBDIR "fakegpu"
-#define CONTAINER_DIR "/run/fakegpu"
 #define NVIDIA_MAJOR 195
 #define NVIDIACTL_MINOR 255
 #define UVM_MAJOR 510
@@ -18,6 +17,21 @@
 static const char *GLIBC_DIRS[] = {"usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
                                    "lib/aarch64-linux-gnu",    "usr/lib64",            "lib64",
                                    "usr/lib",                  "lib"};
+
+int fg_plan_in_lib_dir(const char *dest)
+{
+    const char *slash = strrchr(dest, '/');
+    if (dest[0] != '/' || !slash || slash == dest || !slash[1])
+        return 0;
+    const char *name = slash + 1;
+    if (strcmp(name, LIB_SUBDIR) && strcmp(name, "catalog.tbl") && !(!strncmp(name, "lib", 3) && strstr(name, ".so")))
+        return 0; /* a folder such as /usr/lib/x86_64-linux-gnu itself */
+    size_t n = (size_t)(slash - dest) - 1;
+    for (size_t i = 0; i < sizeof GLIBC_DIRS / sizeof GLIBC_DIRS[0]; i++)
+        if (strlen(GLIBC_DIRS[i]) == n && !strncmp(dest + 1, GLIBC_DIRS[i], n))
+            return 1;
+    return 0;
+}
 
 /* A string made from a format with exactly two %s. */
 static char *fmt(const char *f, const char *x, const char *y)
@@ -271,10 +285,8 @@ int fg_plan_prepare(const fg_plan *p, fg_root *root, char *err, size_t errlen)
 {
     for (size_t i = 0; i < p->ndirs + p->nlib_dirs; i++) {
         const char *dest = i < p->ndirs ? p->dirs[i].b : p->lib_dirs[i - p->ndirs].b;
-        int fd = fg_root_open_dir(root, dest, 1, NULL, err, errlen);
-        if (fd < 0)
+        if (fg_root_dir_target(root, dest, err, errlen) != 0)
             return -1;
-        close(fd);
     }
     /* Files that land inside a mounted folder (the tables in /run/fakegpu) need no target in the image. */
     for (size_t i = 0; i < p->nfiles; i++) {

@@ -7,6 +7,13 @@
 
 #include "fg_root.h"
 
+/* settings.py's CONTAINER_DIR: the container's /run/fakegpu. */
+#define CONTAINER_DIR "/run/fakegpu"
+
+/* Whether dest names <libdir>/fakegpu, <libdir>/catalog.tbl or a library file (lib*.so*) directly in a library
+ * folder of inject.py's list: such a mount covers no folder we prepare. */
+int fg_plan_in_lib_dir(const char *dest);
+
 typedef struct {
     char *a, *b;
 } fg_pair;

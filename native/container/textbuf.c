@@ -28,16 +28,28 @@ void bputs(buf_t *b, const char *s) { bput(b, s, strlen(s)); }
 
 void bprintf(buf_t *b, const char *fmt, ...)
 {
-    char tmp[8192];
+    char tmp[1024];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (n >= (int)sizeof tmp) {
-        fprintf(stderr, "fakegpu-create: line too long\n");
+    if (n < 0)
+        return;
+    if (n < (int)sizeof tmp) {
+        bput(b, tmp, (size_t)n);
+        return;
+    }
+    /* A long line (a long spec in the table's header): formatted again into room of its size. */
+    char *big = malloc((size_t)n + 1);
+    if (!big) {
+        fprintf(stderr, "fakegpu-create: out of memory\n");
         exit(1);
     }
-    bput(b, tmp, (size_t)n);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    bput(b, big, (size_t)n);
+    free(big);
 }
 
 void json_str(buf_t *b, const char *s)

@@ -116,7 +116,7 @@ def test_symlinks_pointing_out_of_the_root_leave_the_host_alone(tmp_path, inject
     result = run("-e", "FAKEGPU_DEVICES=a100:2", "--", "sh", "-c", "cat /run/fakegpu/devices.tbl | head -2",
                  image=image)
     assert result.returncode == 0, result.stderr
-    assert "count=2" in result.stdout  # the link was followed inside the container's root
+    assert "count=2" in result.stdout  # the image's link at the folder target was replaced by a folder
     assert sorted(p.name for p in host.iterdir()) == ["keep"]
     assert (host / "keep").read_text() == "host file\n"
 
@@ -130,8 +130,9 @@ def test_image_ld_preload_does_not_reach_fakegpu(injection):
         assert started.returncode == 0, started.stderr
         cid = started.stdout.strip()
         log = (STATE_ROOT / cid / ("hook.log" if injection == "hook" else "inject.log")).read_text()
-        env_line = next(line for line in log.splitlines() if " environment:" in line)
-        assert "LD_PRELOAD" not in env_line and "PYTHONPATH" not in env_line and "PATH" in env_line
-        assert "1 devices" in log
+        assert "LD_PRELOAD" not in log and "PYTHONPATH" not in log and "1 devices" in log
+        if injection == "hook":  # the hook records the environment it was given: the runtime's minimal one
+            env_line = next(line for line in log.splitlines() if " environment:" in line)
+            assert "PATH" in env_line
     finally:
         docker("rm", "-f", name)

@@ -10,12 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mounts_under
 
 DATA = REPO / "tests" / "data"
 MOCK_BIN = REPO / "tests" / "bin"
 HOOK_PATH = "/usr/bin/fakegpu-hook"
 NATIVE_DIR = "/opt/fakegpu/lib"
+
+
+@pytest.fixture(autouse=True)
+def _unmount_state_roots(request):
+    """The runtime mounts a tmpfs on a bare state root (statedir.py); a test's roots live in its tmp_path, so
+    whatever was mounted there is unmounted when the test ends."""
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    yield
+    for point in mounts_under(tmp) if tmp is not None else []:
+        subprocess.run(["umount", "-l", point], check=False)
 
 
 @pytest.fixture

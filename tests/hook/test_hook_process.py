@@ -29,7 +29,12 @@ def setup(tmp_path):
     (native / "lib" / "libnvidia-ml.so.1").write_text("fake nvml")
     (native / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho fake smi\n")
     (native / "bin" / "nvidia-smi").chmod(0o755)
-    return bundle, native, tmp_path / "state"
+    # The hook never mounts the state root itself (it runs in the container's mount namespace): the runtime, or
+    # the user, makes it a nosuid,nodev,noexec filesystem first (statedir.py).
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "nosuid,nodev,noexec,mode=0700", "tmpfs", str(state)], check=True)
+    return bundle, native, state
 
 
 def run_hook(bundle, native, state, env_list, probe):
@@ -97,7 +102,7 @@ def test_prepared_table_spares_a_second_resolution(setup):
     from fakegpu.devices.table import write_table
 
     bundle, native, state = setup
-    (state / "ctr-1").mkdir(parents=True)
+    (state / "ctr-1" / "state").mkdir(parents=True)
     write_table(state / "ctr-1" / "devices.tbl", resolve_devices("a100:3", seed="0"), "a100:3", "0")
     config = json.loads((DATA / "bundles" / "gpu" / "config.json").read_text())
     config["process"]["env"] = ["FAKEGPU_DEVICES=a100:3"]

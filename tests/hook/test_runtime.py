@@ -150,7 +150,7 @@ def test_runtime_injection_adds_mounts_and_devices(bundle, runtime_env, tmp_path
     added = got["mounts"][len(original["mounts"]):]
     assert got["mounts"][:len(original["mounts"])] == original["mounts"]
     assert [(m["destination"], m["source"]) for m in added] == [
-        ("/run/fakegpu", str(state)),
+        ("/run/fakegpu", str(state / "state")),  # the container's share; the table and log stay host-only
         (f"{lib}/fakegpu", str(native)),  # the whole native lib folder, once; sonames link into it
         ("/usr/bin/nvidia-smi", str(native.parent / "bin" / "nvidia-smi")),
         ("/run/fakegpu/devices.tbl", str(state / "devices.tbl")),
