@@ -179,6 +179,23 @@ out:
     return result;
 }
 
+/* Whether the folder openat2 found lies MAX_STACK or more levels below the root: the walk (and rootfs.py) keep
+ * one descriptor per level and refuse such paths, so a resolution must not succeed here where they fail. */
+static int too_deep(const fg_root *r, int fd)
+{
+    char proc[32], root[4096], found[4096];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", r->fd);
+    ssize_t rn = readlink(proc, root, sizeof root - 1);
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    ssize_t fn = readlink(proc, found, sizeof found - 1);
+    if (rn < 0 || fn < 0 || fn == (ssize_t)sizeof found - 1)
+        return 1; /* unknown or longer than a path: let the walk decide */
+    int levels = 0;
+    for (ssize_t i = rn; i < fn; i++)
+        levels += found[i] == '/';
+    return levels >= MAX_STACK;
+}
+
 static int try_openat2(fg_root *r, const char *joined)
 {
     if (!r->use_openat2)
@@ -188,6 +205,10 @@ static int try_openat2(fg_root *r, const char *joined)
     int fd = (int)syscall(SYS_openat2, r->fd, *joined ? joined : ".", &how, sizeof how);
     if (fd < 0 && (errno == ENOSYS || errno == EPERM)) /* an old kernel, or a seccomp filter that refuses it */
         r->use_openat2 = 0;
+    if (fd >= 0 && too_deep(r, fd)) {
+        close(fd);
+        return -1; /* the walk refuses it, worded as rootfs.py does */
+    }
     return fd;
 }
 

@@ -126,6 +126,8 @@ def _tree(top: Path) -> list[tuple]:
                 out.append((rel, "link", os.readlink(p)))
             elif stat.S_ISDIR(st.st_mode):
                 out.append((rel, "dir", oct(st.st_mode & 0o7777)))
+            elif not stat.S_ISREG(st.st_mode):  # a FIFO would block a read
+                out.append((rel, "special", oct(st.st_mode)))
             elif rel.endswith("inject.log"):
                 lines = [line.split(" ", 1)[1] for line in p.read_text().splitlines()]
                 out.append((rel, "log", [line for line in lines
@@ -235,6 +237,43 @@ def _loop(root: Path, host: Path) -> None:
     (root / "usr/lib/loop-b").symlink_to("x86_64-linux-gnu")
 
 
+def _link_at(rel: str, target: str):
+    """An image's symlink at a target folder, naming a place inside the root (/etc, or through /proc)."""
+    def make(root: Path, host: Path) -> None:
+        p = root / rel
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.symlink_to(target)
+
+    return make
+
+
+def _fifo_at(rel: str):
+    def make(root: Path, host: Path) -> None:
+        os.mkfifo(root / rel)
+
+    return make
+
+
+def _deep(levels: int):
+    """/run as a link into a folder `levels` deep: C's walk keeps one descriptor per level (512 at most)."""
+    def make(root: Path, host: Path) -> None:
+        deep = root / "deep"
+        deep.mkdir()
+        os.chdir(deep)  # paths this long are made relative, one level at a time
+        try:
+            for _ in range(levels):
+                os.mkdir("d")
+                os.chdir("d")
+        finally:
+            os.chdir(REPO)
+        shutil.rmtree(root / "run", ignore_errors=True)
+        (root / "run").symlink_to("/deep/" + "d/" * levels)
+
+    return make
+
+
 def _set(path: list[str], value) -> Callable[[dict], None]:
     def edit(data: dict) -> None:
         d = data
@@ -319,6 +358,14 @@ HANDLED = {
     "soname-is-a-real-file": Case(root=_file_at("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")),
     "soname-is-a-folder": Case(root=_file_at("usr/lib/x86_64-linux-gnu/libcuda.so.1", directory=True)),
     "lib-dir-loop": Case(root=_loop),
+    "state-dir-links-to-etc": Case(root=_link_at("run/fakegpu", "/etc")),
+    "state-dir-links-through-proc": Case(root=_link_at("run/fakegpu", "/proc/self/root/etc")),
+    "lib-subdir-links-to-etc": Case(root=_link_at("usr/lib/x86_64-linux-gnu/fakegpu", "/etc")),
+    "soname-is-a-fifo": Case(root=_fifo_at("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")),
+    # /deep/d/... : the folder at 511 levels is the deepest both accept.
+    "run-511-levels": Case(root=_deep(510)),
+    "run-512-levels": Case(root=_deep(511)),
+    "run-601-levels": Case(root=_deep(600)),
     # Failures after the state folder is made: same message, config.json and state left as they were.
     "run-is-a-file": Case(root=_file_at("run")),
     "usr-bin-is-a-file": Case(root=_file_at("usr/bin")),
