@@ -37,6 +37,9 @@ def write_atomic(path: str | PathLike[str], data: str | bytes, mode: int | None 
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            # On disk before the rename: a crash then leaves the old file or the new one, never a torn one.
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

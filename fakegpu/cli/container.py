@@ -82,6 +82,10 @@ def install(
     path = next(p for p in files if p.endswith(front.RUNTIME_FRONT))
     if not dry_run:
         try:
+            dj.load(daemon_json)  # a daemon.json we would refuse stops the install before anything is written
+        except (dj.DaemonConfigError, OSError) as exc:
+            raise fail("runtime install", FakeGPUError(str(exc)), as_json) from exc
+        try:
             front.write_fronts(files)
         except OSError as exc:
             raise fail("runtime install", FakeGPUError(f"cannot write the runtime front in {directory}: {exc}"),

@@ -35,7 +35,17 @@ class Change:
     reloaded: str = ""
 
 
+def _refuse_link(path: Path) -> None:
+    if path.is_symlink():
+        # Replacing the link would cut the file off from whatever manages it; writing through it would change a
+        # file elsewhere. Neither is ours to decide.
+        raise DaemonConfigError(f"{path} is a symlink to {os.readlink(path)}; nothing was changed: pass the file "
+                                f"itself with --config")
+
+
 def load(path: Path) -> dict[str, Any]:
+    path = Path(path)
+    _refuse_link(path)
     if not path.exists():
         return {}
     text = path.read_text(encoding="utf-8")
@@ -101,6 +111,7 @@ def reload_daemon(pid_file: Path = DEFAULT_PID_FILE) -> str:
 
 def apply(path: Path, new: dict[str, Any], dry_run: bool, reload: bool, pid_file: Path = DEFAULT_PID_FILE) -> Change:
     path = Path(path)
+    _refuse_link(path)
     old_text = path.read_text(encoding="utf-8") if path.exists() else ""
     old = load(path)
     if new == old:
@@ -118,8 +129,14 @@ def apply(path: Path, new: dict[str, Any], dry_run: bool, reload: bool, pid_file
                                         new_text.splitlines(True), str(path), f"{path} (new)"))
     if dry_run:
         return Change(path, changed=True, diff=diff)
-    if old_text and not backup.exists():
-        backup.write_text(old_text, encoding="utf-8")
-    _write_atomic(path, new_text)
+    made_backup = bool(old_text) and not backup.exists()
+    if made_backup:
+        _write_atomic(backup, old_text)
+    try:
+        _write_atomic(path, new_text)
+    except BaseException:
+        if made_backup:  # nothing half-done: the original stays, and so does no new file beside it
+            backup.unlink(missing_ok=True)
+        raise
     reloaded = reload_daemon(pid_file) if reload else ""
     return Change(path, changed=True, diff=diff, written=True, reloaded=reloaded)

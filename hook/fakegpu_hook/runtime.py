@@ -145,9 +145,11 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
 
         try:
             host_dir = make_container_dir(settings.state_root, container_id)
+            write_table(os.path.join(host_dir, "devices.tbl"), devices, request.spec, seed)
         except (OSError, StateRootError) as exc:
-            raise RuntimeError_(str(exc)) from exc
-        write_table(os.path.join(host_dir, "devices.tbl"), devices, request.spec, seed)
+            if host_dir:
+                cleanup_state(container_id, settings.state_root)
+            raise RuntimeError_(f"cannot write the device table: {exc}" if host_dir else str(exc)) from exc
     try:
         # In a user namespace runc cannot mknod (it would bind the host's /dev/nvidia*, which do not exist):
         # the hook makes stand-ins there.
@@ -245,8 +247,14 @@ def _fast_low_level_runtime() -> str | None:
     return None
 
 
+def _low_level_path(low: str) -> str | None:
+    if os.path.sep in low:
+        return low if os.path.isfile(low) and os.access(low, os.X_OK) else None
+    return _which(low)
+
+
 def exec_low_level(argv: list[str], low: str) -> int:
-    target = low if os.path.sep in low else _which(low)
+    target = _low_level_path(low)
     if not target:
         report_error(argv, f"low-level runtime {low!r} not found on PATH")
         return 127
@@ -274,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         if command == "create":
+            # Found before anything changes: a create that cannot exec runc must leave no state folder behind.
+            if not _low_level_path(settings.low_level_runtime):
+                raise RuntimeError_(f"low-level runtime {settings.low_level_runtime!r} not found (not on PATH, or "
+                                    "not an executable file)")
             prepare_create(find_bundle(argv[index + 1:]), settings, find_container_id(argv[index + 1:]))
         elif command == "delete":
             cleanup_state(argv[-1] if len(argv) > index + 1 else "", settings.state_root)

@@ -568,7 +568,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (write_atomic(table_path, table.s, table.len, 0644, err, sizeof err) != 0) {
-        report_error("%s", err);
+        remove_tree(host_dir);
+        report_error("cannot write the device table: %s", err);
         return 1;
     }
     fg_root r;

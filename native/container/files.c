@@ -75,7 +75,8 @@ int write_atomic(const char *path, const char *data, size_t len, int mode, char 
         done += (size_t)w;
     }
     int e = errno;
-    if (done != len || fchmod(fd, (mode_t)mode) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
+    /* fsync before the rename, as atomic_file.py: a crash leaves the old file or the new one, never a torn one. */
+    if (done != len || fsync(fd) != 0 || fchmod(fd, (mode_t)mode) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
         e = errno ? errno : e;
         unlink(tmp);
         snprintf(err, errlen, "[Errno %d] %s: '%.300s'", e, strerror(e), tmp);
@@ -127,8 +128,9 @@ int makedirs(const char *path)
 /* runtime.py's exec_low_level lookup: a path as given, else the first executable file on PATH. */
 char *which(const char *name)
 {
-    if (strchr(name, '/'))
-        return strdup(name);
+    struct stat st;
+    if (strchr(name, '/')) /* a path: it must be there, runnable, before anything changes */
+        return stat(name, &st) == 0 && S_ISREG(st.st_mode) && access(name, X_OK) == 0 ? strdup(name) : NULL;
     const char *path = getenv("PATH");
     if (!path)
         path = "/bin:/usr/bin"; /* os.defpath */
@@ -137,7 +139,6 @@ char *which(const char *name)
     for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
         char cand[PATH_MAX];
         snprintf(cand, sizeof cand, "%s/%s", d, name);
-        struct stat st;
         if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
             free(copy);
             return strdup(cand);
