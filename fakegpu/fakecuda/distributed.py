@@ -21,6 +21,7 @@ import functools
 import inspect
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,9 +119,42 @@ def _create_nccl_on_gloo(opts, backend_options) -> dist.Backend:
         # registers this backend for "cuda" (NCCL's capability); cpu is added here so "cuda:nccl" stays what
         # get_backend_config() reports, as with real NCCL.
         group._register_backend(torch.device("cpu"), _BACKEND_TYPE, gloo)
-        group.register_pre_hook(_HOOK_ID, _count)
-    _drain_at_exit()
+        _hook(group)
+    _at_exit()
     return gloo
+
+
+# Why the hooks come off at exit: a group that the program never destroyed stays in c10d's C++ GroupRegistry, a
+# static whose destructor runs from libc's exit handlers, after Python has finalized. The group's pre-hooks are
+# std::functions around Python callables (pybind11's wrapper), and destroying one takes the GIL of the dead
+# interpreter: SIGSEGV, after the program's own output, for every script that ends without
+# destroy_process_group() (issue 13). So every group hooked here is remembered (weakly: a destroyed group stays
+# free to go) and unhooked from an atexit handler, while Python is still alive; nothing else of fakecuda's is
+# held by a group. The handler is registered after the report's (activation comes first), so it runs first: the
+# counts stay in STATS, only collectives that later exit handlers issue go uncounted.
+_hooked: list[weakref.ref] = []
+_hooked_lock = threading.Lock()
+
+
+def _hook(group: Any) -> None:
+    if not hasattr(group, "register_pre_hook"):  # torch 2.10 has none: no counting, nothing held
+        return
+    group.register_pre_hook(_HOOK_ID, _count)
+    with _hooked_lock:
+        _hooked[:] = [ref for ref in _hooked if ref() is not None]
+        _hooked.append(weakref.ref(group))
+
+
+def _unhook_groups() -> None:
+    """Take fakecuda's pre-hook off every live group it hooked (the last Python object it gave c10d)."""
+    with _hooked_lock:
+        groups = [g for g in (ref() for ref in _hooked) if g is not None]
+        _hooked.clear()
+    for group in groups:
+        try:
+            group.unregister_pre_hook(_HOOK_ID)
+        except Exception:  # a group in any state (aborted, shut down) must not fail the exit
+            pass
 
 
 # Why a pause at exit: a gloo worker thread destroys each finished work just *after* waking the waiter, and the
@@ -131,18 +165,19 @@ def _create_nccl_on_gloo(opts, backend_options) -> dist.Backend:
 # 3 on this machine). Releasing the GIL briefly from an atexit handler, which runs before finalization starts,
 # lets the workers finish. Registered once, on the first group, so processes without one pay nothing.
 _EXIT_DRAIN_S = 0.1
-_drain_registered = False
+_exit_registered = False
 
 
-def _drain_gloo_workers() -> None:
-    time.sleep(_EXIT_DRAIN_S)
+def _exit_handler() -> None:
+    _unhook_groups()
+    time.sleep(_EXIT_DRAIN_S)  # drain the gloo workers
 
 
-def _drain_at_exit() -> None:
-    global _drain_registered
-    if not _drain_registered:
-        _drain_registered = True
-        atexit.register(_drain_gloo_workers)
+def _at_exit() -> None:
+    global _exit_registered
+    if not _exit_registered:
+        _exit_registered = True
+        atexit.register(_exit_handler)
 
 
 # The type c10d files the backend under. NCCL, so that every torch-level view of the group (its default
@@ -293,9 +328,8 @@ def _install_builtin_nccl(state: _Installed) -> None:
                 c10d.ProcessGroupNCCL = real
         if isinstance(pg, dist.ProcessGroup) and pg is not c10d.GroupMember.NON_GROUP_MEMBER:
             pg._register_backend(torch.device("cpu"), _BACKEND_TYPE, pg._get_backend(torch.device("cuda")))
-            if hasattr(pg, "register_pre_hook"):
-                pg.register_pre_hook(_HOOK_ID, _count)
-            _drain_at_exit()
+            _hook(pg)
+            _at_exit()
         return pg, store
 
     state.replace(c10d, "_new_process_group_helper", new_process_group_helper)

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
+from tests.container.conftest import base_image, fakegpu_runtime, site_config  # noqa: F401  (fixtures used here)
 
 FULL = os.environ.get("FAKEGPU_SOAK") == "full"
 SUMMARY = REPO / "build" / "soak" / "summary.json"
