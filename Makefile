@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 VENV210       := .venv-torch210
 VENV210_STAMP := $(VENV210)/.installed
 
-.PHONY: all install native catalog test test-fast lint demo images bench clean
+.PHONY: all install native catalog test test-fast soak lint demo images bench clean
 
 all: install native
 
@@ -48,6 +48,10 @@ test: all $(VENV210_STAMP)
 	$(PY) -m fakegpu.profiles.compile --check
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The soak and fault suite at issue 13's counts (make test runs a short form); figures in build/soak/summary.json.
+soak: all $(VENV210_STAMP)
+	FAKEGPU_SOAK=full $(PY) -m pytest -m soak $(PYTEST_ARGS)
 
 # The fast subset: no Docker, no torch.
 test-fast: $(STAMP)
