@@ -40,6 +40,7 @@ def test_parallel_starts_each_see_their_own_devices_and_leave_nothing(soak_recor
     total, width = count(20, 100), count(10, 20)
     before_folders = _state_folders()
     before_mounts = Path("/proc/self/mountinfo").read_text().count("/run/fakegpu/")
+    before_containers = set(docker("ps", "-aq", "--filter", f"label={LABEL}").stdout.split())  # other tests
     start = time.monotonic()
     with ThreadPoolExecutor(width) as pool:
         results = list(pool.map(_one, range(total)))
@@ -57,7 +58,7 @@ def test_parallel_starts_each_see_their_own_devices_and_leave_nothing(soak_recor
         time.sleep(0.1)
     leaked_folders = sorted(_state_folders() - before_folders)
     leaked_mounts = Path("/proc/self/mountinfo").read_text().count("/run/fakegpu/") - before_mounts
-    leftover = docker("ps", "-aq", "--filter", f"label={LABEL}").stdout.split()
+    leftover = sorted(set(docker("ps", "-aq", "--filter", f"label={LABEL}").stdout.split()) - before_containers)
     soak_record(container_starts=total, parallel=width, failures=len(failures), wrong_devices=len(wrong),
                 leaked_state_folders=len(leaked_folders), leaked_mounts=leaked_mounts,
                 leftover_containers=len(leftover), leftover_processes=len(_our_processes()),

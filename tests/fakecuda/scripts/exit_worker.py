@@ -32,7 +32,9 @@ def train(kind: str, rank: int, world: int) -> float:
     elif kind == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-        model = FSDP(model, device_id=torch.cuda.current_device(), use_orig_params=True)
+        # A torch.device, not an int: on a CPU-only torch build (Debian's) FSDP turns an int into a device through
+        # torch.accelerator, which reports none there.
+        model = FSDP(model, device_id=torch.device("cuda", torch.cuda.current_device()), use_orig_params=True)
     elif kind == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
