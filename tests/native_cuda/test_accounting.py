@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.native_cuda.conftest import run_fakegpu
+from tests.subprocess_torch import stdout_lines
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
 LOAD_8B = Path(__file__).with_name("scripts") / "load_8b.py"
@@ -22,7 +23,8 @@ def out(proc) -> dict[str, list[str]]:
 
 def test_8b_bf16_model_loads_under_2_gb_rss(cuda_build, cuda_torch, tmp_path: Path) -> None:
     ckpt = tmp_path / "model.safetensors"
-    r = out(run_fakegpu(["--memory", "accounting", "--devices", "a100", "--", sys.executable, str(LOAD_8B), str(ckpt)]))
+    args = ["--memory", "accounting", "--devices", "a100", "--", sys.executable, str(LOAD_8B), str(ckpt)]
+    r = out(run_fakegpu(args, complete=stdout_lines("params", "allocated", "maxrss_kb", "readback")))
     params = int(r["params"][0])
     assert params > 8_000_000_000
     assert int(r["allocated"][0]) >= 2 * params  # every byte is on the (fake) device's account
@@ -32,7 +34,8 @@ def test_8b_bf16_model_loads_under_2_gb_rss(cuda_build, cuda_torch, tmp_path: Pa
 
 
 def test_full_mode_keeps_bytes_and_bad_mode_is_usage_error(cuda_build, cuda_torch) -> None:
-    assert out(run_fakegpu(["--", sys.executable, "-c", READBACK]))["1.0"] == ["2.0"]
-    assert out(run_fakegpu(["--memory", "full", "--", sys.executable, "-c", READBACK]))["1.0"] == ["2.0"]
+    read = stdout_lines("1.0")
+    assert out(run_fakegpu(["--", sys.executable, "-c", READBACK], complete=read))["1.0"] == ["2.0"]
+    assert out(run_fakegpu(["--memory", "full", "--", sys.executable, "-c", READBACK], complete=read))["1.0"] == ["2.0"]
     bad = run_fakegpu(["--memory", "bogus", "--", "true"])
     assert bad.returncode == 2 and "unknown memory mode" in bad.stderr

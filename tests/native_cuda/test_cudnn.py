@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.native_cuda.conftest import run_fakegpu
+from tests.subprocess_torch import all_of, reports, stdout_lines
 
 pytestmark = pytest.mark.native
 
@@ -112,9 +113,8 @@ def test_pre_turing_device_is_an_arch_mismatch(cuda_env: dict[str, str], tmp_pat
 @pytest.mark.slow
 def test_conv_net_training_step_runs_on_cudnn(cuda_build, cuda_torch, tmp_path: Path) -> None:
     script = SCRIPTS / "conv_step.py"
-    proc = run_fakegpu(
-        ["--devices", "a100", "--mode", "native", "--report-dir", str(tmp_path), "--", sys.executable, str(script)]
-    )
+    args = ["--devices", "a100", "--mode", "native", "--report-dir", str(tmp_path), "--", sys.executable, str(script)]
+    proc = run_fakegpu(args, complete=all_of(stdout_lines("cudnn", "peak"), reports(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.splitlines() if ln.strip()}
     available, enabled, version = lines["cudnn"]

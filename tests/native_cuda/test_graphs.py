@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.native_cuda.conftest import run_fakegpu
+from tests.subprocess_torch import all_of, reports, stdout_lines
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
 
@@ -52,7 +53,8 @@ g.reset()
 
 def run_step(torch_python: str, rep: Path, replays: int) -> tuple[dict[str, list[str]], dict]:
     args = ["--devices", "a100", "--report-dir", str(rep), "--", "env", f"REPLAYS={replays}", torch_python, "-c", STEP]
-    proc = run_fakegpu(args)
+    lines = stdout_lines("capturing_after", "out_after_capture", "out_after_replay", "mem")
+    proc = run_fakegpu(args, complete=all_of(lines, reports(rep)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = {ln.split()[0]: ln.split()[1:] for ln in proc.stdout.splitlines() if ln.strip()}
     (report,) = [json.loads(f.read_text()) for f in rep.glob("fakegpu-native-*.json")]

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 
 from tests.native_cuda.conftest import REPO, run_fakegpu
+from tests.subprocess_torch import reports as reports_written
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
 SCHEMA = json.loads((REPO / "native" / "cuda" / "report.schema.json").read_text())
@@ -34,7 +35,8 @@ def reports(folder: Path) -> list[dict]:
 
 def test_training_step_report_validates(cuda_build, cuda_torch, tmp_path: Path) -> None:
     rep = tmp_path / "reports"
-    proc = run_fakegpu(["--devices", "a100:2", "--report-dir", str(rep), "--", sys.executable, "-c", STEP])
+    args = ["--devices", "a100:2", "--report-dir", str(rep), "--", sys.executable, "-c", STEP]
+    proc = run_fakegpu(args, complete=reports_written(rep))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (r,) = reports(rep)  # one file for the process, no per-library files, no parts folder left
     assert (r["mode"], r["memory_mode"]) == ("native", "full")
@@ -50,7 +52,8 @@ def test_training_step_report_validates(cuda_build, cuda_torch, tmp_path: Path) 
 def test_accounting_mode_is_reported(cuda_build, cuda_torch, tmp_path: Path) -> None:
     rep = tmp_path / "reports"
     code = "import torch; torch.empty(1 << 20, device='cuda')"
-    proc = run_fakegpu(["--memory", "accounting", "--report-dir", str(rep), "--", sys.executable, "-c", code])
+    args = ["--memory", "accounting", "--report-dir", str(rep), "--", sys.executable, "-c", code]
+    proc = run_fakegpu(args, complete=reports_written(rep))
     assert proc.returncode == 0, proc.stderr[-3000:]
     (r,) = reports(rep)
     assert r["memory_mode"] == "accounting"

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tests.native_cuda.conftest import run_fakegpu
+from tests.subprocess_torch import all_of, stdout_json, stdout_lines
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
 
@@ -33,7 +34,8 @@ def lines(out: str) -> dict[str, list[str]]:
 
 
 def test_acceptance_a100x2(cuda_build, torch_python) -> None:
-    proc = run_fakegpu(["--devices", "a100:2", "--", torch_python, "-c", ACCEPT])
+    complete = stdout_lines("avail", "props", "mem", "nvidia", "cuda")
+    proc = run_fakegpu(["--devices", "a100:2", "--", torch_python, "-c", ACCEPT], complete=complete)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = lines(proc.stdout)
     assert out["avail"] == ["True", "2"]
@@ -54,8 +56,10 @@ try:
 except torch.OutOfMemoryError:
     print("oom")
 """
-    assert run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code]).stdout.strip() == "fits"
-    assert run_fakegpu(["--devices", "t4", "--", torch_python, "-c", code]).stdout.strip() == "oom"
+    fits = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code], complete=stdout_lines("fits"))
+    oom = run_fakegpu(["--devices", "t4", "--", torch_python, "-c", code], complete=stdout_lines("oom"))
+    assert (fits.returncode, fits.stdout.strip()) == (0, "fits"), fits.stderr[-3000:]
+    assert (oom.returncode, oom.stdout.strip()) == (0, "oom"), oom.stderr[-3000:]
 
 
 def test_mlp_training_step_and_nvidia_smi(cuda_build, torch_python) -> None:
@@ -71,7 +75,9 @@ import time; time.sleep(0.1)
 print(subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip())
 """
-    proc = run_fakegpu(["--devices", "a100:2", "--", torch_python, "-c", code])
+    # complete: the "peak" line and nvidia-smi's line
+    complete = all_of(stdout_lines("peak"), lambda p: len(p.stdout.strip().splitlines()) == 2)
+    proc = run_fakegpu(["--devices", "a100:2", "--", torch_python, "-c", code], complete=complete)
     assert proc.returncode == 0, proc.stderr[-3000:]
     first, smi = proc.stdout.strip().splitlines()[:2]
     peak, reserved = map(int, first.split()[1:])
@@ -98,7 +104,7 @@ torch.cuda.synchronize()
 params = sum(p.numel() * p.element_size() for p in model.parameters())
 print("mem", params, torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated())
 """
-    proc = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code])
+    proc = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code], complete=stdout_lines("mem"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     params, allocated, peak = map(int, lines(proc.stdout)["mem"])
     # parameters plus AdamW's two moment buffers stay allocated after the step; the peak held activations too
@@ -114,7 +120,7 @@ import json, torch
 p = torch.cuda.get_device_properties(0)
 print(json.dumps({k: str(getattr(p, k)) for k in dir(p) if not k.startswith("_") and k != "uuid"}))
 """
-    proc = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code])
+    proc = run_fakegpu(["--devices", "a100", "--", torch_python, "-c", code], complete=stdout_json())
     assert proc.returncode == 0, proc.stderr[-3000:]
     props = json.loads(proc.stdout)
     assert (props["clock_rate"], props["memory_clock_rate"]) == ("1410000", "1593000")  # kHz: 1410 / 1593 MHz

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.native_cuda.conftest import run_fakegpu
+from tests.subprocess_torch import all_of, reports, stdout_json
 
 pytestmark = [pytest.mark.native]
 
@@ -132,7 +133,8 @@ def test_torch_alloc_conf(cuda_build, torch_python, conf, tmp_path, monkeypatch)
             torch_python,
             str(SCRIPTS / "alloc_conf_step.py"),
             str(SMI),
-        ]
+        ],
+        complete=all_of(stdout_json(), reports(rep)),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -177,7 +179,8 @@ def test_torch_second_device(cuda_build, torch_python, conf, monkeypatch) -> Non
     """Switching to device 1 once device 0's context is current (cudaSetDevice must not follow the driver's
     current context back to 0); each device's account holds its own allocator's memory."""
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
-    proc = run_fakegpu(["--devices", "a100:2", "--mode", "native", "--", torch_python, "-c", TWO_DEVICES])
+    args = ["--devices", "a100:2", "--mode", "native", "--", torch_python, "-c", TWO_DEVICES]
+    proc = run_fakegpu(args, complete=stdout_json())
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["devices"] == ["cuda:1", "cuda:1"]

@@ -95,6 +95,7 @@ FG_HIDDEN void *fgd_reserve_pages(size_t bytes);
  * release threshold give memory back). */
 FG_HIDDEN CUresult fgd_pool_free(const fgd_alloc *a);
 FG_HIDDEN void fgd_pools_synced(void);
+FG_HIDDEN void fgd_sync_wait(void); /* driver/stream.c: a synchronisation's yield of the CPU */
 
 /* Load devices once (thread-safe); returns what cuInit returns. */
 FG_HIDDEN CUresult fgd_init(void);

@@ -336,6 +336,7 @@ FGC_EXPORT CUresult cuCtxSynchronize(void)
 {
     FGD_INIT(); /* nothing ever runs asynchronously */
     fgd_pools_synced();
+    fgd_sync_wait();
     return CUDA_SUCCESS;
 }
 

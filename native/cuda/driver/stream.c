@@ -1,11 +1,40 @@
 /* Streams and events (stream capture: driver/graph.c). Nothing runs asynchronously (kernels are recorded,
- * copies happen at the call), so every stream is always idle: queries succeed, synchronisation returns at once,
- * and an event's time is the host clock when it was recorded, so elapsed times measure the host-side control
+ * copies happen at the call), so every stream is always idle: queries succeed, synchronisation has nothing to wait
+ * for (it only gives the CPU away briefly, fgd_sync_wait), and an event's time is the host clock when it was recorded, so elapsed times measure the host-side control
  * flow between two records. */
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "fgd.h"
+
+/* What a synchronisation leaves the caller's other threads (issue 13). On a real device a synchronisation waits
+ * (a round trip to the GPU at least, and as long as the work queued before it), and frameworks release their
+ * locks around it: PyTorch releases the GIL in torch.cuda.synchronize and Stream/Event.synchronize. The threads
+ * waiting for those locks run meanwhile; autograd's device thread, for one, still has to drop its reference to
+ * the backward it just finished, which takes the GIL. Nothing is ever queued here, so a synchronisation that
+ * returned at once would hand the GIL straight back to its caller, which on a busy machine may then run on into
+ * Py_FinalizeEx with that thread still waiting: CPython ends it with pthread_exit, whose unwind crosses a
+ * noexcept destructor ("terminate called without an active exception", SIGABRT). So the caller gives its CPU
+ * away for a moment, as a host thread waiting on a device with cudaDeviceScheduleYield does:
+ * FAKEGPU_SYNC_YIELD_US microseconds of sched_yield (default 50; 0 returns at once). */
+void fgd_sync_wait(void)
+{
+    static long long budget_ns = -1; /* read once; racing first readers compute the same value */
+    long long budget = __atomic_load_n(&budget_ns, __ATOMIC_RELAXED);
+    if (budget < 0) {
+        const char *v = getenv("FAKEGPU_SYNC_YIELD_US");
+        long us = v && *v ? atol(v) : 50;
+        budget = (us < 0 ? 0 : us > 100000 ? 100000 : us) * 1000LL;
+        __atomic_store_n(&budget_ns, budget, __ATOMIC_RELAXED);
+    }
+    if (!budget)
+        return;
+    long long end = fgd_now_ns() + budget;
+    do
+        sched_yield();
+    while (fgd_now_ns() < end);
+}
 
 static int stream_device(void)
 {
@@ -45,6 +74,7 @@ FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
     (void)s;
     FGD_INIT();
     fgd_pools_synced(); /* where pools above their release threshold give memory back */
+    fgd_sync_wait();
     return CUDA_SUCCESS;
 }
 FGC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
@@ -161,8 +191,10 @@ FGC_EXPORT CUresult cuEventQuery(CUevent e)
 FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     CUresult rc = cuEventQuery(e);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         fgd_pools_synced();
+        fgd_sync_wait();
+    }
     return rc;
 }
 
