@@ -147,8 +147,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
             host_dir = make_container_dir(settings.state_root, container_id)
             write_table(os.path.join(host_dir, "devices.tbl"), devices, request.spec, seed)
         except (OSError, StateRootError) as exc:
-            if host_dir:
-                cleanup_state(container_id, settings.state_root)
+            cleanup_state(container_id, settings.state_root)  # a folder made half-way goes too
             raise RuntimeError_(f"cannot write the device table: {exc}" if host_dir else str(exc)) from exc
     try:
         # In a user namespace runc cannot mknod (it would bind the host's /dev/nvidia*, which do not exist):
