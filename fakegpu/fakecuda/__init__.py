@@ -25,6 +25,7 @@ def activate(devices: str | None = None) -> Runtime:
     if _active:
         raise RuntimeError("fakecuda is already active in this process; deactivate() it first")
     from fakegpu.fakecuda.cuda_api import FakeCudaApi
+    from fakegpu.fakecuda.dispatch import ChargeMode
     from fakegpu.fakecuda.mode import FakeCudaMode
     from fakegpu.fakecuda.runtime import Runtime
 
@@ -34,11 +35,13 @@ def activate(devices: str | None = None) -> Runtime:
     api = FakeCudaApi(mode)
     api.install()
     mode.__enter__()
+    charges = ChargeMode(mode.tracker)
+    charges.__enter__()
     from fakegpu.fakecuda import distributed, dtensor
 
     distributed.install()  # backend "nccl" -> gloo on the CPU tensors
     dtensor.install()  # DTensors on a cuda mesh (FSDP2) report their fake device
-    _active.update(runtime=runtime, mode=mode, api=api)
+    _active.update(runtime=runtime, mode=mode, api=api, charges=charges)
     return runtime
 
 
@@ -50,6 +53,7 @@ def deactivate() -> None:
 
     dtensor.uninstall()
     distributed.uninstall()
+    _active["charges"].__exit__(None, None, None)
     _active["mode"].__exit__(None, None, None)
     _active["api"].uninstall()
     _active.clear()

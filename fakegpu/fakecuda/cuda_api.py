@@ -18,7 +18,7 @@ import torch.cuda.random
 
 from fakegpu.fakecuda import (
     backward,
-    blas,  # noqa: F401  (registers the matrix-product handlers on the mode)
+    kernels,  # CUDA's kernel choices (dropout, attention) as handlers; the optimizers' foreach types
     persist,
     report,
     state,
@@ -258,6 +258,7 @@ class FakeCudaApi:
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
         ]
+        pairs += kernels.foreach_type_replacements()
         a = torch.accelerator
         pairs += [
             (a, "is_available", self.is_available),

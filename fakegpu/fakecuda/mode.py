@@ -15,6 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from fakegpu.fakecuda import amp
 from fakegpu.fakecuda.backward import in_backward, wrap_tensor_hook
+from fakegpu.fakecuda.dispatch import suspended
 from fakegpu.fakecuda.dtensor import badge_locals, local_index
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, malloc, unbadge
@@ -82,9 +83,11 @@ class FakeCudaMode(TorchFunctionMode):
         if index is not None:
             nbytes = tensor.numel() * (options.get("dtype") or tensor.dtype).itemsize
             block = malloc(self.runtime, index, nbytes) if nbytes else None
-            out = tensor.to("cpu", copy=True, **options)
+            with suspended():
+                out = tensor.to("cpu", copy=True, **options)
             return badge(out, index, self.tracker, block)
-        out = tensor.to("cpu", copy=True, **options)
+        with suspended():
+            out = tensor.to("cpu", copy=True, **options)
         return unbadge(out) if type(out) in FAKE_TYPES else out
 
     # -- the entry point
@@ -166,7 +169,8 @@ def factory(mode: FakeCudaMode, func, args, kwargs):
     if isinstance(probe, torch.Tensor):
         nbytes = probe.untyped_storage().nbytes()
         block = malloc(mode.runtime, index, nbytes) if nbytes else None
-    out = func(*args, **{**kwargs, "device": "cpu"})
+    with suspended():
+        out = func(*args, **{**kwargs, "device": "cpu"})
     if isinstance(out, torch.Tensor):
         return badge(out, index, mode.tracker, block)
     return out

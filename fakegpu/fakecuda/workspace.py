@@ -7,8 +7,10 @@ torch 2.10 has no caching switch and always holds the cuBLAS workspace, see Blas
   GEMM allocates its workspace from the caching allocator for the duration of the call and frees it after: the
   first matmul leaves `memory_allocated` unchanged, raises `max_memory_allocated` by the workspace and leaves a
   segment behind in `memory_reserved`.
-- cuBLASLt (the fused bias GEMM behind `linear` / `addmm` with a 1-D bias) keeps its own workspace per
-  (handle, stream): CUBLASLT_WORKSPACE_SIZE KiB, 1024 by default, held for the life of the process.
+- cuBLASLt (the fused bias GEMM behind `linear` / `addmm` with a 1-D bias) takes its own workspace,
+  CUBLASLT_WORKSPACE_SIZE KiB (1024 by default), the same way: for the call only. Measured in native mode
+  (PyTorch's real CUDA path on our simulated memory): `Linear(64, 64)` on 8 rows raises the peak by output +
+  1 MiB and leaves only the output allocated, call after call.
 - With caching on, the cuBLAS workspace is held per (handle, stream) and cuBLASLt shares it
   (TORCH_CUBLASLT_UNIFIED_WORKSPACE, on unless set false), so the first matmul leaves the workspace allocated.
 
@@ -114,7 +116,9 @@ class Workspaces:
             else:
                 self._hold(self.cublas, index, chosen)
         elif lt:
-            self._hold(self.cublaslt, index, self.lt_bytes(index))
+            nbytes = self.lt_bytes(index)
+            if nbytes:
+                self.free(index, self.malloc(index, nbytes))
         elif chosen:
             self.free(index, self.malloc(index, chosen))  # held only while the kernel is enqueued
 

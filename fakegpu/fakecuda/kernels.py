@@ -1,0 +1,109 @@
+"""CUDA's kernel choices, where the CUDA build of an op takes another path than the CPU build.
+
+The math is the same either way; what the paths save for backward and allocate while they run is not, and that
+is what fakecuda's memory figures must follow. Each choice here was found by the differential harness
+(tests/memory_fidelity: the same program under native mode, PyTorch's real CUDA dispatch, and under fakecuda)
+and is checked there.
+
+- dropout: on CUDA `dropout` is `native_dropout` (ATen's is_fused_kernel_acceptable: a CUDA tensor, 0 < p < 1,
+  non-empty), which saves a bool mask; the CPU build multiplies by a float noise tensor it keeps for backward
+  (4x the bytes).
+- scaled_dot_product_attention: on CUDA a fused kernel (flash, or memory-efficient for fp32 and masks) saves the
+  output and a logsumexp; the CPU build's math path keeps the (L x S) attention weights. fakecuda runs the CPU
+  flash kernel where CUDA would run a fused one, so the same kind of tensors are saved.
+- optimizers: torch picks foreach (and allows fused) only for parameters of the plain tensor types, so fake CUDA
+  parameters must count as those, or every optimizer falls back to its for-loop implementation, whose
+  temporaries are one tensor at a time where CUDA's foreach default makes them for all parameters at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from fakegpu.fakecuda import amp
+from fakegpu.fakecuda.dtensor import badge_locals
+from fakegpu.fakecuda.mode import FakeCudaMode, register
+from fakegpu.fakecuda.tensor import FAKE_TYPES
+
+_autocast_on = torch.is_autocast_enabled
+_HALF = (torch.float16, torch.bfloat16)
+
+
+@register(F.dropout, torch.dropout)
+def _dropout(mode: FakeCudaMode, func, args, kwargs):
+    if func is F.dropout:
+        names = ("input", "p", "training", "inplace")
+        defaults = {"p": 0.5, "training": True, "inplace": False}
+    else:
+        names = ("input", "p", "train")
+        defaults = {}
+    bound = {**defaults, **dict(zip(names, args, strict=False)), **kwargs}
+    x, p = bound["input"], bound["p"]
+    train = bound.get("training", bound.get("train"))
+    if type(x) not in FAKE_TYPES or bound.get("inplace") or not train or not 0 < p < 1 or x.numel() == 0:
+        return mode.run_default(func, args, kwargs)
+    out, _mask = torch.native_dropout(x, p, True)
+    return mode._badge_outputs(out, x._fc_index, ())
+
+
+def cuda_sdpa_backend(mode: FakeCudaMode, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      attn_mask: Any, dropout_p: float, is_causal: bool, enable_gqa: bool) -> str:
+    """The backend CUDA's scaled_dot_product_attention picks (ATen's sdp_utils, the default priority flash >
+    efficient > math, within the torch.backends.cuda switches); "math" when neither fused kernel takes it."""
+    major = mode.runtime.devices[index].profile.compute_capability[0]
+    dims_ok = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
+    head = q.shape[-1]
+    same_heads = q.shape[-1] == k.shape[-1] == v.shape[-1]
+    if not dims_ok or not same_heads or enable_gqa:
+        return "math"
+    backends = torch.backends.cuda
+    if (backends.flash_sdp_enabled() and major >= 8 and q.dtype in _HALF and attn_mask is None
+            and head <= 256 and head % 8 == 0):
+        return "flash"
+    if backends.mem_efficient_sdp_enabled() and major >= 5 and (q.dtype is torch.float32 or
+                                                                 (q.dtype in _HALF and head % 8 == 0)):
+        if q.dtype is torch.bfloat16 and major < 8:
+            return "math"
+        return "efficient"
+    return "math"
+
+
+@register(F.scaled_dot_product_attention)
+def _sdpa(mode: FakeCudaMode, func, args, kwargs):
+    index = mode._common_device(func, args, kwargs)
+    if index is None:
+        return badge_locals(mode, func(*args, **kwargs), args, kwargs)
+    if _autocast_on("cuda"):
+        args, kwargs = amp.cast_args(mode, func, args, kwargs)
+    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+    bound = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False,
+             **dict(zip(names, args, strict=False)), **kwargs}
+    q, k, v, mask = bound["query"], bound["key"], bound["value"], bound["attn_mask"]
+    backend = cuda_sdpa_backend(mode, index, q, k, v, mask, bound["dropout_p"], bound["is_causal"],
+                                bound["enable_gqa"])
+    # The CPU flash kernel takes neither dropout nor a causal flag together with a mask; then the math path runs
+    # (right numbers, the math path's memory).
+    fused_on_cpu = bound["dropout_p"] == 0 and not (mask is not None and bound["is_causal"]) and (
+        mask is None or (isinstance(mask, torch.Tensor) and mask.dtype == q.dtype))
+    if backend == "math" or not fused_on_cpu:
+        return mode._badge_outputs(func(*args, **kwargs), index, args)
+    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, bound["is_causal"], attn_mask=mask, scale=bound["scale"])[0]
+    return mode._badge_outputs(out, index, ())
+
+
+def foreach_type_replacements() -> list[tuple[Any, str, Any]]:
+    """(module, name, value) pairs that make fake CUDA tensors foreach- and fused-eligible in torch.optim and
+    torch.utils (clip_grad_norm_); cuda_api installs and restores them with its other replacements."""
+    import importlib
+
+    pairs = []
+    # torch.optim's __init__ deletes its submodules' names, so they are looked up, not imported as attributes
+    for module in map(importlib.import_module, ("torch.optim.optimizer", "torch.utils._foreach_utils")):
+        current = getattr(module, "_foreach_supported_types", None)
+        if isinstance(current, list):
+            pairs.append((module, "_foreach_supported_types", [*current, *sorted(FAKE_TYPES, key=str)]))
+    return pairs
