@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 VENV210       := .venv-torch210
 VENV210_STAMP := $(VENV210)/.installed
 
-.PHONY: all install native catalog test test-fast soak lint demo images bench clean
+.PHONY: all install native catalog test test-fast soak memory-fidelity lint demo images bench clean
 
 all: install native
 
@@ -52,6 +52,12 @@ test: all $(VENV210_STAMP)
 # The soak and fault suite at issue 13's counts (make test runs a short form); figures in build/soak/summary.json.
 soak: all $(VENV210_STAMP)
 	FAKEGPU_SOAK=full $(PY) -m pytest -m soak $(PYTEST_ARGS)
+
+# fakecuda's memory against native mode's on every workload and every op-database op (make test runs a subset);
+# prints the worst cases, writes build/memory-fidelity/{workloads,opdb}.json.
+memory-fidelity: all
+	$(PY) -m tests.memory_fidelity.harness --json build/memory-fidelity/workloads.json
+	$(PY) -m tests.memory_fidelity.harness --opdb --samples 3 --json build/memory-fidelity/opdb.json
 
 # The fast subset: no Docker, no torch.
 test-fast: $(STAMP)

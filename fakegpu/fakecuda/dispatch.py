@@ -84,11 +84,11 @@ class ChargeMode(TorchDispatchMode):
         if not _mutates(func):  # an in-place or out= op writes into storages someone already owns
             self._charge(out, index)
         packet = func.overloadpacket
-        if packet in _GEMMS:
-            self._gemm(packet, index, args)
+        if packet in _GEMMS and _calls_cublas(packet, args):
+            self._gemm(packet, index, args, kwargs)
         return out
 
-    def _gemm(self, packet, index: int, args: tuple) -> None:
+    def _gemm(self, packet, index: int, args: tuple, kwargs: dict) -> None:
         """What a cuBLAS call takes beyond its output, for the call only: a contiguous copy of each operand
         whose layout cuBLAS cannot read (ATen's prepare_matrix_for_cublas; a stride-0 gradient from sum's
         backward is one), then the workspace."""
@@ -96,8 +96,7 @@ class ChargeMode(TorchDispatchMode):
         try:
             workspaces = self.runtime.workspaces
             if workspaces is not None:
-                bias = args[0] if args else None
-                workspaces.after_gemm(index, packet in _LT and isinstance(bias, torch.Tensor) and bias.dim() == 1)
+                workspaces.after_gemm(index, packet in _LT and _uses_lt(args, kwargs))
         finally:
             for block in copies:
                 self.runtime.free(index, block)
@@ -158,3 +157,23 @@ def _operand_copies(packet, args: tuple) -> list[int]:
         return []  # matrix-vector products take any stride
     return [t.numel() * t.element_size() for t in operands
             if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.numel() and not _cublas_readable(t)]
+
+
+def _calls_cublas(packet, args: tuple) -> bool:
+    """ATen answers a product with an empty operand (zero rows, columns or inner dimension) without cuBLAS."""
+    first = 1 if packet in (aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation, aten.addmv) else 0
+    return all(t.numel() for t in args[first:first + 2] if isinstance(t, torch.Tensor))
+
+
+_LT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _uses_lt(args: tuple, kwargs: dict) -> bool:
+    """ATen's useLtInterface for addmm: a contiguous 1-D bias as long as the product's columns and beta 1
+    (linear's forward with a bias, typically); the op database's addmm and linear samples agree with native mode."""
+    if len(args) < 3:
+        return False
+    bias, a, b = args[:3]
+    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+    return (isinstance(bias, torch.Tensor) and bias.dim() == 1 and beta == 1 and bias.is_contiguous()
+            and a.dim() == 2 and b.dim() == 2 and bias.shape[0] == b.shape[1] and a.dtype in _LT_DTYPES)

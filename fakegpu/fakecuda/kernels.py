@@ -9,8 +9,8 @@ and is checked there.
   non-empty), which saves a bool mask; the CPU build multiplies by a float noise tensor it keeps for backward
   (4x the bytes).
 - scaled_dot_product_attention: on CUDA a fused kernel (flash, or memory-efficient for fp32 and masks) saves the
-  output and a logsumexp; the CPU build's math path keeps the (L x S) attention weights. fakecuda runs the CPU
-  flash kernel where CUDA would run a fused one, so the same kind of tensors are saved.
+  output and a logsumexp; the CPU build's math path keeps the (L x S) attention weights. Where CUDA would run a
+  fused kernel, fakecuda emulates it (fused.py): the math path's numbers, the fused kernel's memory.
 - optimizers: torch picks foreach (and allows fused) only for parameters of the plain tensor types, so fake CUDA
   parameters must count as those, or every optimizer falls back to its for-loop implementation, whose
   temporaries are one tensor at a time where CUDA's foreach default makes them for all parameters at once.
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fakegpu.fakecuda import amp
+from fakegpu.fakecuda import amp, fused
 from fakegpu.fakecuda.dtensor import badge_locals
 from fakegpu.fakecuda.mode import FakeCudaMode, register
 from fakegpu.fakecuda.tensor import FAKE_TYPES
@@ -84,14 +84,10 @@ def _sdpa(mode: FakeCudaMode, func, args, kwargs):
     q, k, v, mask = bound["query"], bound["key"], bound["value"], bound["attn_mask"]
     backend = cuda_sdpa_backend(mode, index, q, k, v, mask, bound["dropout_p"], bound["is_causal"],
                                 bound["enable_gqa"])
-    # The CPU flash kernel takes neither dropout nor a causal flag together with a mask; then the math path runs
-    # (right numbers, the math path's memory).
-    fused_on_cpu = bound["dropout_p"] == 0 and not (mask is not None and bound["is_causal"]) and (
-        mask is None or (isinstance(mask, torch.Tensor) and mask.dtype == q.dtype))
-    if backend == "math" or not fused_on_cpu:
+    if backend == "math":
         return mode._badge_outputs(func(*args, **kwargs), index, args)
-    out = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, bound["is_causal"], attn_mask=mask, scale=bound["scale"])[0]
+    out = fused.attention(q, k, v, mask, bound["dropout_p"], bound["is_causal"], bound["scale"], backend, index,
+                          mode.tracker)
     return mode._badge_outputs(out, index, ())
 
 

@@ -1,0 +1,133 @@
+"""Where fakecuda charges memory (dispatch.py) and CUDA's kernel choices (kernels.py, fused.py).
+
+The figures these tests expect are CUDA's: what native mode (PyTorch's real CUDA path on simulated memory)
+allocates for the same calls; tests/memory_fidelity compares whole programs against native mode itself.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.torch
+MiB = 1 << 20
+
+
+def test_gradients_made_in_backward_are_charged_before_python_reads_them(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    layer = torch.nn.Linear(256, 256, bias=False).cuda()
+    x = torch.randn(64, 256, device="cuda")
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    layer(x).square().mean().backward()
+    # torch releases without TORCH_CUBLAS_WORKSPACE_CACHE (before 2.15) hold the cuBLAS workspace after a product
+    from fakegpu.fakecuda import _active
+
+    held = sum(nbytes for _, nbytes in _active["runtime"].workspaces.cublas.values())
+    # the weight gradient, made by the autograd engine in C++, is held without anyone reading .grad
+    assert torch.cuda.memory_allocated() - before - held == 256 * 256 * 4
+    # at the peak: output, its square, the square's gradient, the weight gradient, and a cuBLAS workspace
+    assert torch.cuda.max_memory_allocated() - before > 256 * 256 * 4 + 2 * 64 * 256 * 4
+
+
+def test_copies_to_the_cpu_and_to_another_device_are_charged_where_they_land(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100:2")
+    x = torch.randn(1024, 256, device="cuda:0")  # 1 MiB
+    on0 = torch.cuda.memory_allocated(0)
+    host = x.cpu()
+    assert torch.cuda.memory_allocated(0) == on0 and host.device.type == "cpu"
+    other = x.to("cuda:1")
+    assert torch.cuda.memory_allocated(0) == on0
+    assert torch.cuda.memory_allocated(1) == MiB and other.device == torch.device("cuda", 1)
+    buffer = torch.empty(1024, 256)
+    buffer.copy_(x)  # written in place on the host: nothing new on the device
+    assert torch.cuda.memory_allocated(0) == on0
+
+
+def test_dropout_keeps_a_bool_mask_as_cuda_does(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.randn(1024, 1024, device="cuda", requires_grad=True)  # 4 MiB
+    before = torch.cuda.memory_allocated()
+    y = torch.nn.functional.dropout(x, 0.25, training=True)
+    assert torch.cuda.memory_allocated() - before == 4 * MiB + MiB  # output + one byte per element
+    assert type(y.grad_fn).__name__ == "NativeDropoutBackward0"
+    kept = (y != 0).float().mean().item()
+    assert 0.7 < kept < 0.8
+    y.sum().backward()
+    assert torch.equal(x.grad, (y != 0).float() / 0.75)
+
+
+@pytest.mark.parametrize("dropout_p", [0.0, 0.3])
+def test_fused_attention_has_the_math_paths_numbers(fakecuda, dropout_p):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    fakecuda("a100")
+    g = torch.Generator().manual_seed(0)
+    cpu = [torch.randn(2, 4, 64, 32, generator=g) for _ in range(3)]
+    grad = torch.randn(2, 4, 64, 32, generator=g)
+    ref_in = [t.clone().requires_grad_() for t in cpu]
+    torch.manual_seed(7)
+    ref = F.scaled_dot_product_attention(*ref_in, dropout_p=dropout_p, is_causal=True)  # CPU tensors: CPU math
+    ref.backward(grad)
+    fake_in = [t.cuda().requires_grad_() for t in cpu]
+    torch.manual_seed(7)  # fake CUDA draws from the CPU generator: the same dropout mask
+    out = F.scaled_dot_product_attention(*fake_in, dropout_p=dropout_p, is_causal=True)
+    assert type(out.grad_fn).__name__ == "FusedAttentionBackward" and out.device.type == "cuda"
+    torch.testing.assert_close(out.cpu(), ref.detach())
+    out.backward(grad.cuda())
+    for fake, plain in zip(fake_in, ref_in, strict=True):
+        torch.testing.assert_close(fake.grad.cpu(), plain.grad)
+
+
+def test_fused_attention_saves_a_logsumexp_not_the_weights(fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    q, k, v = (torch.randn(8, 4, 256, 64, device="cuda", requires_grad=True) for _ in range(3))  # 2 MiB each
+    before = torch.cuda.memory_allocated()
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    # fp32 on an A100 is the memory-efficient kernel: output + logsumexp (B, H, L rounded up to 32, float32);
+    # the math path would keep 8 x 4 x 256 x 256 weights (8 MiB) and their softmax
+    assert torch.cuda.memory_allocated() - before == 2 * MiB + 8 * 4 * 256 * 4
+    # the kernel writes (B, L, H, D): the usual merge of the heads is a view
+    assert out.transpose(1, 2).reshape(8, 256, 256).data_ptr() == out.data_ptr()
+
+
+def test_attention_backend_follows_cuda_rules(fakecuda):
+    torch = pytest.importorskip("torch")
+    from fakegpu.fakecuda import _active
+    from fakegpu.fakecuda.kernels import cuda_sdpa_backend
+
+    fakecuda("a100:1,t4:1")
+    mode = _active["mode"]
+
+    def pick(device: int, dtype, mask=None, head=64):
+        q = torch.empty(2, 4, 16, head, dtype=dtype)
+        return cuda_sdpa_backend(mode, device, q, q, q, mask, 0.0, False, False)
+
+    assert pick(0, torch.bfloat16) == "flash"
+    assert pick(0, torch.float32) == "efficient"
+    assert pick(0, torch.float16, mask=torch.zeros(16, 16)) == "efficient"
+    assert pick(1, torch.float16) == "efficient"  # T4 (sm75): no flash
+    assert pick(1, torch.bfloat16) == "math"  # and no bf16 kernel
+    assert pick(0, torch.float16, head=60) == "math"  # fused kernels want head sizes in multiples of 8
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        assert pick(0, torch.bfloat16) == "math"
+
+
+def test_optimizers_default_to_foreach_on_fake_cuda(fakecuda):
+    torch = pytest.importorskip("torch")
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    fakecuda("a100")
+    params = [torch.nn.Parameter(torch.randn(4, 4, device="cuda")) for _ in range(2)]
+    assert _default_to_fused_or_foreach(params, differentiable=False, use_fused=False) == (False, True)
+    before = torch.cuda.memory_allocated()
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt = torch.optim.AdamW(params)
+    opt.step()
+    assert torch.cuda.memory_allocated() > before  # the state lives on the fake device too

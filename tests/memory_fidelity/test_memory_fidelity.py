@@ -1,0 +1,77 @@
+"""fakecuda's memory against native mode's (issue 23): the CI subset of the differential harness.
+
+Native mode runs PyTorch's real CUDA dispatch and caching allocator on FakeGPU's simulated device memory, so for
+programs with static shapes it allocates what a GPU would; fakecuda must come within 2% of it. The full run is
+`make memory-fidelity` (every workload, every op-database op); this runs the workloads that match today, the
+ones that do not yet as strict xfails (each with its cause, so a fix shows up), and a subset of the op database.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.memory_fidelity import harness
+
+pytestmark = [pytest.mark.torch, pytest.mark.native, pytest.mark.slow]
+
+MATCHING = ["linear_fwd_bwd", "sdpa_causal_fp32", "sdpa_causal_bf16", "adamw_step", "optim_adamw_default",
+            "optim_adam_foreach", "optim_sgd_forloop", "optim_adamw_fused", "cnn_step", "activation_checkpointing",
+            "embedding_cross_entropy_large_vocab", "gpt2_causal_lm"]
+KNOWN_GAPS = {
+    "transformer_encoder": "F.multi_head_attention_forward is seen as one Python call: its attention runs the "
+                           "CPU math path and keeps the weights",
+    "rmsnorm_silu_dropout": "CUDA's fused RMSNorm (_fused_rms_norm) saves only rstd; the CPU composite keeps its "
+                            "intermediates",
+    "conv1d_layernorm": "CUDA's layer norm and convolution take temporaries inside their kernels (a contiguous "
+                        "copy, a cuDNN workspace) that the CPU kernels do not show",
+    "amp_autocast_gradscaler": "autocast's cast cache and GradScaler's unscale temporaries differ on CUDA",
+    "linear_input_grad": "peak allocated matches (0.8%), reserved does not: segment sizes differ when "
+                         "the backward allocations come in another order",
+}
+OPS = ("add,mul,div,exp,tanh,sigmoid,where,sum,mean,amax,cumsum,softmax,log_softmax,mm,addmm,bmm,baddbmm,"
+       "nn.functional.linear,nn.functional.gelu,nn.functional.silu,nn.functional.relu,nn.functional.layer_norm,"
+       "nn.functional.embedding,nn.functional.cross_entropy,nn.functional.mse_loss,cat,stack,transpose,reshape,"
+       "index_select,gather,masked_select")
+
+
+@pytest.fixture(scope="module")
+def workloads(cuda_torch, cuda_build):  # skip, or fail under CI, when absent
+    names = [*MATCHING, *KNOWN_GAPS]
+    native = harness.run_probe("native", "workloads", names, "a100", sys.executable)
+    fake = harness.run_probe("fakecuda", "workloads", names, "a100", sys.executable)
+    return harness.compare(native, fake)
+
+
+def _worst(row: dict) -> str:
+    return "\n".join(f"{point} {metric}: native {n} fakecuda {f}" for point, metrics in row["points"].items()
+                     for metric, (n, f) in metrics.items() if n != f)
+
+
+@pytest.mark.parametrize("name", MATCHING)
+def test_workload_within_two_percent_of_native(workloads, name):
+    row = workloads[name]
+    assert row["status"] == "scored", row
+    assert abs(row["worst_error"]) <= harness.TOLERANCE, f"{name}: worst {row['worst_error']:+.2%}\n{_worst(row)}"
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_GAPS))
+def test_known_gap_is_still_a_gap(workloads, name):
+    row = workloads[name]
+    if row["status"] == "scored" and abs(row["worst_error"]) > harness.TOLERANCE:
+        pytest.xfail(KNOWN_GAPS[name])
+    pytest.fail(f"{name} now matches native mode (or no longer runs): move it to MATCHING\n{row}")
+
+
+def test_op_database_subset(cuda_torch, cuda_build):
+    extra = ["--ops", OPS, "--samples", "2"]
+    rows = harness.compare(harness.run_probe("native", "opdb", extra, "a100", sys.executable),
+                           harness.run_probe("fakecuda", "opdb", extra, "a100", sys.executable))
+    summary = harness.summarize(rows)
+    assert summary["scored"] >= 60, summary
+    off = {k: f"{r['worst_error']:+.1%}" for k, r in rows.items() if r["status"] == "scored"
+           and abs(r["worst_error"]) > harness.TOLERANCE}
+    assert summary["share_within"] >= 0.95, (summary, off)
+    # masked_select's output size depends on values, which native mode does not compute
+    assert all(r["status"] == "value_dependent" for k, r in rows.items() if k.startswith("masked_select")), rows
