@@ -81,6 +81,15 @@ def train_steps(meter: Meter, model: nn.Module, batch: Callable[[], tuple], loss
         meter.mark(f"step{step}")
 
 
+def forward_backward(meter: Meter, forward: Callable[[], torch.Tensor]) -> None:
+    """Checkpoints after setup, after `forward()` and after backward of its sum."""
+    meter.mark("setup")
+    y = forward()
+    meter.mark("forward")
+    y.float().sum().backward()
+    meter.mark("backward")
+
+
 # -- workloads: name -> function(meter)
 
 WORKLOADS: dict[str, Callable[[Meter], None]] = {}
@@ -116,21 +125,13 @@ def linear_input_grad(m: Meter) -> None:
 @workload
 def sdpa_causal_fp32(m: Meter) -> None:
     q, k, v = (on_dev(cpu_randn(8, 4, 256, 64, seed=i)).requires_grad_() for i in range(3))
-    m.mark("setup")
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    m.mark("forward")
-    out.sum().backward()
-    m.mark("backward")
+    forward_backward(m, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 @workload
 def sdpa_causal_bf16(m: Meter) -> None:
     q, k, v = (on_dev(cpu_randn(8, 8, 512, 64, seed=i)).bfloat16().requires_grad_() for i in range(3))
-    m.mark("setup")
-    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    m.mark("forward")
-    out.float().sum().backward()
-    m.mark("backward")
+    forward_backward(m, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
 
 
 @workload
@@ -193,11 +194,7 @@ def conv1d_layernorm(m: Meter) -> None:
     conv = nn.Conv1d(64, 128, 5, padding=2).to(DEV)
     norm = nn.LayerNorm(128).to(DEV)
     x = on_dev(cpu_randn(16, 64, 512)).requires_grad_()
-    m.mark("setup")
-    y = norm(conv(x).transpose(1, 2))
-    m.mark("forward")
-    y.sum().backward()
-    m.mark("backward")
+    forward_backward(m, lambda: norm(conv(x).transpose(1, 2)))
 
 
 @workload
@@ -205,11 +202,7 @@ def rmsnorm_silu_dropout(m: Meter) -> None:
     torch.manual_seed(0)
     norm = nn.RMSNorm(1024).to(DEV)
     x = on_dev(cpu_randn(32, 128, 1024)).requires_grad_()
-    m.mark("setup")
-    y = F.dropout(F.silu(norm(x)), p=0.1, training=True)
-    m.mark("forward")
-    y.sum().backward()
-    m.mark("backward")
+    forward_backward(m, lambda: F.dropout(F.silu(norm(x)), p=0.1, training=True))
 
 
 @workload
