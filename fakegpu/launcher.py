@@ -144,6 +144,11 @@ def python_hook_dir(parent: str | os.PathLike[str]) -> Path:
     return folder
 
 
+def prepend_python_hook(env: dict[str, str], root: str | os.PathLike[str]) -> None:
+    """Put the start hook (python_hook_dir under `root`) and fakegpu's import root first on env's PYTHONPATH."""
+    _prepend(env, "PYTHONPATH", str(python_hook_dir(root)), _fakegpu_import_root())
+
+
 def _fakegpu_import_root() -> str:
     """The folder that holds the `fakegpu` package, so the hook imports it whatever the child's sys.path."""
     import fakegpu
@@ -234,7 +239,7 @@ def prepare(
             _prepend(env, "PYTHONPATH", str(_wheel_mirror(root, libs)))
         else:
             env["FAKEGPU_RUNTIME"] = "fakecuda"
-            _prepend(env, "PYTHONPATH", str(python_hook_dir(root)), _fakegpu_import_root())
+            prepend_python_hook(env, root)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

@@ -49,7 +49,9 @@ def _verdict_line(doc: dict) -> str:
 def preflight(
     command: list[str] = typer.Argument(..., help="The command to run, after `--`, e.g. -- python train.py"),
     devices: str = typer.Option("a100", "--devices", help="Device spec, e.g. 'a100', 't4:2'."),
-    mode: str = typer.Option("fakecuda", "--mode", help="fakecuda (PyTorch on the CPU) or native (CUDA shims)."),
+    mode: str = typer.Option("fakecuda", "--mode", help="fakecuda (PyTorch on the CPU), native (PyTorch's CUDA path "
+                                                         "on the CUDA shims, no math) or both (native's verdict, "
+                                                         "the two peaks side by side)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output (the command's stdout goes to "
                                                        "stderr)."),
 ) -> None:
@@ -60,21 +62,18 @@ def preflight(
     import sys
 
     from fakegpu.devices import resolve_devices
+    from fakegpu.fakecuda.preflight import MODES, run_preflight
+    from fakegpu.launcher import LaunchError
 
-    if mode not in ("fakecuda", "native"):
-        raise fail("preflight", FakeGPUError(f"unknown mode {mode!r}: fakecuda or native"), as_json)
-    try:
-        resolve_devices(devices)
-    except FakeGPUError as exc:
-        raise fail("preflight", exc, as_json) from exc
-    if mode == "native":
-        error = FakeGPUError("preflight --mode native is not available yet (it needs the native CUDA shims); "
-                             "use --mode fakecuda")
+    if mode not in MODES:
+        error = FakeGPUError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         error.exit_code = 2
         raise fail("preflight", error, as_json)
-    from fakegpu.fakecuda.preflight import run_preflight
-
-    doc = run_preflight(list(command), devices, stdout=sys.stderr if as_json else None)
+    try:
+        resolve_devices(devices)
+        doc = run_preflight(list(command), devices, stdout=sys.stderr if as_json else None, mode=mode)
+    except (FakeGPUError, LaunchError) as exc:
+        raise fail("preflight", exc, as_json) from exc
     if as_json:
         emit_json("preflight", doc, doc["exit_code"])
         raise typer.Exit(doc["exit_code"])
@@ -86,6 +85,10 @@ def preflight(
                      ["GPU", "NAME", "PEAK ALLOCATED", "PEAK RESERVED", "PEAK USED", "CAPACITY", "HEADROOM"]))
     if doc["oom"]["occurred"]:
         typer.echo(f"OOM on GPU {doc['oom']['device']}: {doc['oom']['message']}")
+    for row in doc.get("comparison", []):
+        typer.echo(f"GPU {row['index']}: peak allocated native {_mib(row['native_peak_allocated_bytes'])}, "
+                   f"fakecuda {_mib(row['fakecuda_peak_allocated_bytes'])}; peak reserved native "
+                   f"{_mib(row['native_peak_reserved_bytes'])}, fakecuda {_mib(row['fakecuda_peak_reserved_bytes'])}")
     for note in doc["notes"]:
         typer.echo(f"note: {note}")
     raise typer.Exit(doc["exit_code"])

@@ -1,4 +1,5 @@
-"""`fakegpu preflight`: run a command under fakecuda, collect its processes' reports, give a verdict.
+"""`fakegpu preflight`: run a command under fakecuda or native mode (or both), collect its processes' reports,
+give a verdict.
 
 The command runs in the environment `fakegpu run --mode fakecuda` gives (fakegpu.launcher.prepare: the device
 table, FAKEGPU_RUNTIME=fakecuda, and a folder first on PYTHONPATH whose sitecustomize.py imports
@@ -8,6 +9,10 @@ interpreter's site-packages (not ours to change for one run), and wrapping `pyth
 interpreters started by the script; PYTHONPATH reaches every Python process of the command tree, child
 processes included. Interpreters started with -I or -S skip it; then no report comes back, which the
 verdict says.
+
+Native mode (`--mode native`) runs PyTorch's real CUDA dispatch and caching allocator on simulated memory; the
+same start hook then installs nativehook.py, which reports torch's own statistics at exit. `--mode both` runs the
+two and reports the difference, the verdict taken from native mode (see _both).
 
 Verdicts: PASS_FIT (exit 0), FAIL_OOM (exit 2: the command failed and a CUDA out-of-memory error was raised),
 RUNTIME_ERROR (exit 1: any other failure, or no fakecuda process ran).
@@ -78,30 +83,67 @@ def merge_devices(spec: str, processes: list[dict[str, Any]]) -> list[dict[str, 
     return rows
 
 
-def run_preflight(command: list[str], devices: str, environ: dict[str, str] | None = None,
-                  stdout=None) -> dict[str, Any]:
-    """Run `command` under fakecuda; the preflight document (see schemas/preflight.schema.json)."""
-    from fakegpu.launcher import prepare  # the one place a child's fake-GPU environment is made
+MODES = ("fakecuda", "native", "both")
+NATIVE_REPORT = "fakegpu-native-report/1"  # what the native libraries write per process (native/cuda)
 
-    launch = prepare(devices, "fakecuda", dict(os.environ if environ is None else environ))
+
+def _with_context(processes: list[dict[str, Any]], native_reports: dict[int, dict[str, Any]]) -> None:
+    """Native mode: the CUDA context's bytes come from the native libraries' report of the same process."""
+    for proc in processes:
+        libs = {d["index"]: d for d in native_reports.get(proc["pid"], {}).get("devices", [])}
+        for d in proc["devices"]:
+            context = libs.get(d["index"], {}).get("context_bytes", 0)
+            d["context_bytes"] = context
+            d["peak_used_bytes"] = context + d["peak_reserved_bytes"]
+
+
+def _run(command: list[str], devices: str, mode: str, environ: dict[str, str] | None, stdout) -> tuple[int, list]:
+    from fakegpu.launcher import prepare, prepend_python_hook  # the one place a child's fake-GPU environment is made
+
+    base = dict(os.environ if environ is None else environ)
+    if mode == "native":
+        launch = prepare(devices, "native", base, memory="accounting")
+    else:
+        launch = prepare(devices, "fakecuda", base)
     try:
         report_dir = os.path.join(launch.root, "reports")
         os.makedirs(report_dir)
         env = {**launch.env, "FAKEGPU_REPORT_DIR": report_dir}
+        if mode == "native":
+            # torch's own statistics at exit (nativehook.py), through the start hook fakecuda uses
+            env["FAKEGPU_TORCH_REPORT"] = "1"
+            prepend_python_hook(env, launch.root)
         try:
             returncode = subprocess.run(command, env=env, stdout=stdout).returncode
         except OSError as exc:
             returncode = 127
             print(f"fakegpu preflight: cannot run {command[0]!r}: {exc}", file=sys.stderr)
         processes = collect(report_dir)
+        if mode == "native":
+            natives = {}
+            for path in Path(report_dir).glob("fakegpu-native-*.json"):
+                try:
+                    doc = json.loads(path.read_text())
+                except (OSError, ValueError):
+                    continue
+                if doc.get("schema") == NATIVE_REPORT:
+                    natives[doc["pid"]] = doc
+            _with_context(processes, natives)
     finally:
         launch.cleanup()
+    return returncode, processes
+
+
+def _document(command: list[str], devices: str, mode: str, returncode: int,
+              processes: list[dict[str, Any]]) -> dict[str, Any]:
     name, notes = verdict(returncode, processes)
+    if mode == "native" and not processes and returncode == 0:
+        notes = ["no process initialised CUDA through torch in native mode"]
     ooms = [p["oom"] for p in processes if p["oom"]["occurred"]]
     return {
         "report": PREFLIGHT_REPORT,
         "schema_version": SCHEMA_VERSION,
-        "mode": "fakecuda",
+        "mode": mode,
         "devices_spec": devices,
         "command": command,
         "verdict": name,
@@ -117,6 +159,52 @@ def run_preflight(command: list[str], devices: str, environ: dict[str, str] | No
         "processes": processes,
         "notes": notes,
     }
+
+
+def _relative(a: int, b: int) -> float | None:
+    return None if b == 0 else round((a - b) / b, 4)
+
+
+def _both(native: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
+    """One document from the two runs: native mode's verdict (PyTorch's own CUDA allocation sequence), unless
+    native mode could not run the program and fakecuda could (control flow on computed values)."""
+    use_fake = native["verdict"] == "RUNTIME_ERROR" and fake["verdict"] != "RUNTIME_ERROR"
+    doc = dict(fake if use_fake else native)
+    doc["mode"] = "both"
+    doc["verdict_from"] = "fakecuda" if use_fake else "native"
+    why = ("verdict from fakecuda: native mode failed to run the command (it computes no values, so a program "
+           "that branches on them can fail there)" if use_fake else
+           "verdict from native mode: PyTorch's own CUDA dispatch and caching allocator on the simulated memory, "
+           "exact for programs whose shapes do not depend on computed values")
+    doc["notes"] = [*doc["notes"], why]
+    other = native if use_fake else fake
+    doc["other"] = {"mode": "native" if use_fake else "fakecuda", "verdict": other["verdict"],
+                    "devices": other["devices"], "processes": other["processes"]}
+    doc["comparison"] = [{
+        "index": n["index"],
+        "native_peak_allocated_bytes": n["peak_allocated_bytes"],
+        "fakecuda_peak_allocated_bytes": f["peak_allocated_bytes"],
+        "native_peak_reserved_bytes": n["peak_reserved_bytes"],
+        "fakecuda_peak_reserved_bytes": f["peak_reserved_bytes"],
+        "fakecuda_error_allocated": _relative(f["peak_allocated_bytes"], n["peak_allocated_bytes"]),
+        "fakecuda_error_reserved": _relative(f["peak_reserved_bytes"], n["peak_reserved_bytes"]),
+    } for n, f in zip(native["devices"], fake["devices"], strict=True)]
+    return doc
+
+
+def run_preflight(command: list[str], devices: str, environ: dict[str, str] | None = None,
+                  stdout=None, mode: str = "fakecuda") -> dict[str, Any]:
+    """Run `command` under fakecuda, native mode, or both; the preflight document (schemas/preflight.schema.json).
+
+    Native mode needs PyTorch's CUDA build and FakeGPU's native libraries (LaunchError names what is missing).
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown preflight mode {mode!r}; expected one of: {', '.join(MODES)}")
+    if mode == "both":
+        native = _document(command, devices, "native", *_run(command, devices, "native", environ, stdout))
+        fake = _document(command, devices, "fakecuda", *_run(command, devices, "fakecuda", environ, stdout))
+        return _both(native, fake)
+    return _document(command, devices, mode, *_run(command, devices, mode, environ, stdout))
 
 
 def validate(doc: dict[str, Any]) -> None:

@@ -90,11 +90,6 @@ def test_start_hook_chains_to_an_existing_sitecustomize(tmp_path):
     assert envelope["data"]["verdict"] == "PASS_FIT"
 
 
-def test_native_mode_is_not_available_yet():
-    result = run_cli("preflight", "--mode", "native", "--", "true")
-    assert result.returncode == 2 and "not available yet" in result.stderr
-
-
 def test_bad_device_spec():
     result = run_cli("preflight", "--devices", "nonesuch", "--", "true")
     assert result.returncode == 2 and "unknown profile 'nonesuch'" in result.stderr
