@@ -258,7 +258,7 @@ class FakeCudaApi:
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
         ]
-        pairs += kernels.foreach_type_replacements()
+        pairs += kernels.replacements()
         a = torch.accelerator
         pairs += [
             (a, "is_available", self.is_available),

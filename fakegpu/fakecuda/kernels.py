@@ -11,6 +11,8 @@ and is checked there.
 - scaled_dot_product_attention: on CUDA a fused kernel (flash, or memory-efficient for fp32 and masks) saves the
   output and a logsumexp; the CPU build's math path keeps the (L x S) attention weights. Where CUDA would run a
   fused kernel, fakecuda emulates it (fused.py): the math path's numbers, the fused kernel's memory.
+- multi-head attention: a Python composite, which fakecuda would otherwise see as one call (its inner
+  attention then takes the CPU's math path); its body runs under the mode instead.
 - optimizers: torch picks foreach (and allows fused) only for parameters of the plain tensor types, so fake CUDA
   parameters must count as those, or every optimizer falls back to its for-loop implementation, whose
   temporaries are one tensor at a time where CUDA's foreach default makes them for all parameters at once.
@@ -18,12 +20,14 @@ and is checked there.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from fakegpu.fakecuda import amp, fused
+from fakegpu.fakecuda.backward import under_mode
 from fakegpu.fakecuda.dtensor import badge_locals
 from fakegpu.fakecuda.mode import FakeCudaMode, register
 from fakegpu.fakecuda.tensor import FAKE_TYPES
@@ -91,12 +95,38 @@ def _sdpa(mode: FakeCudaMode, func, args, kwargs):
     return mode._badge_outputs(out, index, ())
 
 
-def foreach_type_replacements() -> list[tuple[Any, str, Any]]:
-    """(module, name, value) pairs that make fake CUDA tensors foreach- and fused-eligible in torch.optim and
-    torch.utils (clip_grad_norm_); cuda_api installs and restores them with its other replacements."""
+_skip = threading.local()
+_has_torch_function = torch.overrides.has_torch_function
+
+
+def _has_torch_function_but_once(args) -> bool:
+    if getattr(_skip, "once", False):
+        _skip.once = False
+        return False
+    return _has_torch_function(args)
+
+
+@register(F.multi_head_attention_forward)
+def _multi_head_attention(mode: FakeCudaMode, func, args, kwargs):
+    """nn.MultiheadAttention's body (projections, attention, dropout) runs under the mode, so each inner call
+    takes CUDA's path (the fused attention above, autocast per op) instead of the composite running on the CPU
+    as one call. Its own has_torch_function check would hand the call straight back here: skipped once."""
+    if mode._common_device(func, args, kwargs) is None:
+        return mode.run_default(func, args, kwargs)
+    _skip.once = True
+    try:
+        return under_mode(mode, func)(*args, **kwargs)
+    finally:
+        _skip.once = False
+
+
+def replacements() -> list[tuple[Any, str, Any]]:
+    """(module, name, value) pairs cuda_api installs and restores with its other replacements: fake CUDA tensors
+    foreach- and fused-eligible in torch.optim and torch.utils (clip_grad_norm_); the check that
+    multi-head attention skips once (above)."""
     import importlib
 
-    pairs = []
+    pairs = [(F, "has_torch_function", _has_torch_function_but_once)]
     # torch.optim's __init__ deletes its submodules' names, so they are looked up, not imported as attributes
     for module in map(importlib.import_module, ("torch.optim.optimizer", "torch.utils._foreach_utils")):
         current = getattr(module, "_foreach_supported_types", None)
