@@ -185,7 +185,11 @@ def _to(mode: FakeCudaMode, func, args, kwargs):
     self = args[0]
     kwargs = dict(kwargs)
     copy = kwargs.pop("copy", False)  # _parse_to knows device/dtype/non_blocking/memory_format only
-    device, dtype, _non_blocking, memory_format = torch._C._nn._parse_to(*args[1:], **kwargs)
+    rest = list(args[1:])
+    flags = [i for i, a in enumerate(rest) if isinstance(a, bool)]
+    if len(flags) == 2:  # to(..., non_blocking, copy) positionally
+        copy = rest.pop(flags[1]) or copy
+    device, dtype, _non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
     options = {"dtype": dtype or self.dtype}
     if memory_format is not None:
         options["memory_format"] = memory_format

@@ -126,3 +126,16 @@ def test_events_record_host_time(fakecuda):
     with torch.cuda.stream(s):
         assert torch.cuda.current_stream() == s
     assert torch.cuda.current_stream() == torch.cuda.default_stream()
+
+
+@pytest.mark.torch
+def test_to_takes_copy_positionally_as_torch_does(fakecuda):
+    # found by the op database (tests/memory_fidelity): Tensor.to(device, dtype, non_blocking, copy)
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.randn(4, 4, device="cuda")
+    y = x.to("cuda", torch.float32, False, True)
+    assert y.device.type == "cuda" and y.data_ptr() != x.data_ptr() and torch.equal(y, x)
+    assert x.to("cuda", torch.float32, False, False) is x
+    z = x.to("cpu", torch.float64, False, True)
+    assert z.device.type == "cpu" and z.dtype == torch.float64
