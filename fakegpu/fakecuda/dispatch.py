@@ -44,15 +44,23 @@ _GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, ate
 _LT = {aten.addmm, aten._addmm_activation}
 
 
-_MUTATES: dict[Any, bool] = {}
+_WRITES: dict[Any, tuple[tuple[int, str], ...]] = {}
 
 
-def _mutates(func) -> bool:
-    flag = _MUTATES.get(func)
-    if flag is None:
-        flag = _MUTATES[func] = any(a.alias_info is not None and a.alias_info.is_write
-                                    for a in func._schema.arguments)
-    return flag
+def _written(func, args: tuple, kwargs: dict) -> set[int]:
+    """Storages of the arguments the op writes into (in-place self, out=, batch norm's running stats): its
+    outputs that alias them belong to someone already, possibly a genuine CPU tensor."""
+    spots = _WRITES.get(func)
+    if spots is None:
+        spots = _WRITES[func] = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                                      if a.alias_info is not None and a.alias_info.is_write)
+    keys = set()
+    for i, name in spots:
+        t = args[i] if i < len(args) else kwargs.get(name)
+        for x in (t if isinstance(t, (list, tuple)) else (t,)):
+            if isinstance(x, torch.Tensor) and x.layout is torch.strided and x.device.type == "cpu":
+                keys.add(x.untyped_storage()._cdata)
+    return keys
 
 
 @contextlib.contextmanager
@@ -81,8 +89,7 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
-        if not _mutates(func):  # an in-place or out= op writes into storages someone already owns
-            self._charge(out, index)
+        self._charge(out, index, _written(func, args, kwargs))
         packet = func.overloadpacket
         if packet in _GEMMS and _calls_cublas(packet, args):
             self._gemm(packet, index, args, kwargs)
@@ -126,15 +133,11 @@ class ChargeMode(TorchDispatchMode):
                                 return index
         return None
 
-    def _charge(self, out: Any, index: int) -> None:
-        cls = type(out)
-        if cls in _PLAIN:
-            if out.layout is torch.strided and out.device.type == "cpu":
-                self.tracker.account(out, index)
-        elif cls is tuple or cls is list:
-            for o in out:
-                if type(o) in _PLAIN and o.layout is torch.strided and o.device.type == "cpu":
-                    self.tracker.account(o, index)
+    def _charge(self, out: Any, index: int, written: set[int]) -> None:
+        for o in (out if type(out) is tuple or type(out) is list else (out,)):
+            if type(o) in _PLAIN and o.layout is torch.strided and o.device.type == "cpu" and (
+                    not written or o.untyped_storage()._cdata not in written):
+                self.tracker.account(o, index)
 
 
 def _cublas_readable(t: torch.Tensor) -> bool:
