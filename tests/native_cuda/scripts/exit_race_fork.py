@@ -5,10 +5,12 @@ killed by SIGABRT. Run under `fakegpu run --devices a100:2 [--report-dir DIR]` w
 The parent never initialises CUDA or autograd, so each child starts as a fresh process would."""
 
 import os
+import runpy
 import signal
 import sys
+from pathlib import Path
 
-import torch
+import torch  # noqa: F401  (imported once here, so every forked child starts with torch loaded)
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 100
 aborts = ok = other = 0
@@ -27,12 +29,5 @@ else:
     print(f"runs={n} ok={ok} aborts={aborts} other={other}", flush=True)
     sys.exit(0)
 
-# the child: one training step, then off the end of the script like any program
-m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
-opt = torch.optim.AdamW(m.parameters())
-x = torch.randn(64, 256, device="cuda")
-y = torch.randint(0, 10, (64,), device="cuda")
-torch.nn.functional.cross_entropy(m(x), y).backward()
-opt.step()
-torch.cuda.synchronize()
-os.write(1, b"step-ok\n")
+# the child: training_step.py's step, then off the end of the script like any program
+runpy.run_path(str(Path(__file__).with_name("training_step.py")), run_name="__main__")
