@@ -43,6 +43,40 @@ def in_backward() -> bool:
     return getattr(_local, "depth", 0) > 0
 
 
+# what a gradient in the engine is: a plain tensor made in C++, or one Python saw before (badged as fake CUDA)
+_ENGINE_TYPES = (torch.Tensor, *FAKE_TYPES)
+
+
+def accumulated_in_place(args: tuple, kwargs: dict, out: Any) -> torch.Tensor | None:
+    """The gradient the autograd engine would have added the other into, in place, on CUDA.
+
+    The engine sums two gradients for the same input (InputBuffer::accumulate) into whichever of them it holds
+    the only reference to, unless a dispatch mode is active, when it adds out of place (a mode may not tolerate
+    mutation). fakecuda's charging mode is one, so every such sum would otherwise cost one more gradient-sized
+    tensor than on CUDA. The test is the engine's: no grad mode, a plain dense tensor whose storage nothing else
+    holds (a use count of 2: its tensor and the storage object asked for here). Gradients that reached Python
+    before (the loss's, a badged fake tensor) qualify as well."""
+    if torch.is_grad_enabled() or kwargs.get("alpha", 1) != 1 or len(args) != 2 or not isinstance(out, torch.Tensor):
+        return None
+    for t in args:
+        if (type(t) in _ENGINE_TYPES and t.layout is torch.strided and t.shape == out.shape and t.dtype == out.dtype
+                and torch._C._storage_Use_Count(t.untyped_storage()._cdata) == 2
+                and _dense(t)):
+            return t
+    return None
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: some order of the dims makes the strides those of a contiguous tensor."""
+    expected = 1
+    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+
 def _on_stack(mode: Any) -> bool:
     get = torch._C._get_function_stack_at
     return any(get(i) is mode for i in range(torch._C._len_torch_function_stack()))

@@ -14,7 +14,8 @@ The device of an input is its badge when it has one, else the device its storage
 a gradient made in C++ (a plain CPU tensor to Python) is known to live on cuda:N.
 
 What the CUDA kernels add beyond their outputs is modeled per op here too: the cuBLAS / cuBLASLt workspace
-around each matrix product (workspace.py), in forward and backward alike.
+around each matrix product (workspace.py) and the staging buffers of reductions split across blocks
+(reduce.py), in forward and backward alike.
 
 Device moves and factories are charged by FakeCudaMode's handlers, which know the target device; they run their
 CPU op with this mode suspended (`suspended()`), since to the dispatcher a copy to cuda:1 and a copy to the CPU
@@ -32,6 +33,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fakegpu.fakecuda import reduce
+from fakegpu.fakecuda.backward import accumulated_in_place, in_backward
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker
 
 aten = torch.ops.aten
@@ -43,6 +46,10 @@ _GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, ate
 # addmm with a 1-D bias is cuBLASLt's fused bias GEMM (linear's forward), with a workspace of its own.
 _LT = {aten.addmm, aten._addmm_activation}
 
+
+# Ops whose CUDA kernel allocates its outputs in another order than it returns them (native mode's trace):
+# dropout makes its mask before its output.
+_ALLOCATION_ORDER = {aten.native_dropout.default: (1, 0)}
 
 _WRITES: dict[Any, tuple[tuple[int, str], ...]] = {}
 
@@ -89,11 +96,36 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
-        self._charge(out, index, _written(func, args, kwargs))
+        if func is aten.add.Tensor and in_backward():
+            source = accumulated_in_place(args, kwargs, out)
+            if source is not None and self.tracker.transfer(source, out):
+                return out  # a plain gradient made in C++; badged ones come through kernels.py's handler
+        self._charge(out, index, _written(func, args, kwargs), func)
         packet = func.overloadpacket
         if packet in _GEMMS and _calls_cublas(packet, args):
             self._gemm(packet, index, args, kwargs)
+        elif packet in _REDUCTIONS:
+            self._reduction(func, index, args, kwargs)
         return out
+
+    def _reduction(self, func, index: int, args: tuple, kwargs: dict) -> None:
+        """A reduction split across blocks: its staging buffer and semaphores, for the launch only (allocated
+        after the output, freed semaphores first, as Reduce.cuh's locals are)."""
+        x = args[0] if args else None
+        if not isinstance(x, torch.Tensor) or x.layout is not torch.strided:
+            return
+        reduced = _reduced_dims(func, x, args, kwargs)
+        if reduced is None:
+            return
+        launch = _REDUCTIONS[func.overloadpacket](x.dtype)
+        profile = self.runtime.devices[index].profile
+        sizes = reduce.scratch(list(x.shape), list(x.stride()), reduced, launch, profile.sm_count,
+                               profile.data["sm_limits"]["max_threads_per_sm"], x.storage_offset())
+        if sizes[0]:
+            staging = self.runtime.malloc(index, sizes[0])
+            semaphores = self.runtime.malloc(index, sizes[1])
+            self.runtime.free(index, semaphores)
+            self.runtime.free(index, staging)
 
     def _gemm(self, packet, index: int, args: tuple, kwargs: dict) -> None:
         """What a cuBLAS call takes beyond its output, for the call only: a contiguous copy of each operand
@@ -133,11 +165,65 @@ class ChargeMode(TorchDispatchMode):
                                 return index
         return None
 
-    def _charge(self, out: Any, index: int, written: set[int]) -> None:
-        for o in (out if type(out) is tuple or type(out) is list else (out,)):
+    def _charge(self, out: Any, index: int, written: set[int], func=None) -> None:
+        outs = out if type(out) is tuple or type(out) is list else (out,)
+        if func in _ALLOCATION_ORDER:
+            outs = [outs[i] for i in _ALLOCATION_ORDER[func]]
+        for o in outs:
             if type(o) in _PLAIN and o.layout is torch.strided and o.device.type == "cpu" and (
                     not written or o.untyped_storage()._cdata not in written):
                 self.tracker.account(o, index)
+
+
+def _acc_bytes(dtype: torch.dtype) -> int:
+    """The accumulator of sum / mean / prod / norm: float for 16-bit floats, int64 for integers and bool."""
+    if dtype.is_complex or dtype.is_floating_point:
+        return max(4, dtype.itemsize)
+    return 8
+
+
+def _launch(arg_bytes, vt0: int = 4):
+    def of(dtype: torch.dtype) -> reduce.Launch:
+        return reduce.Launch(arg_bytes(dtype), dtype.itemsize, vt0=vt0, input_vec_size=vt0,
+                             max_threads=256 if dtype is torch.complex128 else 512)
+    return of
+
+
+def _pair_bytes(value_bytes: int) -> int:
+    return 8 + max(8, value_bytes)  # (value, int64 index), aligned to 8
+
+
+# The reductions ATen runs through Reduce.cuh's gpu_reduce_kernel, with their accumulator (arg_t) sizes.
+_REDUCTIONS = {
+    **dict.fromkeys([aten.sum, aten.nansum, aten.mean, aten.prod, aten.linalg_vector_norm], _launch(_acc_bytes)),
+    **dict.fromkeys([aten.amax, aten.amin], _launch(lambda d: d.itemsize)),
+    **dict.fromkeys([aten.argmax, aten.argmin], _launch(lambda d: _pair_bytes(_acc_bytes(d)))),
+    **dict.fromkeys([aten.any, aten.all], _launch(lambda d: 1)),
+    # Welford (mean, m2, count as int32, count as acc), launched with 2 values per thread
+    **dict.fromkeys([aten.var, aten.std, aten.var_mean, aten.std_mean],
+                    _launch(lambda d: 16 if _acc_bytes(d) == 4 else 32, vt0=2)),
+}
+
+
+def _reduced_dims(func, x: torch.Tensor, args: tuple, kwargs: dict) -> set[int] | None:
+    """The input dims a reduction reduces (all when its dim is absent, None or empty), None when it is not one
+    (a dim that the op reads as a number of dims, an unexpected schema)."""
+    schema = func._schema.arguments
+    position = next((i for i, a in enumerate(schema) if a.name == "dim"), None)
+    if position is None:
+        dims = None
+    else:
+        dims = args[position] if position < len(args) else kwargs.get("dim")
+    ndim = x.dim()
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return set(range(ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) for d in dims):
+        return None
+    if ndim == 0:
+        return set()
+    return {d % ndim for d in dims}
 
 
 def _cublas_readable(t: torch.Tensor) -> bool:

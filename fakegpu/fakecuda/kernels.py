@@ -13,6 +13,10 @@ and is checked there.
   fused kernel, fakecuda emulates it (fused.py): the math path's numbers, the fused kernel's memory.
 - multi-head attention: a Python composite, which fakecuda would otherwise see as one call (its inner
   attention then takes the CPU's math path); its body runs under the mode instead.
+- linear: with a bias and an input that is neither 2-D nor contiguous (a batch-first attention's transposed
+  input), ATen's linear is a matmul followed by an in-place add of the bias. Under any dispatch mode (fakecuda
+  charges memory through one) ATen takes its composite-compliant branch instead, an out-of-place add: one more
+  output-sized tensor per call. fakecuda runs CUDA's sequence itself.
 - optimizers: torch picks foreach (and allows fused) only for parameters of the plain tensor types, so fake CUDA
   parameters must count as those, or every optimizer falls back to its for-loop implementation, whose
   temporaries are one tensor at a time where CUDA's foreach default makes them for all parameters at once.
@@ -27,10 +31,10 @@ import torch
 import torch.nn.functional as F
 
 from fakegpu.fakecuda import amp, fused
-from fakegpu.fakecuda.backward import under_mode
+from fakegpu.fakecuda.backward import accumulated_in_place, in_backward, under_mode
 from fakegpu.fakecuda.dtensor import badge_locals
 from fakegpu.fakecuda.mode import FakeCudaMode, register
-from fakegpu.fakecuda.tensor import FAKE_TYPES
+from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
 
 _autocast_on = torch.is_autocast_enabled
 _HALF = (torch.float16, torch.bfloat16)
@@ -93,6 +97,45 @@ def _sdpa(mode: FakeCudaMode, func, args, kwargs):
     out = fused.attention(q, k, v, mask, bound["dropout_p"], bound["is_causal"], bound["scale"], backend, index,
                           mode.tracker)
     return mode._badge_outputs(out, index, ())
+
+
+def _cuda_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    out = torch.matmul(x, weight.t())
+    return out.add_(bias)
+
+
+@register(F.linear)
+def _linear(mode: FakeCudaMode, func, args, kwargs):
+    names = ("input", "weight", "bias")
+    bound = {"bias": None, **dict(zip(names, args, strict=False)), **kwargs}
+    x, weight, bias = bound["input"], bound["weight"], bound["bias"]
+    if (bias is None or not isinstance(x, torch.Tensor) or x.dim() in (0, 2) or
+            (x.is_contiguous() and (x.dim() == 3 or bias.dim() == 1))):
+        return mode.run_default(func, args, kwargs)
+    index = mode._common_device(func, args, kwargs)
+    if index is None or not all(type(t) in FAKE_TYPES for t in (x, weight, bias)):
+        return mode.run_default(func, args, kwargs)
+    if _autocast_on("cuda"):
+        args, kwargs = amp.cast_args(mode, func, args, kwargs)
+        bound = {"bias": None, **dict(zip(names, args, strict=False)), **kwargs}
+        x, weight, bias = bound["input"], bound["weight"], bound["bias"]
+    with torch.autocast("cuda", enabled=False):
+        return under_mode(mode, _cuda_linear)(x, weight, bias)
+
+
+@register(torch.ops.aten.add.Tensor)
+def _engine_add(mode: FakeCudaMode, func, args, kwargs):
+    """The autograd engine's sum of two gradients, when one of them already reached Python (so the call comes
+    here first): the in-place accumulation CUDA makes (backward.accumulated_in_place), not a new tensor."""
+    if not in_backward():
+        return mode.run_default(func, args, kwargs)
+    out = func(*args, **kwargs)
+    source = accumulated_in_place(args, kwargs, out)
+    taken = mode.tracker.take(source) if source is not None and type(out) is torch.Tensor else None
+    if taken is None:
+        index = mode._common_device(func, args, kwargs)
+        return out if index is None else mode._badge_outputs(out, index, args)
+    return badge(out, taken[0], mode.tracker, taken[1])
 
 
 _skip = threading.local()

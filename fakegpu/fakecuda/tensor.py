@@ -114,6 +114,22 @@ class StorageTracker:
         # a plain weakref with a callback costs less per op output than weakref.finalize
         self.live[key] = (index, block, weakref.ref(storage, lambda _ref, key=key: self._release(key)))
 
+    def take(self, source: torch.Tensor) -> tuple[int, object] | None:
+        """(device, block) of `source`'s storage, no longer freed when it dies: for a tensor that takes its
+        place, as if the op that made it had written into `source` in place (CUDA did; the CPU made a new one)."""
+        entry = self.live.pop(source.untyped_storage()._cdata, None)
+        return None if entry is None else (entry[0], entry[1])
+
+    def transfer(self, source: torch.Tensor, target: torch.Tensor) -> bool:
+        """`source`'s block handed to `target`'s (uncharged) storage; False when either side does not qualify."""
+        if target.untyped_storage()._cdata in self.live:
+            return False
+        taken = self.take(source)
+        if taken is None:
+            return False
+        self.account(target, taken[0], taken[1])
+        return True
+
     def _release(self, key: int) -> None:
         entry = self.live.pop(key, None)
         if entry is not None and entry[1] is not None:

@@ -2,6 +2,7 @@
 
     python -m tests.memory_fidelity.harness [--workloads a,b] [--opdb] [--ops a,b] [--samples N]
                                             [--devices a100] [--json FILE] [--worst N]
+    python -m tests.memory_fidelity.harness --trace WORKLOAD     # where the allocator events first diverge
 
 Native mode runs PyTorch's real CUDA dispatch and caching allocator on simulated device memory (kernels are not
 run), so for programs whose shapes do not depend on values it allocates exactly what a GPU would. fakecuda runs
@@ -118,6 +119,38 @@ def render(rows: dict, worst: int) -> str:
     return "\n".join(lines)
 
 
+def traces(names: list[str], devices: str, python: str) -> dict[str, tuple[list, list]]:
+    """Per workload, the allocator's event sequence under native mode and under fakecuda (probe.Trace)."""
+    runs = [run_probe(mode, "workloads", [*names, "--trace"], devices, python) for mode in ("native", "fakecuda")]
+    return {n: tuple(r["cases"][n].get("trace", []) for r in runs) for n in names}
+
+
+def sequence(events: list) -> list[tuple]:
+    """What two modes' traces must share: each event's action, bytes and place (segment and offset)."""
+    return [(e[0], e[1], e[3]) for e in events]
+
+
+def diverge(native: list, fake: list, context: int = 8) -> str:
+    """The two allocator event sequences aligned on (action, bytes): each stretch where they differ, with the
+    events around it, so a gap can be traced to the op that allocates differently."""
+    import difflib
+
+    key = sequence(native), sequence(fake)
+    lines = [f"{len(native)} native events, {len(fake)} fakecuda events"]
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, *key, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        lines.append(f"-- {tag} native[{i1}:{i2}] fakecuda[{j1}:{j2}]")
+        for side, events, lo, hi in (("native  ", native, i1, i2), ("fakecuda", fake, j1, j2)):
+            for k in range(max(0, lo - context), hi):
+                a, n, where, at = events[k]
+                lines.append(f"   {side} {k:6} {'*' if k >= lo else ' '} {a:13} {n:>12} {at:>14} {where}")
+        if len(lines) > 400:
+            lines.append("... (more)")
+            break
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=None, help="comma-separated workload names (default: all)")
@@ -128,7 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--json", default=None, help="write the comparison here")
     ap.add_argument("--worst", type=int, default=15)
+    ap.add_argument("--trace", default=None, metavar="WORKLOAD", help="diff one workload's allocator events")
     args = ap.parse_args(argv)
+    if args.trace:
+        print(diverge(*traces([args.trace], args.devices, args.python)[args.trace]))
+        return 0
     if args.opdb:
         what, extra = "opdb", ["--ops", args.ops, "--samples", str(args.samples)]
     else:

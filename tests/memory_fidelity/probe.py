@@ -20,6 +20,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +91,97 @@ def forward_backward(meter: Meter, forward: Callable[[], torch.Tensor]) -> None:
     meter.mark("backward")
 
 
+# -- allocation traces (--trace): the allocator's own event sequence, to find where two modes first diverge
+
+class Trace:
+    """Allocator events of one case as (action, bytes, where, segment+offset): `alloc`, `free` (the request in
+    512-byte granules), `segment_alloc`, `segment_free`. Native mode's come from PyTorch's memory history (the
+    real caching allocator); fakecuda's from its allocator model. `where` is the innermost Python frame outside
+    fakegpu and torch's dispatch machinery (empty on autograd's C++ thread)."""
+
+    def __init__(self) -> None:
+        self.fake = "fakegpu.fakecuda" in sys.modules
+        self.events: list[list] = []
+        if self.fake:
+            self._patch_model()
+        else:
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000, context="alloc", stacks="python")
+
+    @staticmethod
+    def _where() -> str:
+        for frame in reversed(traceback.extract_stack()[:-3]):
+            if not any(part in frame.filename for part in ("fakegpu", "_dynamo", "_python_dispatch", "overrides")):
+                return f"{Path(frame.filename).name}:{frame.lineno}:{frame.name}"
+        return ""
+
+    def _patch_model(self) -> None:
+        from fakegpu.fakecuda import allocator
+
+        cls, events, where = allocator.DeviceAllocator, self.events, self._where
+        self._saved = {n: getattr(cls, n) for n in ("_alloc_found_block", "free", "_alloc_block", "_release_block")}
+        saved = self._saved
+
+        def found(alloc, block, pool, stream, size, orig_size):
+            out = saved["_alloc_found_block"](alloc, block, pool, stream, size, orig_size)
+            events.append(["alloc", _block(orig_size), where(), out.ptr])
+            return out
+
+        def free(alloc, block):
+            events.append(["free", _block(block.requested_size), where(), block.ptr])
+            saved["free"](alloc, block)
+
+        def segment(alloc, pool, stream, size, is_retry):
+            out = saved["_alloc_block"](alloc, pool, stream, size, is_retry)
+            if out is not None:
+                events.append(["segment_alloc", size, where(), out.ptr])
+            return out
+
+        def release(alloc, block):
+            events.append(["segment_free", block.size, where(), block.ptr])
+            saved["_release_block"](alloc, block)
+
+        cls._alloc_found_block, cls.free, cls._alloc_block, cls._release_block = found, free, segment, release
+
+    def stop(self) -> list[list]:
+        if self.fake:
+            from fakegpu.fakecuda import allocator
+
+            for name, fn in self._saved.items():
+                setattr(allocator.DeviceAllocator, name, fn)
+            return _locate(self.events)
+        snap = torch.cuda.memory._snapshot()
+        torch.cuda.memory._record_memory_history(enabled=None)
+        out = []
+        for e in snap["device_traces"][0]:
+            if e["action"] not in ("alloc", "free_requested", "segment_alloc", "segment_free"):
+                continue
+            frames = [f for f in e.get("frames", []) if f["filename"].endswith(".py")]
+            where = f"{Path(frames[0]['filename']).name}:{frames[0]['line']}:{frames[0]['name']}" if frames else ""
+            size = e["size"] if e["action"].startswith("segment") else _block(e["size"])
+            out.append([{"free_requested": "free"}.get(e["action"], e["action"]), size, where, e["addr"]])
+        return _locate(out)
+
+
+def _block(requested: int) -> int:
+    """A request as the allocator's 512-byte granule (native mode's trace records requests, not blocks)."""
+    return max(512, -(-requested // 512) * 512)
+
+
+def _locate(events: list[list]) -> list[list]:
+    """Addresses as segment ordinal + offset, comparable across the modes' address spaces ("?" for blocks in
+    segments made before the trace began)."""
+    segments: list[tuple[int, int, int]] = []
+    for e in events:
+        action, size, _where, addr = e
+        if action == "segment_alloc":
+            segments.append((addr, size, len(segments)))
+            e[3] = f"s{len(segments) - 1}"
+            continue
+        seg = next((s for s in segments if s[0] <= addr < s[0] + s[1]), None)
+        e[3] = f"s{seg[2]}+{addr - seg[0]}" if seg else "?"
+    return events
+
+
 # -- workloads: name -> function(meter)
 
 WORKLOADS: dict[str, Callable[[Meter], None]] = {}
@@ -108,6 +200,49 @@ def linear_fwd_bwd(m: Meter) -> None:
     m.mark("setup")
     layer(x).sum().backward()
     m.mark("backward")
+
+
+@workload
+def gradient_accumulation(m: Meter) -> None:
+    """One tensor read by two branches: the engine sums their gradients in place on CUDA (out of place would
+    hold a third gradient-sized tensor at the peak)."""
+    h = on_dev(cpu_randn(2048, 1024)).requires_grad_()
+    m.mark("setup")
+    y = h.relu() + h.sigmoid()
+    m.mark("forward")
+    y.sum().backward()
+    m.mark("backward")
+
+
+REDUCTIONS = [  # (name, shape, dtype, op): bias-gradient sums, losses' means, norms, over several layouts
+    ("sum0_1024x256", (1024, 256), torch.float32, lambda x: x.sum(0)),
+    ("sum0_1024x1024", (1024, 1024), torch.float32, lambda x: x.sum(0)),
+    ("sum01_64x16x768", (64, 16, 768), torch.float32, lambda x: x.sum((0, 1))),
+    ("sum1_1024x256", (1024, 256), torch.float32, lambda x: x.sum(1)),
+    ("sum_last_8x512x512", (8, 512, 512), torch.float32, lambda x: x.sum(-1)),
+    ("sum_mid_8x512x512", (8, 512, 512), torch.float32, lambda x: x.sum(1)),
+    ("sum0_transposed", (256, 1024), torch.float32, lambda x: x.t().sum(0)),
+    ("mean_all_16x64x256", (16, 64, 256), torch.float32, lambda x: x.mean()),
+    ("sum0_bf16_4096x64", (4096, 64), torch.bfloat16, lambda x: x.sum(0)),
+    ("sum_all_fp16_1M", (1 << 20,), torch.float16, lambda x: x.sum()),
+    ("amax0_1024x256", (1024, 256), torch.float32, lambda x: x.amax(0)),
+    ("norm0_1024x256", (1024, 256), torch.float32, lambda x: torch.linalg.vector_norm(x, dim=0)),
+    ("var0_1024x256", (1024, 256), torch.float32, lambda x: x.var(0)),
+    ("argmax0_1024x256", (1024, 256), torch.float32, lambda x: x.argmax(0)),
+    ("any0_1024x256", (1024, 256), torch.float32, lambda x: (x > 0).any(0)),
+    ("sum0_small_16x8", (16, 8), torch.float32, lambda x: x.sum(0)),
+]
+
+
+@workload
+def reductions(m: Meter) -> None:
+    """One checkpoint per reduction: CUDA's split reductions take a staging buffer and semaphores for the call."""
+    for i, (name, shape, dtype, op) in enumerate(REDUCTIONS):
+        x = on_dev(cpu_randn(*shape, seed=i)).to(dtype)
+        m.mark(f"{name}:input")
+        y = op(x)
+        m.mark(name)
+        del x, y
 
 
 @workload
@@ -320,6 +455,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--ops", default="")
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--trace", action="store_true", help="record each workload's allocator events")
     args = ap.parse_args(argv)
     torch.ones(1, device=DEV)  # the context, and the first segment's rounding, before any case
     doc: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
@@ -328,8 +464,11 @@ def main(argv: list[str]) -> int:
         for name in args.names or list(WORKLOADS):
             try:
                 m = Meter()
+                trace = Trace() if args.trace else None
                 WORKLOADS[name](m)
                 doc["cases"][name] = {"points": m.points}
+                if trace:
+                    doc["cases"][name]["trace"] = trace.stop()
             except Exception as exc:
                 doc["cases"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     else:
