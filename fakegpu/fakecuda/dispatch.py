@@ -90,7 +90,14 @@ class ChargeMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        if in_backward():
+            # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
+            # arguments to the function mode, which would charge the outputs before this mode can put the
+            # kernel's own buffers in CUDA's order around them.
+            with torch._C.DisableTorchFunction():
+                out = func(*args, **kwargs)
+        else:
+            out = func(*args, **kwargs)
         if getattr(_local, "off", 0):
             return out
         index = self._device(args, kwargs)
@@ -99,14 +106,55 @@ class ChargeMode(TorchDispatchMode):
         if func is aten.add.Tensor and in_backward():
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):
-                return out  # a plain gradient made in C++; badged ones come through kernels.py's handler
-        self._charge(out, index, _written(func, args, kwargs), func)
+                return out
         packet = func.overloadpacket
+        if packet is aten.convolution_backward:
+            self._convolution_backward(index, args, out)
+            return out
+        held = [self.runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
+        self._charge(out, index, _written(func, args, kwargs), func)
+        if held:
+            if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
+                self._transient(index, [_nbytes(args[0])])  # dY made contiguous inside the kernel
+            for block in reversed(held):
+                self.runtime.free(index, block)
+        elif packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
+            self._transient(index, [_nbytes(args[0])])
         if packet in _GEMMS and _calls_cublas(packet, args):
             self._gemm(packet, index, args, kwargs)
         elif packet in _REDUCTIONS:
             self._reduction(func, index, args, kwargs)
         return out
+
+    def _transient(self, index: int, sizes: list[int]) -> None:
+        """Buffers a kernel takes after its outputs and gives back before it returns (last taken, first freed)."""
+        blocks = [self.runtime.malloc(index, n) for n in sizes if n]
+        for block in reversed(blocks):
+            self.runtime.free(index, block)
+
+    def _convolution_backward(self, index: int, args: tuple, out: tuple) -> None:
+        """cuDNN's backward, as ATen drives it: grad_output made contiguous first (a transposed gradient from a
+        layer norm over channels-last features is not), grad_input and grad_weight, the copy freed, then
+        grad_bias as a sum of grad_output over all but the channel dim (a split reduction, reduce.py)."""
+        grad_output = args[0]
+        copy = None if _is_contiguous(grad_output) else self.runtime.malloc(index, _nbytes(grad_output))
+        grad_input, grad_weight, grad_bias = out
+        for t in (grad_input, grad_weight):
+            if t is not None:
+                self._charge(t, index, set())
+        if copy is not None:
+            self.runtime.free(index, copy)
+        if grad_bias is not None:
+            self._charge(grad_bias, index, set())
+            reduced = set(range(grad_output.dim())) - {1}
+            self._staging(index, grad_output, reduced, _REDUCTIONS[aten.sum](grad_output.dtype))
+
+    def _staging(self, index: int, x: torch.Tensor, reduced: set[int], launch: reduce.Launch) -> None:
+        profile = self.runtime.devices[index].profile
+        sizes = reduce.scratch(list(x.shape), list(x.stride()), reduced, launch, profile.sm_count,
+                               profile.data["sm_limits"]["max_threads_per_sm"], x.storage_offset())
+        if sizes[0]:
+            self._transient(index, list(sizes))
 
     def _reduction(self, func, index: int, args: tuple, kwargs: dict) -> None:
         """A reduction split across blocks: its staging buffer and semaphores, for the launch only (allocated
@@ -117,15 +165,7 @@ class ChargeMode(TorchDispatchMode):
         reduced = _reduced_dims(func, x, args, kwargs)
         if reduced is None:
             return
-        launch = _REDUCTIONS[func.overloadpacket](x.dtype)
-        profile = self.runtime.devices[index].profile
-        sizes = reduce.scratch(list(x.shape), list(x.stride()), reduced, launch, profile.sm_count,
-                               profile.data["sm_limits"]["max_threads_per_sm"], x.storage_offset())
-        if sizes[0]:
-            staging = self.runtime.malloc(index, sizes[0])
-            semaphores = self.runtime.malloc(index, sizes[1])
-            self.runtime.free(index, semaphores)
-            self.runtime.free(index, staging)
+        self._staging(index, x, reduced, _REDUCTIONS[func.overloadpacket](x.dtype))
 
     def _gemm(self, packet, index: int, args: tuple, kwargs: dict) -> None:
         """What a cuBLAS call takes beyond its output, for the call only: a contiguous copy of each operand
@@ -173,6 +213,24 @@ class ChargeMode(TorchDispatchMode):
             if type(o) in _PLAIN and o.layout is torch.strided and o.device.type == "cpu" and (
                     not written or o.untyped_storage()._cdata not in written):
                 self.tracker.account(o, index)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _is_contiguous(t: Any) -> bool:
+    return not isinstance(t, torch.Tensor) or t.is_contiguous()
+
+
+def _contiguous_copies(packet, args: tuple) -> list[int]:
+    """Bytes of the inputs a CUDA kernel copies to a contiguous buffer before its outputs and frees after them:
+    layer norm's input, forward and backward (ATen's expect_contiguous)."""
+    if packet is aten.native_layer_norm and not _is_contiguous(args[0]):
+        return [_nbytes(args[0])]
+    if packet is aten.native_layer_norm_backward and not _is_contiguous(args[1]):
+        return [_nbytes(args[1])]
+    return []
 
 
 def _acc_bytes(dtype: torch.dtype) -> int:

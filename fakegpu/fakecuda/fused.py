@@ -9,9 +9,10 @@ saves the RNG state, and in backward recomputes forward and backward on the CPU 
 mask, and the gradients, equal the math path's) while charging the gradients and the kernel's backward
 temporaries. Sizes follow ATen's kernels (sdp_utils and the flash / mem-efficient entry points): the
 logsumexp is (B, H, L) for flash, (B, H, L rounded up to 32) for efficient; flash's backward takes a float32
-dq accumulator (B, L rounded up to 128, H, D rounded up to 8) and softmax_d (B, H, L rounded up to 128); the
-rest of the backward's temporaries were measured in native mode (see backward). The harness
-(tests/memory_fidelity) measures what remains.
+dq accumulator (B, L rounded up to 128, H, D rounded up to 8) and softmax_d (B, H, L rounded up to 128). The
+order of every buffer, forward and backward, and the layout of the gradients follow native mode's allocator
+trace (`python -m tests.memory_fidelity.harness --trace sdpa_causal_fp32`), which they equal event for event
+on the harness's attention workloads.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ from fakegpu.fakecuda.tensor import StorageTracker
 
 def _up(n: int, m: int) -> int:
     return -(-n // m) * m
+
+
+def _layout(t: torch.Tensor, backend: str) -> tuple[int, ...]:
+    if backend == "flash" or t.dim() != 4:
+        return t.stride()
+    _, h, n, d = t.shape
+    return (n * h * d, d, h * d, 1)
 
 
 def _charged(tracker: StorageTracker, index: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -49,32 +57,61 @@ class FusedAttention(torch.autograd.Function):
             # the usual next step, is then a view, not a copy
             out = math.transpose(1, 2).contiguous().transpose(1, 2)
             del math
-        tracker.account(out, index)
         b, h, lq = q.shape[0], q.shape[1], q.shape[2]
-        lse = _charged(tracker, index, (b, h, lq if backend == "flash" else _up(lq, 32)), torch.float32)
+        # the kernels' philox seed and offset (one int64 each) and the float32 logsumexp, in each kernel's order
+        # (native mode's allocator trace): the seed and offset are device tensors only without dropout (with
+        # it they are CPU scalars outside graph capture); efficient makes them first, flash after its outputs
+        def rng() -> tuple[torch.Tensor | None, ...]:
+            if dropout_p > 0:
+                return None, None
+            return tuple(_charged(tracker, index, (), torch.int64) for _ in range(2))
+
+        if backend == "flash":
+            tracker.account(out, index)
+            lse = _charged(tracker, index, (b, h, lq), torch.float32)
+            seed, offset = rng()
+        else:
+            seed, offset = rng()
+            tracker.account(out, index)
+            lse = _charged(tracker, index, (b, h, _up(lq, 32)), torch.float32)
         ctx.options = (dropout_p, is_causal, scale, backend, index, tracker)
         # the output too: CUDA's backward reads it, so it stays allocated until the graph goes
         # (and the logsumexp: saved tensors, unlike ctx attributes, are released once backward has run)
-        ctx.save_for_backward(q, k, v, out, lse, mask if isinstance(mask, torch.Tensor) else None)
+        rng = (seed, offset) if backend == "flash" else (offset, seed)
+        ctx.save_for_backward(q, k, v, out, lse, *rng, mask if isinstance(mask, torch.Tensor) else None)
         ctx.mask_value = None if isinstance(mask, torch.Tensor) else mask
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, _out, _lse, mask = ctx.saved_tensors
+        q, k, v, _out, _lse, _seed, _offset, mask = ctx.saved_tensors
         mask = mask if mask is not None else ctx.mask_value
         dropout_p, is_causal, scale, backend, index, tracker = ctx.options
+        rt = tracker.runtime
         b, h, lq, d = q.shape
-        # Measured in native mode (PyTorch's own flash / mem-efficient backward on simulated memory), over B, H, L
-        # and D doubled one at a time: beyond dq, dk, dv both take two more buffers of q's size for the call, and
-        # per (B, H, L) row float32 state: flash one buffer (softmax_d) plus its float32 dq accumulator, efficient
-        # two buffers.
-        temps = [_charged(tracker, index, tuple(q.shape), q.dtype) for _ in range(2)]
+        size = q.numel() * q.element_size()
+        # The kernels' buffers in the order native mode's trace shows them (PyTorch's own flash / mem-efficient
+        # backward on simulated memory): flash takes two buffers of q's size, then dq, dk, dv, then per-row
+        # float32 softmax_d and a float32 dq accumulator (B, L rounded up to 128, H, D rounded up to 8);
+        # efficient takes one q-sized buffer, dq, dk, dv, a second q-sized buffer and two float32 (B, H, L)
+        # rows, then a float32 workspace of (L x D + L / 16) per batch and head.
         if backend == "flash":
-            temps.append(_charged(tracker, index, (b, _up(lq, 128), h, _up(d, 8)), torch.float32))
-            temps.append(_charged(tracker, index, (b, h, _up(lq, 128)), torch.float32))
+            temps = [rt.malloc(index, size) for _ in range(2)]
+            grad_blocks = [rt.malloc(index, t.numel() * t.element_size()) for t in (q, k, v)]
+            softmax_d = rt.malloc(index, b * h * _up(lq, 128) * 4)
+            accumulator = rt.malloc(index, b * _up(lq, 128) * h * _up(d, 8) * 4)
+            for block in (accumulator, softmax_d, *reversed(temps)):
+                rt.free(index, block)
         else:
-            temps += [_charged(tracker, index, (b, h, lq), torch.float32) for _ in range(2)]
+            first = rt.malloc(index, size)
+            grad_blocks = [rt.malloc(index, t.numel() * t.element_size()) for t in (q, k, v)]
+            second = rt.malloc(index, size)
+            rows = [rt.malloc(index, b * h * lq * 4) for _ in range(2)]
+            rt.free(index, rows[0])
+            rt.free(index, second)
+            workspace = rt.malloc(index, b * h * (_up(lq, 16) * _up(d, 8) + _up(lq, 16) // 16) * 4)
+            for block in (rows[1], workspace, first):
+                rt.free(index, block)
         wanted = [t.requires_grad for t in (q, k, v)]
         with torch._C.DisableTorchFunction(), suspended(), torch.enable_grad():
             state = torch.get_rng_state() if ctx.rng is not None else None
@@ -90,10 +127,17 @@ class FusedAttention(torch.autograd.Function):
                 if state is not None:
                     torch.set_rng_state(state)
             grads = [next(got) if w else None for w in wanted]
-        for g in grads:
-            if g is not None:
-                tracker.account(g, index)
-        del temps  # the kernel's temporaries end with the call
+            # each kernel's gradient layout, which decides whether AccumulateGrad keeps it as `.grad` or copies
+            # it into the parameter's layout: flash writes its inputs' layout, efficient a (B, L, H, D) buffer
+            # returned transposed (the math path's come out in the layouts of its own products)
+            grads = [g if g is None or g.stride() == _layout(t, backend) else
+                     torch.empty_strided(t.shape, _layout(t, backend), dtype=g.dtype).copy_(g)
+                     for g, t in zip(grads, (q, k, v), strict=True)]
+        for g, block in zip(grads, grad_blocks, strict=True):
+            if g is None:
+                rt.free(index, block)  # the kernel writes all three; autograd drops the unwanted ones
+            else:
+                tracker.account(g, index, block)
         return (*grads, None, None, None, None, None, None, None)
 
 

@@ -31,10 +31,10 @@ import torch
 import torch.nn.functional as F
 
 from fakegpu.fakecuda import amp, fused
-from fakegpu.fakecuda.backward import accumulated_in_place, in_backward, under_mode
+from fakegpu.fakecuda.backward import under_mode
 from fakegpu.fakecuda.dtensor import badge_locals
 from fakegpu.fakecuda.mode import FakeCudaMode, register
-from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
+from fakegpu.fakecuda.tensor import FAKE_TYPES
 
 _autocast_on = torch.is_autocast_enabled
 _HALF = (torch.float16, torch.bfloat16)
@@ -121,21 +121,6 @@ def _linear(mode: FakeCudaMode, func, args, kwargs):
         x, weight, bias = bound["input"], bound["weight"], bound["bias"]
     with torch.autocast("cuda", enabled=False):
         return under_mode(mode, _cuda_linear)(x, weight, bias)
-
-
-@register(torch.ops.aten.add.Tensor)
-def _engine_add(mode: FakeCudaMode, func, args, kwargs):
-    """The autograd engine's sum of two gradients, when one of them already reached Python (so the call comes
-    here first): the in-place accumulation CUDA makes (backward.accumulated_in_place), not a new tensor."""
-    if not in_backward():
-        return mode.run_default(func, args, kwargs)
-    out = func(*args, **kwargs)
-    source = accumulated_in_place(args, kwargs, out)
-    taken = mode.tracker.take(source) if source is not None and type(out) is torch.Tensor else None
-    if taken is None:
-        index = mode._common_device(func, args, kwargs)
-        return out if index is None else mode._badge_outputs(out, index, args)
-    return badge(out, taken[0], mode.tracker, taken[1])
 
 
 _skip = threading.local()
