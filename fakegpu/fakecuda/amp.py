@@ -12,6 +12,12 @@ The op lists are CUDA's, as the AMP documentation states them ("CUDA Ops that ca
 "promote to the widest input type") plus the ops torch's own CUDA autocast test list exercises; the tests run
 torch's list (torch.testing._internal.autocast_test_lists) against this table.
 
+Two details of CUDA's autocast that decide when the copies are allocated and freed (found against native mode's
+allocator trace): its wrappers cast the arguments of a call right to left (C++ leaves argument evaluation order
+open and GCC, which builds PyTorch, goes right to left), and it caches the casts of leaf tensors that require
+grad (parameters) until the outermost autocast region ends (torch.clear_autocast_cache), so a weight used twice
+is cast once and its low-precision copy lives as long as the region.
+
 Known difference: torch's autocast runs at the ATen level, so composite ops decompose and each inner op gets its
 rule. Here a Python-level composite is one call; the common ones are given the rule of their result (cross
 entropy is float32 because its log_softmax is; multi-head attention ends in a linear projection).
@@ -126,9 +132,39 @@ def cast_args(mode, func, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
     def cast(x: Any) -> Any:
         if _eligible(x) and x.dtype is not target:
-            return badge(x.to(target), x._fc_index, mode.tracker)
+            return _cached_cast(mode, x, target)
         if type(x) is list or type(x) is tuple:
             return type(x)(cast(y) for y in x)
         return x
 
-    return tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+    cast_kwargs = {k: cast(kwargs[k]) for k in reversed(list(kwargs))}
+    cast_args = [cast(a) for a in reversed(args)]
+    return tuple(reversed(cast_args)), {k: cast_kwargs[k] for k in kwargs}
+
+
+# (id of the leaf, target dtype) -> (the leaf, its cast); the leaf is held so its id cannot be reused
+_cache: dict[tuple[int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+_clear_autocast_cache = torch.clear_autocast_cache
+
+
+def _cached_cast(mode, x: torch.Tensor, target: torch.dtype) -> torch.Tensor:
+    cacheable = x.is_leaf and x.requires_grad and torch.is_autocast_cache_enabled()
+    key = (id(x), target)
+    if cacheable:
+        hit = _cache.get(key)
+        if hit is not None and hit[0] is x:
+            return hit[1]
+    out = badge(x.to(target), x._fc_index, mode.tracker)
+    if cacheable:
+        _cache[key] = (x, out)
+    return out
+
+
+def clear_autocast_cache() -> None:
+    """torch.clear_autocast_cache, which autocast's outermost exit calls, clearing fakecuda's cache as well."""
+    _cache.clear()
+    _clear_autocast_cache()
+
+
+def replacements() -> list[tuple[Any, str, Any]]:
+    return [(torch, "clear_autocast_cache", clear_autocast_cache)]

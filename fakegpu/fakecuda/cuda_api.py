@@ -17,6 +17,7 @@ import torch.cuda.memory
 import torch.cuda.random
 
 from fakegpu.fakecuda import (
+    amp,  # autocast's cast cache, cleared with torch's
     backward,
     kernels,  # CUDA's kernel choices (dropout, attention) as handlers; the optimizers' foreach types
     persist,
@@ -258,7 +259,7 @@ class FakeCudaApi:
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
         ]
-        pairs += kernels.replacements()
+        pairs += kernels.replacements() + amp.replacements()
         a = torch.accelerator
         pairs += [
             (a, "is_available", self.is_available),

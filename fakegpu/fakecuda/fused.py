@@ -1,4 +1,6 @@
-"""Fused CUDA attention, emulated on the CPU: the math path's numbers, the fused kernel's memory.
+"""Fused CUDA kernels, emulated on the CPU: the composite's numbers, the fused kernel's memory.
+
+Attention first, then RMSNorm (at the end of this file).
 
 CUDA's flash and memory-efficient attention kernels keep nothing in device memory but their outputs: the
 attention output and a float32 logsumexp per query row, saved for backward, which recomputes the attention
@@ -94,7 +96,8 @@ class FusedAttention(torch.autograd.Function):
         # backward on simulated memory): flash takes two buffers of q's size, then dq, dk, dv, then per-row
         # float32 softmax_d and a float32 dq accumulator (B, L rounded up to 128, H, D rounded up to 8);
         # efficient takes one q-sized buffer, dq, dk, dv, a second q-sized buffer and two float32 (B, H, L)
-        # rows, then a float32 workspace of (L x D + L / 16) per batch and head.
+        # rows, then a float32 workspace of (L x D + L / 16) per batch and head. (GPT-2's attention, whose q, k
+        # and v are views of one projection, shows one q-sized buffer fewer: within 1% of its peak, not modeled.)
         if backend == "flash":
             temps = [rt.malloc(index, size) for _ in range(2)]
             grad_blocks = [rt.malloc(index, t.numel() * t.element_size()) for t in (q, k, v)]
@@ -144,3 +147,54 @@ class FusedAttention(torch.autograd.Function):
 def attention(q, k, v, mask: Any, dropout_p: float, is_causal: bool, scale, backend: str, index: int,
               tracker: StorageTracker) -> torch.Tensor:
     return FusedAttention.apply(q, k, v, mask, dropout_p, is_causal, scale, backend, index, tracker)
+
+
+class FusedRMSNorm(torch.autograd.Function):
+    """CUDA's rms_norm is one kernel (`_fused_rms_norm`) that keeps only the output and a float32 reciprocal
+    RMS per row, and whose backward makes dx and the weight gradient and nothing else (native mode's trace);
+    the CPU build runs a composite that keeps its squares, mean and normalized input for backward."""
+
+    @staticmethod
+    def forward(ctx, x, normalized_shape, weight, eps, index: int, tracker: StorageTracker):
+        with torch._C.DisableTorchFunction(), suspended():
+            out = F.rms_norm(x, normalized_shape, weight, eps)
+        tracker.account(out, index)
+        rows = tuple(x.shape[:x.dim() - len(normalized_shape)]) + (1,) * len(normalized_shape)
+        acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        rstd = _charged(tracker, index, rows, acc)
+        ctx.options = (tuple(normalized_shape), eps, index, tracker)
+        ctx.save_for_backward(x, weight, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight, _rstd = ctx.saved_tensors
+        normalized_shape, eps, index, tracker = ctx.options
+        rt = tracker.runtime
+        wanted = [ctx.needs_input_grad[0], weight is not None and ctx.needs_input_grad[2]]
+        blocks = [rt.malloc(index, x.numel() * x.element_size()),
+                  rt.malloc(index, weight.numel() * weight.element_size()) if wanted[1] else None]
+        with torch._C.DisableTorchFunction(), suspended(), torch.enable_grad():
+            leaves = [x.detach().requires_grad_(wanted[0]),
+                      None if weight is None else weight.detach().requires_grad_(wanted[1])]
+            out = F.rms_norm(leaves[0], normalized_shape, leaves[1], eps)
+            needed = [t for t, w in zip(leaves, wanted, strict=True) if w]
+            got = iter(torch.autograd.grad(out, needed, grad) if needed else ())
+            grads = [next(got) if w else None for w in wanted]
+        final = []
+        for g, t, block in zip(grads, (x, weight), blocks, strict=True):
+            if g is None:
+                if block is not None:
+                    rt.free(index, block)
+                final.append(None)
+                continue
+            if g.stride() != t.stride():  # the kernel writes its inputs' layout (AccumulateGrad keeps it)
+                g = torch.empty_strided(t.shape, t.stride(), dtype=g.dtype).copy_(g)
+            tracker.account(g, index, block)
+            final.append(g)
+        grads = final
+        return grads[0], None, grads[1], None, None, None
+
+
+def rms_norm(x, normalized_shape, weight, eps, index: int, tracker: StorageTracker) -> torch.Tensor:
+    return FusedRMSNorm.apply(x, normalized_shape, weight, eps, index, tracker)

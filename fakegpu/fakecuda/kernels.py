@@ -17,6 +17,7 @@ and is checked there.
   input), ATen's linear is a matmul followed by an in-place add of the bias. Under any dispatch mode (fakecuda
   charges memory through one) ATen takes its composite-compliant branch instead, an out-of-place add: one more
   output-sized tensor per call. fakecuda runs CUDA's sequence itself.
+- rms_norm: on CUDA one fused kernel (fused.py's FusedRMSNorm).
 - optimizers: torch picks foreach (and allows fused) only for parameters of the plain tensor types, so fake CUDA
   parameters must count as those, or every optimizer falls back to its for-loop implementation, whose
   temporaries are one tensor at a time where CUDA's foreach default makes them for all parameters at once.
@@ -121,6 +122,24 @@ def _linear(mode: FakeCudaMode, func, args, kwargs):
         x, weight, bias = bound["input"], bound["weight"], bound["bias"]
     with torch.autocast("cuda", enabled=False):
         return under_mode(mode, _cuda_linear)(x, weight, bias)
+
+
+@register(F.rms_norm)
+def _rms_norm(mode: FakeCudaMode, func, args, kwargs):
+    names = ("input", "normalized_shape", "weight", "eps")
+    bound = {"weight": None, "eps": None, **dict(zip(names, args, strict=False)), **kwargs}
+    x, weight = bound["input"], bound["weight"]
+    index = mode._common_device(func, args, kwargs)
+    if (index is None or type(x) not in FAKE_TYPES or not x.dtype.is_floating_point or
+            (weight is not None and type(weight) not in FAKE_TYPES)):
+        return mode.run_default(func, args, kwargs)
+    if _autocast_on("cuda"):
+        args, kwargs = amp.cast_args(mode, func, args, kwargs)
+        bound = {"weight": None, "eps": None, **dict(zip(names, args, strict=False)), **kwargs}
+    shape = bound["normalized_shape"]
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    out = fused.rms_norm(bound["input"], shape, bound["weight"], bound["eps"], index, mode.tracker)
+    return mode._badge_outputs(out, index, ())
 
 
 _skip = threading.local()

@@ -185,3 +185,25 @@ def test_bf16_autocast_raises_torchs_error_when_the_device_cannot_hold_bf16(fake
     with pytest.raises(RuntimeError, match=r"Current CUDA Device does not support bfloat16\. Please switch dtype"):
         torch.autocast("cuda", dtype=torch.bfloat16)
     torch.autocast("cuda", dtype=torch.float16)  # float16 stays allowed
+
+
+def test_parameter_casts_are_cached_for_the_autocast_region(fakecuda):
+    # CUDA autocast casts a parameter once per region and keeps the copy until the outermost region ends
+    fakecuda("a100")
+    lin = nn.Linear(1024, 1024, bias=False).cuda()  # 4 MiB of float32 weight, a 2 MiB float16 copy
+    x = torch.randn(8, 1024, device="cuda")
+    with torch.no_grad():
+        base = torch.cuda.memory_allocated()
+        with torch.autocast("cuda", dtype=torch.float16):
+            a = lin(x)
+            with_one = torch.cuda.memory_allocated() - base
+            b = lin(x)
+            with_two = torch.cuda.memory_allocated() - base
+            assert a.dtype is torch.float16 and b.dtype is torch.float16
+        after = torch.cuda.memory_allocated() - base
+    out = 8 * 1024 * 2
+    # the first call: the cached weight copy and the output (and, on torch builds that hold it, the cuBLAS
+    # workspace); the second reuses the weight copy; the region's end frees it
+    assert with_one >= 2 * 1024 * 1024 + out
+    assert with_two - with_one < 1024 * 1024
+    assert with_two - after == 2 * 1024 * 1024
