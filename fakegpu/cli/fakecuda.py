@@ -89,6 +89,8 @@ def preflight(
         typer.echo(f"GPU {row['index']}: peak allocated native {_mib(row['native_peak_allocated_bytes'])}, "
                    f"fakecuda {_mib(row['fakecuda_peak_allocated_bytes'])}; peak reserved native "
                    f"{_mib(row['native_peak_reserved_bytes'])}, fakecuda {_mib(row['fakecuda_peak_reserved_bytes'])}")
+    for u in doc.get("uncertainty", []):
+        typer.echo(f"uncertain: {u['op']} x{u['calls']} ({u['direction']}): {u['why']}")
     for note in doc["notes"]:
         typer.echo(f"note: {note}")
     raise typer.Exit(doc["exit_code"])

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fakegpu.fakecuda import reduce
+from fakegpu.fakecuda import fidelity, reduce
 from fakegpu.fakecuda.backward import accumulated_in_place, in_backward
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker
 
@@ -46,6 +46,9 @@ _GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, ate
 # addmm with a 1-D bias is cuBLASLt's fused bias GEMM (linear's forward), with a workspace of its own.
 _LT = {aten.addmm, aten._addmm_activation}
 
+
+# ops fidelity.py knows fakecuda's memory does not match CUDA's for: counted, so reports can say so
+_GAP_PACKETS = {getattr(aten, n): n for n in (*fidelity.KNOWN, *fidelity.UNCHECKED) if hasattr(aten, n)}
 
 # Ops whose CUDA kernel allocates its outputs in another order than it returns them (native mode's trace):
 # dropout makes its mask before its output.
@@ -108,6 +111,10 @@ class ChargeMode(TorchDispatchMode):
             if source is not None and self.tracker.transfer(source, out):
                 return out
         packet = func.overloadpacket
+        gap = _GAP_PACKETS.get(packet)
+        if gap is not None:
+            calls = self.runtime.gap_calls
+            calls[gap] = calls.get(gap, 0) + 1
         if packet is aten.convolution_backward:
             self._convolution_backward(index, args, out)
             return out

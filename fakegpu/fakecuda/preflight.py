@@ -140,6 +140,12 @@ def _document(command: list[str], devices: str, mode: str, returncode: int,
     if mode == "native" and not processes and returncode == 0:
         notes = ["no process initialised CUDA through torch in native mode"]
     ooms = [p["oom"] for p in processes if p["oom"]["occurred"]]
+    uncertain = merge_uncertainty(processes)
+    if uncertain:
+        directions = sorted({u["direction"] for u in uncertain})
+        notes = [*notes, f"the peak may be off where fakecuda's memory is known not to match CUDA's "
+                         f"({', '.join(directions)}): {', '.join(u['op'] for u in uncertain)}; "
+                         f"`--mode native` measures PyTorch's own CUDA path"]
     return {
         "report": PREFLIGHT_REPORT,
         "schema_version": SCHEMA_VERSION,
@@ -157,8 +163,19 @@ def _document(command: list[str], devices: str, mode: str, returncode: int,
             "message": ooms[-1]["message"] if ooms else None,
         },
         "processes": processes,
+        "uncertainty": uncertain,
         "notes": notes,
     }
+
+
+def merge_uncertainty(processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The processes' uncertain ops (fidelity.py) as one list, calls summed, most called first."""
+    merged: dict[str, dict[str, Any]] = {}
+    for p in processes:
+        for u in p.get("uncertainty", []):
+            entry = merged.setdefault(u["op"], {**u, "calls": 0})
+            entry["calls"] += u["calls"]
+    return sorted(merged.values(), key=lambda u: (-u["calls"], u["op"]))
 
 
 def _relative(a: int, b: int) -> float | None:

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from fakegpu.fakecuda.fidelity import uncertainty
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.state import process_name
 
@@ -62,6 +63,7 @@ def process_report(rt: Runtime, uncaught: str | None = None, torch_version: str 
             "requested_bytes": None if last is None else last.requested,
             "message": None if last is None else last.message,
         },
+        "uncertainty": uncertainty(rt.gap_calls),
     }
 
 

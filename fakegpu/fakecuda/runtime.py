@@ -48,6 +48,8 @@ class Runtime:
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
     current_stream: list[int] = field(default_factory=list)
+    # calls to ops whose memory fakecuda is known not to match CUDA's (fidelity.py), by ATen name
+    gap_calls: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:

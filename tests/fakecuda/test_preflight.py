@@ -105,3 +105,33 @@ def test_verdicts():
                                               "it then finished"])
     assert verdict(1, [clean])[0] == "RUNTIME_ERROR"
     assert verdict(0, [])[0] == "RUNTIME_ERROR"
+
+
+@pytest.mark.torch
+def test_uncertain_ops_are_listed_with_the_verdict(tmp_path):
+    pytest.importorskip("torch")
+    code = ("import torch\nx = torch.randn(4096, device='cuda')\n"
+            "for _ in range(3):\n    v, i = torch.sort(x)\n"
+            "y = (x * 2).sum()\n")  # elementwise and reductions: modeled, not listed
+    result, envelope = preflight(tmp_path, "a100", code)
+    assert result.returncode == 0, result.stderr[-2000:]
+    doc = envelope["data"]
+    validate(doc)
+    assert doc["uncertainty"] == [{"op": "aten.sort", "calls": 3, "direction": "low",
+                                   "why": doc["uncertainty"][0]["why"]}]
+    assert "cub" in doc["uncertainty"][0]["why"] and doc["processes"][0]["uncertainty"] == doc["uncertainty"]
+    assert any("aten.sort" in note and "--mode native" in note for note in doc["notes"])
+    human = run_cli("preflight", "--devices", "a100", "--", *doc["command"])
+    assert "uncertain: aten.sort x3 (low)" in human.stdout
+
+
+def test_uncertainty_merges_processes_and_knows_only_listed_ops():
+    from fakegpu.fakecuda.fidelity import gap, uncertainty
+    from fakegpu.fakecuda.preflight import merge_uncertainty
+
+    assert gap("add") is None and gap("sum") is None and gap("sort").direction == "low"
+    assert gap("_linalg_svd").direction == "unchecked" and gap("cumprod").direction == "high"
+    rows = uncertainty({"add": 9, "sort": 2, "_fft_r2c": 5})
+    assert [r["op"] for r in rows] == ["aten._fft_r2c", "aten.sort"]
+    merged = merge_uncertainty([{"uncertainty": rows}, {"uncertainty": uncertainty({"sort": 4})}, {}])
+    assert [(r["op"], r["calls"]) for r in merged] == [("aten.sort", 6), ("aten._fft_r2c", 5)]
