@@ -222,7 +222,6 @@ def prepare(
             FAKEGPU_SEED=seed,
             FAKEGPU_DEVICE_TABLE=str(table),
             FAKEGPU_STATE_DIR=str(state),
-            FAKEGPU_MODE=mode,
         )
         if mode == "native":
             env.pop("FAKEGPU_RUNTIME", None)

@@ -7,7 +7,8 @@
 One line per device, in index order. Keys are the profile's fields flattened with '.', plus the device's
 identity (index, uuid, serial, pci_bus_id, pci.domain, pci.bus, minor_number, profile). Booleans are 0/1;
 lists and the `source` citations are left out (nothing at run time needs them). Values never hold a tab or a
-newline. The hook and `fakegpu run` write it; libnvidia-ml, the CUDA shims and fakecuda read it.
+newline. The hook and `fakegpu run` write it; libnvidia-ml and the CUDA shims read it (fakecuda resolves the
+spec itself).
 """
 
 from __future__ import annotations

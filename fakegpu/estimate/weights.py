@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from fakegpu.estimate.dtypes import FLOAT_DTYPES, payload_bytes
+from fakegpu.estimate.dtypes import FLOAT_DTYPES
 from fakegpu.estimate.safetensors_header import Checkpoint, TensorInfo
 
 # Suffixes of tensors that only describe how another tensor is quantized.
@@ -133,15 +133,3 @@ def _scheme(kinds: Counter[str], quantization: dict) -> str | None:
     if kinds.get("packed:I32"):
         return "gptq-or-awq"
     return None
-
-
-def resident_tensor_sizes(ckpt: Checkpoint, cast_to: str | None) -> list[int]:
-    """Byte size of every tensor once loaded; unquantized float parameters are cast to `cast_to` if given."""
-    names = set(ckpt.tensors)
-    sizes = []
-    for t in ckpt.tensors.values():
-        if cast_to and t.dtype in ("F32", "F16", "BF16", "F64") and classify(t, names) == "param":
-            sizes.append(payload_bytes(cast_to, t.numel))
-        else:
-            sizes.append(t.nbytes)
-    return sizes

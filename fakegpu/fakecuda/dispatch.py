@@ -120,13 +120,10 @@ class ChargeMode(TorchDispatchMode):
             return out
         held = [self.runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
         self._charge(out, index, _written(func, args, kwargs), func)
-        if held:
-            if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
-                self._transient(index, [_nbytes(args[0])])  # dY made contiguous inside the kernel
-            for block in reversed(held):
-                self.runtime.free(index, block)
-        elif packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
-            self._transient(index, [_nbytes(args[0])])
+        if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
+            self._transient(index, [_nbytes(args[0])])  # dY, made contiguous inside the kernel
+        for block in reversed(held):
+            self.runtime.free(index, block)
         if packet in _GEMMS and _calls_cublas(packet, args):
             self._gemm(packet, index, args, kwargs)
         elif packet in _REDUCTIONS:
