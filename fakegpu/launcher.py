@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fakegpu.devices import effective_seed, resolve_devices
+from fakegpu.devices import DEFAULT_DEVICES, effective_seed, resolve_devices
 from fakegpu.devices.table import write_table
 from fakegpu.errors import EXIT_USAGE, FakeGPUError
 
@@ -36,7 +36,6 @@ MODES = ("native", "fakecuda")
 # native mode's device memory: "full" keeps the bytes written to the device; "accounting" reserves address
 # space and counts, but drops writes (device memory reads as zeros), so loading a model costs no host RAM.
 MEMORY_MODES = ("full", "accounting")
-DEFAULT_DEVICES = "a100:1"
 
 # Our libraries, in the order they are preloaded (a library before the ones that link it), and where the
 # nvidia-* wheels put the real ones (torch's preloader layout: nvidia/<folder>/lib/<file>; CUDA 13 wheels share

@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
+from fakegpu.devices import DEFAULT_DEVICES
 from fakegpu.errors import FakeGPUError, UsageError
 
 runtime_app = typer.Typer(help="Register the FakeGPU runtime with Docker (daemon.json).", no_args_is_help=True)
@@ -111,7 +112,7 @@ def uninstall(
 
 @cdi_app.command("generate")
 def cdi_generate(
-    spec: str = typer.Option("a100:1", "--devices", help="Device spec the CDI devices stand for."),
+    spec: str = typer.Option(DEFAULT_DEVICES, "--devices", help="Device spec the CDI devices stand for."),
     output: Path | None = typer.Option(None, "--output", help="Write here (e.g. /etc/cdi/fakegpu.json)."),
 ) -> None:
     """Print or write a CDI spec (kind fakegpu.dev/gpu, devices 0..N-1 and all) that injects through our hook."""

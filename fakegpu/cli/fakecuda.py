@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu.cli.output import emit_json, fail, table
+from fakegpu.devices import DEFAULT_DEVICES
 from fakegpu.errors import FakeGPUError
 
 
@@ -13,7 +14,7 @@ def _mib(n: int) -> str:
 
 
 def demo(
-    devices: str = typer.Option("a100", "--devices", help="Device spec, e.g. 'a100:2'."),
+    devices: str = typer.Option(DEFAULT_DEVICES, "--devices", help="Device spec, e.g. 'a100:2'."),
     steps: int = typer.Option(3, "--steps", min=1, max=100, help="Optimizer steps to run."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -48,7 +49,7 @@ def _verdict_line(doc: dict) -> str:
 
 def preflight(
     command: list[str] = typer.Argument(..., help="The command to run, after `--`, e.g. -- python train.py"),
-    devices: str = typer.Option("a100", "--devices", help="Device spec, e.g. 'a100', 't4:2'."),
+    devices: str = typer.Option(DEFAULT_DEVICES, "--devices", help="Device spec, e.g. 'a100', 't4:2'."),
     mode: str = typer.Option("fakecuda", "--mode", help="fakecuda (PyTorch on the CPU), native (PyTorch's CUDA path "
                                                          "on the CUDA shims, no math) or both (native's verdict, "
                                                          "the two peaks side by side)."),

@@ -5,13 +5,14 @@ from __future__ import annotations
 import typer
 
 from fakegpu.cli.output import fail
+from fakegpu.devices import DEFAULT_DEVICES
 from fakegpu.errors import FakeGPUError
 
 
 def run(
     command: list[str] = typer.Argument(None, help="The command and its arguments (after --)."),
     devices: str | None = typer.Option(
-        None, "--devices", "-d", help="Device spec, e.g. 'a100:2' (default: $FAKEGPU_DEVICES, else a100:1)."
+        None, "--devices", "-d", help=f"Device spec, e.g. 'a100:2' (default: $FAKEGPU_DEVICES, else {DEFAULT_DEVICES})."
     ),
     mode: str = typer.Option(
         "native",

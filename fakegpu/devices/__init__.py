@@ -2,6 +2,7 @@
 
 from fakegpu.devices.device import Device
 from fakegpu.devices.spec import (
+    DEFAULT_DEVICES,
     DEFAULT_SEED,
     MAX_DEVICES,
     MAX_SEED_LENGTH,
@@ -12,5 +13,5 @@ from fakegpu.devices.spec import (
     resolve_devices,
 )
 
-__all__ = ["DEFAULT_SEED", "MAX_DEVICES", "MAX_SEED_LENGTH", "MAX_SPEC_LENGTH", "Device", "check_seed",
-           "effective_seed", "parse_spec", "resolve_devices"]
+__all__ = ["DEFAULT_DEVICES", "DEFAULT_SEED", "MAX_DEVICES", "MAX_SEED_LENGTH", "MAX_SPEC_LENGTH", "Device",
+           "check_seed", "effective_seed", "parse_spec", "resolve_devices"]

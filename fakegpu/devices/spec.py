@@ -21,6 +21,8 @@ MAX_DEVICES = 64
 # native/common/fg_devices.h holds the same numbers (FG_MAX_SPEC_LENGTH, FG_MAX_SEED_LENGTH); a test compares.
 MAX_SPEC_LENGTH = 1024  # bytes of UTF-8
 MAX_SEED_LENGTH = 128
+# What a command that is given no device spec (and finds no FAKEGPU_DEVICES) fakes: one A100.
+DEFAULT_DEVICES = "a100:1"
 DEFAULT_SEED = "0"
 _COUNT = re.compile(r"^[0-9]+$")
 # Board names contain spaces and dashes but never ':' or ','; anything else odd is garbage, not a typo.

@@ -24,12 +24,13 @@ def activate(devices: str | None = None) -> Runtime:
     """Install fakecuda in this process: devices from `devices`, else FAKEGPU_DEVICES, else one a100."""
     if _active:
         raise RuntimeError("fakecuda is already active in this process; deactivate() it first")
+    from fakegpu.devices import DEFAULT_DEVICES
     from fakegpu.fakecuda.cuda_api import FakeCudaApi
     from fakegpu.fakecuda.dispatch import ChargeMode
     from fakegpu.fakecuda.mode import FakeCudaMode
     from fakegpu.fakecuda.runtime import Runtime
 
-    spec = devices or os.environ.get("FAKEGPU_DEVICES") or "a100"
+    spec = devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     runtime = Runtime.from_spec(spec)
     mode = FakeCudaMode(runtime)
     api = FakeCudaApi(mode)
