@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from fakegpu.cli.output import emit_json, fail, table
+from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
+from fakegpu.text import table
 
 app = typer.Typer(help="Multi-node rehearsals: node containers with fake GPUs on this Docker Engine.",
                   no_args_is_help=True)

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 
-from fakegpu.cli.output import emit_json, fail, human_bytes, table
+from fakegpu.cli.output import emit_json, fail
 from fakegpu.devices import effective_seed, resolve_devices
 from fakegpu.devices.table import write_table
 from fakegpu.errors import FakeGPUError
+from fakegpu.text import human_bytes, table
 
 
 def devices(

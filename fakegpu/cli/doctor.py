@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from fakegpu.cli.output import emit_json, table
+from fakegpu.cli.output import emit_json
 from fakegpu.doctor import FAIL, run_checks
 from fakegpu.errors import EXIT_CHECK_FAILED, EXIT_OK
+from fakegpu.text import table
 
 
 def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:

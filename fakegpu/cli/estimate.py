@@ -6,8 +6,9 @@ from pathlib import Path
 
 import typer
 
-from fakegpu.cli.output import emit_json, fail, human_bytes, table
+from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import EXIT_CHECK_FAILED, EXIT_OK, FakeGPUError
+from fakegpu.text import human_bytes, table
 
 calibrate_app = typer.Typer(help="Compare predictions with real measurements.", no_args_is_help=True)
 

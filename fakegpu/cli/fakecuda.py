@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from fakegpu.cli.output import emit_json, fail, table
+from fakegpu.cli.output import emit_json, fail
 from fakegpu.devices import DEFAULT_DEVICES
 from fakegpu.errors import FakeGPUError
+from fakegpu.text import table
 
 
 def _mib(n: int) -> str:

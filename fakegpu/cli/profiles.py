@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from fakegpu.cli.output import emit_json, fail, human_bytes, table
+from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import UnknownProfile, UsageError
 from fakegpu.profiles import Profile, load_catalog
+from fakegpu.text import human_bytes, table
 
 app = typer.Typer(help="Browse the GPU catalog.", no_args_is_help=True)
 

@@ -152,7 +152,7 @@ def build(name: str) -> dict[str, Any]:
 
 
 def summary(doc: dict) -> str:
-    from fakegpu.cli.output import human_bytes, table
+    from fakegpu.text import human_bytes, table
 
     rows = []
     for n in doc["nodes"]:

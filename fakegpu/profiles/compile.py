@@ -101,7 +101,7 @@ def render(catalog: dict[str, Any]) -> str:
 
 def outputs(catalog: dict[str, Any], json_path: Path) -> dict[Path, str]:
     """The compiled files: the JSON catalog and, beside it, the same catalog as a table for C readers."""
-    from fakegpu.devices.table import render_catalog_table
+    from fakegpu.profiles.table import render_catalog_table
 
     table = render_catalog_table(Profile(p) for p in catalog["profiles"])
     return {json_path: render(catalog), json_path.with_suffix(".tbl"): table}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.devices.table import render_catalog_table
 from fakegpu.profiles import Catalog, Profile, load_catalog
+from fakegpu.profiles.table import render_catalog_table
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "native" / "build"

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from fakegpu.devices import resolve_devices
-from fakegpu.devices.table import parse_table, render_catalog_table, render_table, write_table
+from fakegpu.devices.table import render_table, write_table
 from fakegpu.profiles import load_catalog
 from fakegpu.profiles.catalog import COMPILED_CATALOG
+from fakegpu.profiles.table import parse_table, render_catalog_table
 
 
 def test_table_round_trips_identity_and_profile_facts(tmp_path: Path) -> None:

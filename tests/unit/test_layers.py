@@ -1,0 +1,82 @@
+"""Imports point down: library code never imports the CLI, and fakegpu's subpackages import each other in one
+direction only (no cycle of any length). Parsed from the sources, so a lazy import inside a function counts."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from itertools import pairwise
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "fakegpu"
+
+
+def _unit(path: Path) -> str:
+    """The top-level part of fakegpu a file belongs to: a subpackage, or a module directly under fakegpu/."""
+    rel = path.relative_to(PACKAGE).with_suffix("").parts
+    return rel[0]
+
+
+def _imports(path: Path) -> list[tuple[str, int]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, node.lineno))
+    return found
+
+
+def _graph() -> dict[str, dict[str, list[str]]]:
+    """unit -> unit it imports -> where ("file:line")."""
+    graph: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for path in PACKAGE.rglob("*.py"):
+        src = _unit(path)
+        for name, line in _imports(path):
+            parts = name.split(".")
+            if parts[0] == "fakegpu" and len(parts) > 1 and parts[1] != src:
+                graph[src][parts[1]].append(f"{path.relative_to(PACKAGE.parent)}:{line}")
+    return graph
+
+
+def test_library_code_never_imports_the_cli():
+    upward = [where for src, targets in _graph().items() if src not in ("cli", "__main__")
+              for where in targets.get("cli", [])]
+    assert not upward, f"library modules import fakegpu.cli: {upward}"
+
+
+def test_no_import_cycle_between_fakegpu_units():
+    graph = _graph()
+    seen: dict[str, int] = {}  # 1 on the current path, 2 done
+
+    def visit(unit: str, path: list[str]) -> list[str] | None:
+        seen[unit] = 1
+        for nxt in graph.get(unit, {}):
+            if seen.get(nxt) == 1:
+                return [*path[path.index(nxt):], nxt] if nxt in path else [*path, nxt]
+            if nxt not in seen:
+                cycle = visit(nxt, [*path, nxt])
+                if cycle:
+                    return cycle
+        seen[unit] = 2
+        return None
+
+    for unit in sorted(graph):
+        if unit not in seen:
+            cycle = visit(unit, [unit])
+            assert cycle is None, "import cycle: " + " -> ".join(cycle) + "\n" + "\n".join(
+                f"{a} -> {b}: {graph[a][b][:3]}" for a, b in pairwise(cycle))
+
+
+def test_the_check_sees_a_planted_cycle(tmp_path, monkeypatch):
+    # the cycle check is only worth something if it fails on a cycle
+    for unit, target in (("alpha", "beta"), ("beta", "alpha")):
+        (tmp_path / unit).mkdir()
+        (tmp_path / unit / "__init__.py").write_text(f"def f():\n    import fakegpu.{target}\n")
+    monkeypatch.setattr(__import__(__name__, fromlist=["PACKAGE"]), "PACKAGE", tmp_path)
+    try:
+        test_no_import_cycle_between_fakegpu_units()
+    except AssertionError as e:
+        assert "alpha -> beta -> alpha" in str(e)
+    else:
+        raise AssertionError("a planted cycle went unnoticed")
