@@ -228,7 +228,7 @@ def prepare(
             env.setdefault("FAKEGPU_CUDA_VERSION", NATIVE_CUDA_VERSION)
             if memory is not None:
                 env["FAKEGPU_MEMORY"] = memory
-            if report_dir is not None:  # one fakegpu-native-<pid>.json per process (native/cuda/report.schema.json)
+            if report_dir is not None:  # one fakegpu-native-<pid>.json per process (reports: native-process)
                 Path(report_dir).mkdir(parents=True, exist_ok=True)
                 env["FAKEGPU_REPORT_DIR"] = str(Path(report_dir).resolve())
             lib_folder = str(libs[0].parent.resolve())

@@ -1,9 +1,5 @@
-"""The CLI's output: a versioned JSON envelope for machines (text tables for people: fakegpu.text).
-
-Envelope (stable; pinned by tests):
-    {"schema": "fakegpu.cli/v1", "command": "devices", "status": "ok"|"error", "exit_code": 0,
-     "data": ..., "errors": [{"code": "...", "message": "..."}]}
-"""
+"""The CLI's output: every --json result in the one envelope (fakegpu.reports.envelope), errors once, in the
+asked-for format. Text tables for people are fakegpu.text's."""
 
 from __future__ import annotations
 
@@ -15,19 +11,7 @@ from typing import Any
 import typer
 
 from fakegpu.errors import EXIT_OK, FakeGPUError
-
-ENVELOPE_SCHEMA = "fakegpu.cli/v1"
-
-
-def envelope(command: str, data: Any, exit_code: int = EXIT_OK, errors: Sequence[dict[str, str]] = ()) -> dict:
-    return {
-        "schema": ENVELOPE_SCHEMA,
-        "command": command,
-        "status": "ok" if exit_code == EXIT_OK else "error",
-        "exit_code": exit_code,
-        "data": data,
-        "errors": list(errors),
-    }
+from fakegpu.reports import envelope
 
 
 def emit_json(command: str, data: Any, exit_code: int = EXIT_OK, errors: Sequence[dict[str, str]] = ()) -> None:

@@ -31,7 +31,7 @@ def run(
         None,
         "--report-dir",
         help="native mode: each process writes fakegpu-native-<pid>.json there at exit "
-        "(schema: native/cuda/report.schema.json).",
+        "(schema: fakegpu/reports/schemas/native-process.schema.json).",
     ),
 ) -> None:
     """Run CMD seeing fake GPUs; exits with CMD's status."""

@@ -1,15 +1,15 @@
 """The merged cluster report: every process report (fakecuda-process) and activity document
 (fakecuda-process-activity) of every node, plus the last run's outcome, as one document checked against
-schemas/cluster-report.schema.json. Reads only the host's state folder, so it works after `cluster down`."""
+fakegpu.reports' cluster-report schema. Reads only the host's state folder, so it works after `cluster down`."""
 
 from __future__ import annotations
 
 import json
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from fakegpu import reports
 from fakegpu.cluster import models as m
 from fakegpu.fakecuda.report import ACTIVITY_REPORT, PROCESS_REPORT
 
@@ -19,13 +19,11 @@ TIGHT = 0.95  # a device whose peak use passes this share of its capacity is "ti
 
 
 def schema() -> dict:
-    return json.loads(resources.files("fakegpu.cluster").joinpath("schemas/cluster-report.schema.json").read_text())
+    return reports.schema("cluster-report")
 
 
 def validate(doc: dict) -> None:
-    import jsonschema
-
-    jsonschema.validate(doc, schema())
+    reports.validate(doc, "cluster-report")
 
 
 def _verdict(used: int, capacity: int, oom: bool) -> str:

@@ -13,6 +13,7 @@ import statistics
 from pathlib import Path
 
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.reports import ENVELOPE_SCHEMA
 
 REPORT = "fakegpu.calibrate-compare/v1"
 OBSERVATION = "fakegpu.observation/v1"
@@ -36,7 +37,7 @@ def _read(path: Path) -> dict:
 
 def _prediction(path: Path) -> dict:
     doc = _read(path)
-    if doc.get("schema") == "fakegpu.cli/v1":
+    if doc.get("schema") == ENVELOPE_SCHEMA:
         doc = doc.get("data") or {}
     if doc.get("report") not in PREDICTIONS:
         found = doc.get("report")

@@ -32,7 +32,6 @@ from fakegpu.fakecuda.report import PROCESS_REPORT
 
 PREFLIGHT_REPORT = "preflight"
 SCHEMA_VERSION = 1
-SCHEMA_PATH = Path(__file__).with_name("schemas") / "preflight.schema.json"
 EXIT_FOR = {"PASS_FIT": 0, "FAIL_OOM": 2, "RUNTIME_ERROR": 1}
 
 def collect(report_dir: str) -> list[dict[str, Any]]:
@@ -211,7 +210,7 @@ def _both(native: dict[str, Any], fake: dict[str, Any]) -> dict[str, Any]:
 
 def run_preflight(command: list[str], devices: str, environ: dict[str, str] | None = None,
                   stdout=None, mode: str = "fakecuda") -> dict[str, Any]:
-    """Run `command` under fakecuda, native mode, or both; the preflight document (schemas/preflight.schema.json).
+    """Run `command` under fakecuda, native mode, or both; the preflight document (reports: `preflight`).
 
     Native mode needs PyTorch's CUDA build and FakeGPU's native libraries (LaunchError names what is missing).
     """
@@ -226,6 +225,6 @@ def run_preflight(command: list[str], devices: str, environ: dict[str, str] | No
 
 def validate(doc: dict[str, Any]) -> None:
     """Raise jsonschema.ValidationError when `doc` breaks the preflight schema."""
-    import jsonschema
+    from fakegpu import reports
 
-    jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text())).validate(doc)
+    reports.validate(doc, "preflight")

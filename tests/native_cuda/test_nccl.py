@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from fakegpu import reports
 from tests.native_cuda.conftest import run_fakegpu
 
 pytestmark = pytest.mark.native
@@ -93,7 +94,7 @@ def test_ddp_nccl_two_ranks_under_torchrun(cuda_build, torch_python, tmp_path: P
     assert (before0, before1) == ("1.0", "2.0")
     assert after0 == after1 != "2.0", "DDP's broadcast gave rank 1 what rank 0 sent"
     assert rest0 == rest1 == ["3.0", "0.0", "1.0"]  # 1 + 2 all-reduced, each rank's input all-gathered
-    schema = json.loads((SCRIPTS.parents[2] / "native" / "cuda" / "report.schema.json").read_text())
+    schema = reports.schema("native-process")
     workers = []
     for f in rep.iterdir():  # torchrun's agent writes one too (it imports torch), without collectives
         r = json.loads(f.read_text())

@@ -1,4 +1,4 @@
-"""One schema'd report per process (native/cuda/report.schema.json), merged at exit from every library's part."""
+"""One schema'd report per process (fakegpu/reports: native-process), merged at exit from every library's part."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.native_cuda.conftest import REPO, run_fakegpu
+from fakegpu import reports
+from tests.native_cuda.conftest import run_fakegpu
 from tests.subprocess_torch import reports as reports_written
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
-SCHEMA = json.loads((REPO / "native" / "cuda" / "report.schema.json").read_text())
+SCHEMA = reports.schema("native-process")
 STEP = """
 import torch
 m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()

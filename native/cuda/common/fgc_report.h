@@ -1,5 +1,5 @@
 /* The process report of FakeGPU's CUDA libraries: ONE file per process, $FAKEGPU_REPORT_DIR/fakegpu-native-<pid>.json,
- * valid against native/cuda/report.schema.json.
+ * valid against fakegpu/reports/schemas/native-process.schema.json.
  *
  * Each library owns part of the facts (libcuda memory, libcudart kernel launches, cuBLAS/cuBLASLt GEMMs, NCCL
  * collectives, every library its unsupported calls) and exports nothing beyond its API, so at exit each writes

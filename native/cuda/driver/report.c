@@ -1,7 +1,7 @@
 /* The process report (common/fgc_report.h): libcuda is finalized after every other FakeGPU CUDA library, so its
  * exit merges their parts with its own facts (devices and memory) into $FAKEGPU_REPORT_DIR/fakegpu-native-<pid>.json,
- * written atomically, then removes the parts folder. The shape is native/cuda/report.schema.json; a section whose
- * library never loaded or had nothing to say is written with zeros, so every key is always there. */
+ * written atomically, then removes the parts folder. The shape is fakegpu/reports/schemas/native-process.schema.json;
+ * a section whose library never loaded or had nothing to say is written with zeros, so every key is always there. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
