@@ -135,9 +135,15 @@ def test_query_report(native: NativeEnv) -> None:
     assert "GPU 00000000:2A:00.0" in out.stdout
 
 
+def _interruptible() -> None:
+    # Ctrl-C's default action, whatever pytest inherited: a shell starts background jobs with SIGINT ignored,
+    # and an ignored signal stays ignored across exec (nvidia-smi, like most tools, leaves the disposition alone)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_loop_repeats(native: NativeEnv) -> None:
     proc = subprocess.Popen([str(SMI), "-L", "-lms", "200"], stdout=subprocess.PIPE, text=True,
-                            env=native.env("a100:1"))
+                            env=native.env("a100:1"), preexec_fn=_interruptible)
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=10)
