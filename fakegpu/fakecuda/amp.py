@@ -148,7 +148,9 @@ _clear_autocast_cache = torch.clear_autocast_cache
 
 
 def _cached_cast(mode, x: torch.Tensor, target: torch.dtype) -> torch.Tensor:
-    cacheable = x.is_leaf and x.requires_grad and torch.is_autocast_cache_enabled()
+    # autocast's own test (cached_cast): float32 leaves that require grad, cast down, not views
+    cacheable = (x.is_leaf and x.requires_grad and x.dtype is torch.float32 and target is _get_dtype("cuda")
+                 and not x._is_view() and torch.is_autocast_cache_enabled())
     key = (id(x), target)
     if cacheable:
         hit = _cache.get(key)

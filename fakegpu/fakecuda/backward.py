@@ -76,7 +76,6 @@ def _dense(t: torch.Tensor) -> bool:
     return True
 
 
-
 def _on_stack(mode: Any) -> bool:
     get = torch._C._get_function_stack_at
     return any(get(i) is mode for i in range(torch._C._len_torch_function_stack()))
