@@ -93,7 +93,8 @@ class ChargeMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if in_backward():
+        backward = in_backward()
+        if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
             # arguments to the function mode, which would charge the outputs before this mode can put the
             # kernel's own buffers in CUDA's order around them.
@@ -106,7 +107,7 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
-        if func is aten.add.Tensor and in_backward():
+        if backward and func is aten.add.Tensor:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):
                 return out

@@ -114,20 +114,16 @@ class StorageTracker:
         # a plain weakref with a callback costs less per op output than weakref.finalize
         self.live[key] = (index, block, weakref.ref(storage, lambda _ref, key=key: self._release(key)))
 
-    def take(self, source: torch.Tensor) -> tuple[int, object] | None:
-        """(device, block) of `source`'s storage, no longer freed when it dies: for a tensor that takes its
-        place, as if the op that made it had written into `source` in place (CUDA did; the CPU made a new one)."""
-        entry = self.live.pop(source.untyped_storage()._cdata, None)
-        return None if entry is None else (entry[0], entry[1])
-
     def transfer(self, source: torch.Tensor, target: torch.Tensor) -> bool:
-        """`source`'s block handed to `target`'s (uncharged) storage; False when either side does not qualify."""
+        """Hand `source`'s block to `target`'s (uncharged) storage, as if the op that made `target` had written
+        into `source` in place (CUDA did; the CPU made a new tensor): the block is no longer freed when `source`'s
+        storage dies. False when either side does not qualify."""
         if target.untyped_storage()._cdata in self.live:
             return False
-        taken = self.take(source)
-        if taken is None:
+        entry = self.live.pop(source.untyped_storage()._cdata, None)
+        if entry is None:
             return False
-        self.account(target, taken[0], taken[1])
+        self.account(target, entry[0], entry[1])
         return True
 
     def _release(self, key: int) -> None:
