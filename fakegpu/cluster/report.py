@@ -1,5 +1,5 @@
 """The merged cluster report: every process report (fakecuda-process) and activity document
-(fakecuda-process-activity) of every node, plus the last run's outcome, as one document checked against
+(fakecuda-activity) of every node, plus the last run's outcome, as one document checked against
 fakegpu.reports' cluster-report schema. Reads only the host's state folder, so it works after `cluster down`."""
 
 from __future__ import annotations
@@ -11,19 +11,10 @@ from typing import Any
 
 from fakegpu import reports
 from fakegpu.cluster import models as m
-from fakegpu.fakecuda.report import ACTIVITY_REPORT, PROCESS_REPORT
+from fakegpu.fakecuda.report import ACTIVITY_SCHEMA, PROCESS_SCHEMA
 
-REPORT = "fakegpu-cluster"
-SCHEMA_VERSION = 1
+SCHEMA = reports.schema_id("cluster-report")
 TIGHT = 0.95  # a device whose peak use passes this share of its capacity is "tight"
-
-
-def schema() -> dict:
-    return reports.schema("cluster-report")
-
-
-def validate(doc: dict) -> None:
-    reports.validate(doc, "cluster-report")
 
 
 def _verdict(used: int, capacity: int, oom: bool) -> str:
@@ -44,9 +35,9 @@ def _processes(folder: Path) -> list[dict[str, Any]]:
     reports, activity = {}, {}
     for path in sorted(folder.glob("*.json")):
         doc = _load(path)
-        if doc and doc.get("report") == PROCESS_REPORT:
+        if doc and doc.get("schema") == PROCESS_SCHEMA:
             reports[doc["pid"]] = doc
-        elif doc and doc.get("report") == ACTIVITY_REPORT:
+        elif doc and doc.get("schema") == ACTIVITY_SCHEMA:
             activity[doc["pid"]] = doc
     out = []
     for pid, rep in sorted(reports.items()):
@@ -134,7 +125,7 @@ def merge(state_dir: Path) -> dict[str, Any]:
     else:
         verdict = "tight" if any(d["verdict"] == "tight" for d in all_devices) else "fits"
     return {
-        "report": REPORT, "schema_version": SCHEMA_VERSION, "cluster": meta["name"], "run_id": meta["run_id"],
+        "schema": SCHEMA, "cluster": meta["name"], "run_id": meta["run_id"],
         "mode": meta["mode"], "image": meta["image"], "devices_spec": meta["devices"], "nnodes": meta["nodes"],
         "generated": time.time(),
         "job": None if run is None else {k: run[k] for k in ("command", "started", "ended", "exit_code")},
@@ -145,7 +136,7 @@ def merge(state_dir: Path) -> dict[str, Any]:
 
 def build(name: str) -> dict[str, Any]:
     doc = merge(m.state_root() / m.check_name(name))
-    validate(doc)
+    reports.validate(doc)
     return doc
 
 

@@ -13,12 +13,12 @@ import statistics
 from pathlib import Path
 
 from fakegpu.estimate.errors import EstimateInputError
-from fakegpu.reports import ENVELOPE_SCHEMA
+from fakegpu.reports import ENVELOPE_SCHEMA, schema_id
 
-REPORT = "fakegpu.calibrate-compare/v1"
+SCHEMA = schema_id("calibrate-compare")
 OBSERVATION = "fakegpu.observation/v1"
 METRICS = ("max_memory_allocated", "max_memory_reserved", "nvidia_smi_used")
-PREDICTIONS = ("fakegpu.estimate-llm/v1", "fakegpu.plan-training/v1")
+PREDICTIONS = (schema_id("estimate-llm"), schema_id("plan-training"))
 # Kept on top of the worst underestimate seen, for run-to-run noise of the allocator.
 BASE_MARGIN = 0.02
 
@@ -39,10 +39,10 @@ def _prediction(path: Path) -> dict:
     doc = _read(path)
     if doc.get("schema") == ENVELOPE_SCHEMA:
         doc = doc.get("data") or {}
-    if doc.get("report") not in PREDICTIONS:
-        found = doc.get("report")
-        raise EstimateInputError(path, f"not an estimate-llm or plan-training --json report (report={found!r})",
-                                 field="report")
+    if doc.get("schema") not in PREDICTIONS:
+        found = doc.get("schema")
+        raise EstimateInputError(path, f"not an estimate-llm or plan-training --json report (schema={found!r})",
+                                 field="schema")
     return doc
 
 
@@ -89,7 +89,7 @@ def compare(prediction_path: Path, observation_path: Path) -> dict:
                     "observed_bytes": row["bytes"], "signed_error": signed, "abs_error": abs(signed)})
     shortfall = max(0.0, *((r["observed_bytes"] - r["predicted_bytes"]) / r["predicted_bytes"] for r in out))
     return {
-        "report": REPORT,
+        "schema": SCHEMA,
         "prediction": str(prediction_path),
         "observation": str(observation_path),
         "rows": out,

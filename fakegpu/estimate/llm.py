@@ -14,8 +14,9 @@ from fakegpu.estimate.safetensors_header import Checkpoint, load_checkpoint
 from fakegpu.estimate.target import fits, largest, resolve_profile, verdict
 from fakegpu.estimate.weights import WeightSummary, classify, summarise
 from fakegpu.profiles import Profile
+from fakegpu.reports import schema_id
 
-REPORT = "fakegpu.estimate-llm/v1"
+SCHEMA = schema_id("estimate-llm")
 DEFAULT_CC = (8, 0)
 BATCH_CAP = 1 << 16
 
@@ -88,7 +89,7 @@ def estimate_llm(
     model = LoadedModel(cfg, summary, allocated, reserved, cc)
     phases = phase_totals(model, options)
     report = {
-        "report": REPORT,
+        "schema": SCHEMA,
         "model": _model_section(ckpt, cfg, summary),
         "workload": asdict(options) | {"weights_cast_to": cast_to},
         "runtime": {

@@ -30,8 +30,9 @@ from fakegpu.estimate.training_activations import (
 )
 from fakegpu.estimate.weights import classify, summarise
 from fakegpu.profiles.matching import closest
+from fakegpu.reports import schema_id
 
-REPORT = "fakegpu.plan-training/v1"
+SCHEMA = schema_id("plan-training")
 METHODS = ("full", "lora", "qlora")
 OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "adafactor")
 PRECISIONS = ("bf16", "bf16-mixed", "fp16-mixed", "fp32")
@@ -429,7 +430,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     peak = _peak(totals)
     summary = summarise(ckpt, cfg.quantization)
     report = {
-        "report": REPORT,
+        "schema": SCHEMA,
         "model": {"source": str(ckpt.source), "model_type": cfg.model_type, **summary.to_dict()},
         "options": asdict(options),
         "parallelism": {"gpus": options.gpus, "data_parallel": options.data_parallel,

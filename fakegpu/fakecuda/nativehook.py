@@ -17,7 +17,7 @@ import re
 import sys
 from typing import Any
 
-from fakegpu.fakecuda.report import PROCESS_REPORT, SCHEMA_VERSION
+from fakegpu.fakecuda.report import PROCESS_SCHEMA
 from fakegpu.fakecuda.state import process_name
 
 _REQUESTED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB)")
@@ -51,8 +51,7 @@ def process_report(torch: Any) -> dict[str, Any] | None:
     if message and (m := _REQUESTED.search(message)):
         requested = int(float(m.group(1)) * _UNIT[m.group(2)])
     return {
-        "report": PROCESS_REPORT,
-        "schema_version": SCHEMA_VERSION,
+        "schema": PROCESS_SCHEMA,
         "mode": "native",
         "pid": os.getpid(),
         "name": process_name(),

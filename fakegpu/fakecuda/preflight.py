@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.devices import resolve_devices
-from fakegpu.fakecuda.report import PROCESS_REPORT
+from fakegpu.fakecuda.report import PROCESS_SCHEMA
+from fakegpu.reports import schema_id
 
-PREFLIGHT_REPORT = "preflight"
-SCHEMA_VERSION = 1
+PREFLIGHT_SCHEMA = schema_id("preflight")
 EXIT_FOR = {"PASS_FIT": 0, "FAIL_OOM": 2, "RUNTIME_ERROR": 1}
 
 def collect(report_dir: str) -> list[dict[str, Any]]:
@@ -41,7 +41,7 @@ def collect(report_dir: str) -> list[dict[str, Any]]:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if doc.get("report") == PROCESS_REPORT:
+        if doc.get("schema") == PROCESS_SCHEMA:
             reports.append(doc)
     return reports
 
@@ -83,7 +83,7 @@ def merge_devices(spec: str, processes: list[dict[str, Any]]) -> list[dict[str, 
 
 
 MODES = ("fakecuda", "native", "both")
-NATIVE_REPORT = "fakegpu-native-report/1"  # what the native libraries write per process (native/cuda)
+NATIVE_SCHEMA = schema_id("native-process")  # what the native libraries write per process (native/cuda)
 
 
 def _with_context(processes: list[dict[str, Any]], native_reports: dict[int, dict[str, Any]]) -> None:
@@ -125,7 +125,7 @@ def _run(command: list[str], devices: str, mode: str, environ: dict[str, str] | 
                     doc = json.loads(path.read_text())
                 except (OSError, ValueError):
                     continue
-                if doc.get("schema") == NATIVE_REPORT:
+                if doc.get("schema") == NATIVE_SCHEMA:
                     natives[doc["pid"]] = doc
             _with_context(processes, natives)
     finally:
@@ -146,8 +146,7 @@ def _document(command: list[str], devices: str, mode: str, returncode: int,
                          f"({', '.join(directions)}): {', '.join(u['op'] for u in uncertain)}; "
                          f"`--mode native` measures PyTorch's own CUDA path"]
     return {
-        "report": PREFLIGHT_REPORT,
-        "schema_version": SCHEMA_VERSION,
+        "schema": PREFLIGHT_SCHEMA,
         "mode": mode,
         "devices_spec": devices,
         "command": command,
@@ -223,8 +222,3 @@ def run_preflight(command: list[str], devices: str, environ: dict[str, str] | No
     return _document(command, devices, mode, *_run(command, devices, mode, environ, stdout))
 
 
-def validate(doc: dict[str, Any]) -> None:
-    """Raise jsonschema.ValidationError when `doc` breaks the preflight schema."""
-    from fakegpu import reports
-
-    reports.validate(doc, "preflight")

@@ -3,7 +3,7 @@
 A process writes it at exit to $FAKEGPU_REPORT_DIR/<pid>.json when that variable is set (preflight sets it for
 the command it runs); every Python process of the command that activated fakecuda writes its own.
 
-Beside it goes <pid>.activity.json ("fakecuda-process-activity"): the process's torch.distributed identity
+Beside it goes <pid>.activity.json ("fakecuda-activity"): the process's torch.distributed identity
 (RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK as torchrun sets them), its collective statistics and a timeline of
 allocated/reserved bytes per device, sampled every FAKEGPU_REPORT_SAMPLE_S seconds (0.5; 0 turns it off). It is
 a separate document so the process report, which the preflight report embeds under its schema, is unchanged;
@@ -23,10 +23,10 @@ from typing import Any
 from fakegpu.fakecuda.fidelity import uncertainty
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.fakecuda.state import process_name
+from fakegpu.reports import schema_id
 
-PROCESS_REPORT = "fakecuda-process"
-ACTIVITY_REPORT = "fakecuda-process-activity"
-SCHEMA_VERSION = 1
+PROCESS_SCHEMA = schema_id("fakecuda-process")
+ACTIVITY_SCHEMA = schema_id("fakecuda-activity")
 MAX_SAMPLES = 2048  # per device; past it every other sample is dropped and the interval doubles
 
 
@@ -47,8 +47,7 @@ def process_report(rt: Runtime, uncaught: str | None = None, torch_version: str 
         })
     last = rt.ooms[-1] if rt.ooms else None
     return {
-        "report": PROCESS_REPORT,
-        "schema_version": SCHEMA_VERSION,
+        "schema": PROCESS_SCHEMA,
         "mode": "fakecuda",
         "pid": os.getpid(),
         "name": process_name(),
@@ -75,8 +74,7 @@ def _env_int(name: str) -> int | None:
 def activity_report(rt: Runtime, timeline: dict[int, list[list[float]]]) -> dict[str, Any]:
     dist = sys.modules.get("fakegpu.fakecuda.distributed")  # never imported here: only a job that used it has stats
     return {
-        "report": ACTIVITY_REPORT,
-        "schema_version": SCHEMA_VERSION,
+        "schema": ACTIVITY_SCHEMA,
         "pid": os.getpid(),
         "rank": _env_int("RANK"),
         "local_rank": _env_int("LOCAL_RANK"),

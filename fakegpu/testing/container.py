@@ -28,6 +28,7 @@ from testcontainers.core.container import DockerContainer
 
 from fakegpu.devices import resolve_devices
 from fakegpu.errors import FakeGPUError
+from fakegpu.reports import schema_id
 
 testcontainers_config.ryuk_disabled = True
 LABEL = "fakegpu.testing"
@@ -101,7 +102,7 @@ class FakeGPUContainer(DockerContainer):
         docs = []
         for path in sorted(self.report_dir.glob("*.json")):
             doc = json.loads(path.read_text())
-            if doc.get("report") == "fakecuda-process":
+            if doc.get("schema") == schema_id("fakecuda-process"):
                 docs.append(doc)
         return docs
 

@@ -66,7 +66,9 @@ __attribute__((destructor)) static void write_report(void)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return;
-    fprintf(f, "{\"library\": \"nvml\", \"mode\": \"native\", \"pid\": %d, \"unsupported\": {", (int)getpid());
+    /* fakegpu/reports/schemas/nvml-process.schema.json */
+    fprintf(f, "{\"schema\": \"fakegpu.nvml-process/v1\", \"library\": \"nvml\", \"mode\": \"native\", "
+               "\"pid\": %d, \"unsupported\": {", (int)getpid());
     const char *sep = "";
     for (unsigned i = 0; i < FG_STUB_COUNT; i++) {
         unsigned n = atomic_load(&hits[i]);

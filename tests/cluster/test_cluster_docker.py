@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.cluster import report as merge
+from fakegpu.reports import validate
 from tests.cluster.conftest import LABEL, cluster_name
 from tests.conftest import REPO, run_cli
 
@@ -48,7 +49,7 @@ def test_two_node_ddp_job_runs_reports_eight_ranks_and_down_leaves_nothing(docke
     result = run_cli("cluster", "report", name, "--json", str(out), "--html", str(tmp_path / "report.html"))
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
-    merge.validate(doc)
+    validate(doc)
     assert doc["rank_count"] == 8 and doc["verdict"] == "fits"
     ranks = sorted(p["rank"] for n in doc["nodes"] for p in n["processes"] if p["rank"] is not None)
     assert ranks == list(range(8))

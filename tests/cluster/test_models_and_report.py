@@ -11,7 +11,8 @@ from fakegpu.cluster import html
 from fakegpu.cluster import report as merge
 from fakegpu.cluster.controller import Controller
 from fakegpu.cluster.models import ClusterSpec, ClusterUsageError
-from fakegpu.fakecuda.report import ACTIVITY_REPORT, PROCESS_REPORT
+from fakegpu.fakecuda.report import ACTIVITY_SCHEMA, PROCESS_SCHEMA
+from fakegpu.reports import validate
 
 GiB = 1 << 30
 
@@ -38,11 +39,11 @@ def _process(pid: int, rank: int | None, used: int, oom: bool = False) -> tuple[
     dev = {"index": 0 if rank is None else rank % 2, "name": "NVIDIA A100-SXM4-80GB", "uuid": f"GPU-{pid}",
            "capacity_bytes": 80 * GiB, "context_bytes": 500 << 20, "peak_allocated_bytes": used,
            "peak_reserved_bytes": used, "peak_used_bytes": used + (500 << 20) if used else 0}
-    rep = {"report": PROCESS_REPORT, "schema_version": 1, "mode": "fakecuda", "pid": pid, "name": "python3",
+    rep = {"schema": PROCESS_SCHEMA, "mode": "fakecuda", "pid": pid, "name": "python3",
            "devices_spec": "a100:2", "torch_version": "2.15.0", "uncaught_exception": None, "devices": [dev],
            "oom": {"occurred": oom, "count": int(oom), "device": dev["index"] if oom else None,
                    "requested_bytes": None, "message": None}}
-    act = {"report": ACTIVITY_REPORT, "schema_version": 1, "pid": pid, "rank": rank, "local_rank": rank,
+    act = {"schema": ACTIVITY_SCHEMA, "pid": pid, "rank": rank, "local_rank": rank,
            "world_size": 4, "node_rank": 0, "collectives": {"all_reduce": {"calls": 3, "bytes": 1000}},
            "timeline": [{"index": dev["index"], "samples": [[0.5, used // 2, used], [1.0, used, used]]}]}
     return rep, act
@@ -72,7 +73,7 @@ def _state(tmp_path, failed_node: bool = False):
 
 def test_merge_gives_every_rank_its_device_peaks_and_collectives(tmp_path):
     doc = merge.merge(_state(tmp_path))
-    merge.validate(doc)
+    validate(doc)
     assert doc["rank_count"] == 4 and doc["verdict"] == "fits"
     ranks = [p["rank"] for n in doc["nodes"] for p in n["processes"]]
     assert ranks == [0, 1, 2, 3]
@@ -83,7 +84,7 @@ def test_merge_gives_every_rank_its_device_peaks_and_collectives(tmp_path):
 
 def test_a_failed_node_is_marked_and_the_verdict_says_so(tmp_path):
     doc = merge.merge(_state(tmp_path, failed_node=True))
-    merge.validate(doc)
+    validate(doc)
     assert doc["verdict"] == "failed" and doc["nodes_without_reports"] == ["node-1"]
     assert doc["nodes"][1]["status"] == "failed" and doc["nodes"][1]["exit_code"] == 137
 
@@ -92,7 +93,7 @@ def test_schema_rejects_a_report_without_nodes(tmp_path):
     doc = merge.merge(_state(tmp_path))
     del doc["nodes"]
     with pytest.raises(jsonschema.ValidationError):
-        merge.validate(doc)
+        validate(doc)
 
 
 def test_html_is_self_contained_with_inline_svg(tmp_path):

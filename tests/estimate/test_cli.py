@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fakegpu.cli.main import app
-from fakegpu.estimate.report_schema import validate
+from fakegpu.reports import validate
 
 runner = CliRunner()
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from fakegpu.fakecuda.preflight import validate, verdict
+from fakegpu.fakecuda.preflight import verdict
 from fakegpu.profiles import load_catalog
+from fakegpu.reports import validate
 from tests.conftest import run_cli
 
 GiB = 1 << 30

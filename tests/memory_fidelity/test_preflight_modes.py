@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from fakegpu.fakecuda.preflight import validate
 from fakegpu.profiles import load_catalog
+from fakegpu.reports import validate
 from tests.conftest import run_cli
 from tests.fakecuda.test_preflight import BIG_MODEL
 

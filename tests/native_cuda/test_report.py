@@ -7,15 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 
-from fakegpu import reports
+from fakegpu.reports import validate
 from tests.native_cuda.conftest import run_fakegpu
 from tests.subprocess_torch import reports as reports_written
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
-SCHEMA = reports.schema("native-process")
 STEP = """
 import torch
 m = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)).cuda()
@@ -30,7 +28,7 @@ def reports(folder: Path) -> list[dict]:
     assert all(f.name.startswith("fakegpu-native-") and f.suffix == ".json" for f in files), files
     out = [json.loads(f.read_text()) for f in files]
     for r in out:
-        jsonschema.validate(r, SCHEMA)
+        validate(r, "native-process")
     return out
 
 

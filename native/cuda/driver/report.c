@@ -13,7 +13,7 @@
 #include "fgc_report.h"
 #include "fgd.h"
 
-#define REPORT_SCHEMA "fakegpu-native-report/1"
+#define REPORT_SCHEMA "fakegpu.native-process/v1"
 
 FG_HIDDEN size_t fgd_live_allocations(void);
 FG_HIDDEN void fgd_report_merge(void);
