@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from fakegpu import locations
 from fakegpu.errors import FakeGPUError
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(locations.CHECKOUT)
 RUNTIME_NAME = "fakegpu"
 
 
@@ -25,11 +25,6 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, str]:
         return asdict(self)
-
-
-def native_lib_dir() -> Path:
-    """Where the built shims are: $FAKEGPU_NATIVE_DIR, else the source tree's native/build/lib."""
-    return Path(os.environ.get("FAKEGPU_NATIVE_DIR") or REPO_ROOT / "native" / "build" / "lib")
 
 
 def check_catalog() -> CheckResult:
@@ -52,7 +47,7 @@ def check_catalog() -> CheckResult:
 
 
 def check_native() -> CheckResult:
-    lib = native_lib_dir() / "libnvidia-ml.so.1"
+    lib = Path(locations.native_lib_dir()) / "libnvidia-ml.so.1"
     if lib.exists():
         return CheckResult("native", PASS, f"shims built in {lib.parent}")
     return CheckResult("native", WARN, f"no native shims at {lib.parent}", "run `make` (needs a C compiler)")

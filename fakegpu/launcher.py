@@ -207,9 +207,9 @@ def prepare(
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
     resolved = resolve_devices(spec, seed=seed)  # raises InvalidDeviceSpec before anything is created
     if mode == "native":
-        from fakegpu.doctor import native_lib_dir
+        from fakegpu.locations import native_lib_dir
 
-        libs = native_libraries(Path(lib_dir) if lib_dir else native_lib_dir())
+        libs = native_libraries(Path(lib_dir or native_lib_dir()))
     root = Path(tempfile.mkdtemp(prefix="fakegpu-run-"))
     try:
         state = root / "state"

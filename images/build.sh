@@ -22,7 +22,7 @@ trap 'rm -rf "$CTX"' EXIT
 mkdir -p "$CTX/lib" "$CTX/bin"
 # Copy the shared objects (links kept as links) and the catalog; nvidia-smi is the only binary shipped.
 cp -P "$NATIVE"/lib/lib*.so* "$CTX/lib/"
-cp fakegpu/data/catalog.tbl "$CTX/lib/catalog.tbl"
+cp "$NATIVE/lib/catalog.tbl" "$CTX/lib/catalog.tbl"  # make copies the compiled one there
 cp "$NATIVE/bin/nvidia-smi" "$CTX/bin/"
 cp images/cuda/Dockerfile "$CTX/"
 docker build -q --build-arg "BASE=$BASE_IMAGE" --build-arg "VERSION=$VERSION" \

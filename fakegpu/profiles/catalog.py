@@ -9,6 +9,7 @@ import json
 import os
 from functools import lru_cache
 
+from fakegpu import locations
 from fakegpu.errors import CatalogError, UnknownProfile
 from fakegpu.profiles.matching import closest, normalise
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # typing costs milliseconds on the hook's path, at every cont
 CATALOG_FORMAT = 1
 # os.path rather than pathlib, and no dataclasses: this module is on the hook's import path, where every
 # millisecond is paid at each container start.
-COMPILED_CATALOG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "catalog.json")
+COMPILED_CATALOG = locations.COMPILED_CATALOG
 
 
 class Profile:

@@ -7,8 +7,8 @@ container's environment, but the container still sees the whole spec: the device
 
 from __future__ import annotations
 
+from fakegpu_hook.contract import CONTAINER_DEVICE_TABLE
 from fakegpu_hook.modifiers import AddHook
-from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
 
 CDI_KIND = "fakegpu.dev/gpu"
 CDI_VERSION = "0.6.0"

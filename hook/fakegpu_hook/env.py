@@ -1,16 +1,16 @@
 """The one reader of FAKEGPU_* and NVIDIA_* variables in a container's environment: does it ask for devices?
 
-Unset, empty, 'void' and 'none' mean hands off, as for the NVIDIA runtime. The spec itself is validated by
-`fakegpu.devices` (the one grammar), not here.
+Unset, or one of contract.OFF_VALUES, means hands off, as for the NVIDIA runtime. The spec itself is validated
+by `fakegpu.devices` (the one grammar), not here.
 """
 
 from __future__ import annotations
 
+from fakegpu_hook.contract import DEVICES_VARIABLE, NVIDIA_DEVICES_VARIABLE, OFF_VALUES, SEED_VARIABLE
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing and collections cost milliseconds at every container start
     from collections.abc import Iterable
-
-OFF_VALUES = ("", "void", "none")
 
 
 class DeviceRequest:
@@ -55,15 +55,15 @@ def _nvidia_spec(value: str, profile: str) -> str:
 def device_request(env: Iterable[str] | None, honour_nvidia: bool = False,
                    nvidia_profile: str = "a100") -> DeviceRequest | None:
     env = list(env or ())
-    seed = env_lookup(env, "FAKEGPU_SEED") or None
-    value = env_lookup(env, "FAKEGPU_DEVICES")
+    seed = env_lookup(env, SEED_VARIABLE) or None
+    value = env_lookup(env, DEVICES_VARIABLE)
     if value is not None:
         if value.strip().lower() in OFF_VALUES:
             return None
-        return DeviceRequest(value, seed, "FAKEGPU_DEVICES")
+        return DeviceRequest(value, seed, DEVICES_VARIABLE)
     if honour_nvidia:
-        nvidia = env_lookup(env, "NVIDIA_VISIBLE_DEVICES")
+        nvidia = env_lookup(env, NVIDIA_DEVICES_VARIABLE)
         if nvidia is not None and nvidia.strip().lower() not in OFF_VALUES:
             return DeviceRequest(_nvidia_spec(nvidia.strip().lower(), nvidia_profile), seed,
-                                 "NVIDIA_VISIBLE_DEVICES")
+                                 NVIDIA_DEVICES_VARIABLE)
     return None

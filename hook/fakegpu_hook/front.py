@@ -9,8 +9,9 @@ directly only when that binary is not built, and for a configuration the front c
 started isolated (`-I -S`: no site, no .pth files, no PYTHON* variables) with the package folders put on
 sys.path, which also makes the hook front cheap.
 
-The subcommand rule here and `runtime.find_command` are one rule written twice; tests run both on the same
-argument lists.
+The rules the front applies (runc's options that take a value, the settings it reads in sh, their variables and
+defaults) are rendered into it from fakegpu_hook.contract; the subcommand walk itself is sh here and Python in
+`runtime.find_command`, and tests run both on the same argument lists.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import shlex
 import sys
 
 from fakegpu.atomic_file import write_atomic
-from fakegpu_hook.runtime import GLOBAL_OPTIONS_WITH_VALUE
+from fakegpu_hook.contract import CONFIG_VARIABLE, DEFAULT_CONFIG, RUNC_OPTIONS_WITH_VALUE, SETTINGS
 
 RUNTIME_FRONT = "fakegpu-container-runtime"
 HOOK_FRONT = "fakegpu-hook"
@@ -58,28 +59,28 @@ for a in "$@"; do
     esac
 done
 
-low=${FAKEGPU_LOW_LEVEL_RUNTIME:-}
-root=${FAKEGPU_STATE_ROOT:-}
-conf=${FAKEGPU_CONFIG:-/etc/fakegpu/config.json}
+low=${@LOW_VAR@:-}
+root=${@ROOT_VAR@:-}
+conf=${@CONFIG_VAR@:-@CONFIG@}
 if [ -e "$conf" ]; then
     mentions=
     while IFS= read -r line || [ -n "$line" ]; do
         case $line in
-            *low_level_runtime*) mentions="$mentions low" ;;
+            *@LOW_KEY@*) mentions="$mentions low" ;;
         esac
         case $line in
-            *state_root*) mentions="$mentions root" ;;
+            *@ROOT_KEY@*) mentions="$mentions root" ;;
         esac
     done < "$conf"
     case $mentions in
-        *low*) [ -n "$low" ] || low=$(conf_value low_level_runtime) || py "$@" ;;
+        *low*) [ -n "$low" ] || low=$(conf_value @LOW_KEY@) || py "$@" ;;
     esac
     case $mentions in
-        *root*) [ -n "$root" ] || root=$(conf_value state_root) || py "$@" ;;
+        *root*) [ -n "$root" ] || root=$(conf_value @ROOT_KEY@) || py "$@" ;;
     esac
 fi
-low=${low:-runc}
-root=${root:-/run/fakegpu}
+low=${low:-@LOW_DEFAULT@}
+root=${root:-@ROOT_DEFAULT@}
 
 case $cmd in
     create)
@@ -136,12 +137,10 @@ class CreatePaths:
 
     @classmethod
     def of_checkout(cls) -> CreatePaths:
-        from fakegpu.profiles.catalog import COMPILED_CATALOG
-        from fakegpu_hook.settings import _repo_native_lib
+        from fakegpu import locations
 
-        lib = _repo_native_lib()
-        return cls(os.path.join(os.path.dirname(lib), "bin", CREATE_BINARY), lib,
-                   os.path.splitext(COMPILED_CATALOG)[0] + ".tbl")
+        return cls(os.path.join(locations.NATIVE_BIN_DIR, CREATE_BINARY), locations.NATIVE_LIB_DIR,
+                   locations.COMPILED_CATALOG_TABLE)
 
 
 # Empty: no C fast path, every create goes to Python.
@@ -149,8 +148,16 @@ NO_CREATE = CreatePaths("", "", "")
 
 
 def render_runtime_front(python: str, self_path: str, pypath: list[str], create: CreatePaths = NO_CREATE) -> str:
-    options = "|".join(f"-{o}|--{o}" for o in GLOBAL_OPTIONS_WITH_VALUE)
-    return (_RUNTIME_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
+    options = "|".join(f"-{o}|--{o}" for o in RUNC_OPTIONS_WITH_VALUE)
+    (low_var, low_default), (root_var, root_default) = SETTINGS["low_level_runtime"], SETTINGS["state_root"]
+    text = _RUNTIME_TEMPLATE
+    # The contract's names and defaults are plain words and paths, written in as they are.
+    for mark, value in (("@LOW_VAR@", low_var), ("@ROOT_VAR@", root_var), ("@CONFIG_VAR@", CONFIG_VARIABLE),
+                        ("@CONFIG@", DEFAULT_CONFIG), ("@LOW_KEY@", "low_level_runtime"),
+                        ("@ROOT_KEY@", "state_root"), ("@LOW_DEFAULT@", low_default),
+                        ("@ROOT_DEFAULT@", root_default)):
+        text = text.replace(mark, value)
+    return (text.replace("@PYTHON@", shlex.quote(python))
             .replace("@PYCODE@", shlex.quote(_pycode("fakegpu_hook.runtime", self_path, pypath)))
             .replace("@OPTIONS@", options)
             .replace("@CREATE@", shlex.quote(create.binary))

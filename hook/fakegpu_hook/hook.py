@@ -38,10 +38,12 @@ _FLAG_OPTIONS = {"--honour-nvidia-env": "honour_nvidia_env", "--join-mount-ns": 
 
 class HookArgs:
     def __init__(self) -> None:
+        from fakegpu_hook.settings import DEFAULTS
+
         self.native_dir = ""
         self.nvidia_smi = ""
-        self.state_root = "/run/fakegpu"
-        self.nvidia_profile = "a100"
+        self.state_root = DEFAULTS["state_root"]
+        self.nvidia_profile = DEFAULTS["nvidia_profile"]
         self.honour_nvidia_env = False
         self.join_mount_ns = False
         self.prepared = False
@@ -125,7 +127,8 @@ def prepared_table(path: str, spec: str, seed: str | None) -> tuple[int, str] | 
 
 
 def run(state_text: str, args: HookArgs, log: HookLog) -> None:
-    from fakegpu.profiles.catalog import COMPILED_CATALOG
+    from fakegpu.locations import COMPILED_CATALOG_TABLE
+    from fakegpu_hook.contract import DEVICE_TABLE_NAME
     from fakegpu_hook.env import device_request
     from fakegpu_hook.inject import Injection, plan_injection
     from fakegpu_hook.oci import Spec, read_state
@@ -143,7 +146,7 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
     settings = Settings(native_lib_dir=args.native_dir, nvidia_smi=args.nvidia_smi).resolved()
 
     host_dir = os.path.join(args.state_root, state["id"])
-    table = os.path.join(host_dir, "devices.tbl")
+    table = os.path.join(host_dir, DEVICE_TABLE_NAME)
     prepared = prepared_table(table, request.spec, request.seed) if args.prepared else None
     if prepared is not None:
         count, seed = prepared
@@ -162,8 +165,8 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
     if args.join_mount_ns:
         _enter_mount_namespace(state.get("pid"))
     with Root(spec.root_path(bundle)) as root:
-        plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table,
-                              os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", shared_state_dir(host_dir), count)
+        plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table, COMPILED_CATALOG_TABLE,
+                              shared_state_dir(host_dir), count)
         for note in plan.notes:
             log(note)
         log(f"libraries go to {plan.lib_dir}")

@@ -6,13 +6,14 @@ import os
 import posixpath
 import stat
 
-from fakegpu_hook.rootfs import Root, RootfsError, bind_mount, unmount
-from fakegpu_hook.settings import (
+from fakegpu_hook.contract import (
+    CATALOG_TABLE_NAME,
     CONTAINER_CATALOG_TABLE,
     CONTAINER_DEVICE_TABLE,
     CONTAINER_DIR,
     CONTAINER_NVIDIA_SMI,
 )
+from fakegpu_hook.rootfs import Root, RootfsError, bind_mount, unmount
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -111,8 +112,8 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
             taken.add(base)
     # The shims' installed layout keeps the catalog beside libnvidia-ml.so.1; they resolve FAKEGPU_DEVICES
     # with it in processes that have no FAKEGPU_DEVICE_TABLE (those started by `docker exec`).
-    if "catalog.tbl" in names:
-        place("catalog.tbl", lstat_mode("catalog.tbl"))
+    if CATALOG_TABLE_NAME in names:
+        place(CATALOG_TABLE_NAME, lstat_mode(CATALOG_TABLE_NAME))
     if inside:
         plan.lib_dirs.append((native, sub))
     sonames = {p.rsplit("/", 1)[-1] for p, _ in plan.links} | {d.rsplit("/", 1)[-1] for _, d in plan.files}

@@ -11,15 +11,16 @@ import os
 import sys
 import time
 
+from fakegpu_hook.contract import RUNC_OPTIONS_WITH_VALUE
+
 _STARTED = time.monotonic()  # for inject.log: what `create` costs once Python is up
 
 # Docker calls the runtime 4-6 times per container (create, start, state, kill, delete): every import here
 # is paid on each, so the pass-through path touches os and sys only.
 
 # runc's (and crun's) global options that take a value, written with one dash or two; anything else starting
-# with '-' before the command is a flag. The sh front (front.py) applies the same rule.
-GLOBAL_OPTIONS_WITH_VALUE = ("root", "log", "log-format", "criu", "rootless", "cgroup-manager")
-_GLOBAL_WITH_VALUE = {d + o for o in GLOBAL_OPTIONS_WITH_VALUE for d in ("-", "--")}
+# with '-' before the command is a flag. The sh front and the C fast path apply the same rule, from one table.
+_GLOBAL_WITH_VALUE = {d + o for o in RUNC_OPTIONS_WITH_VALUE for d in ("-", "--")}
 
 
 class RuntimeError_(Exception):
@@ -141,11 +142,12 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
     if container_id:
         # The devices are resolved already: write the table now, for runc's mounts or for the hook.
         from fakegpu.devices.table import write_table
+        from fakegpu_hook.contract import DEVICE_TABLE_NAME
         from fakegpu_hook.statedir import StateRootError, make_container_dir
 
         try:
             host_dir = make_container_dir(settings.state_root, container_id)
-            write_table(os.path.join(host_dir, "devices.tbl"), devices, request.spec, seed)
+            write_table(os.path.join(host_dir, DEVICE_TABLE_NAME), devices, request.spec, seed)
         except (OSError, StateRootError) as exc:
             cleanup_state(container_id, settings.state_root)  # a folder made half-way goes too
             raise RuntimeError_(f"cannot write the device table: {exc}" if host_dir else str(exc)) from exc
@@ -168,11 +170,11 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, s
     """Everything the hook would do, minus its process: the targets are made in the container root from here
     (the root is mounted at create, and no container process exists yet), and runc bind-mounts onto them and
     makes the device nodes from config.json. One Python process per container start instead of two."""
-    from fakegpu.profiles.catalog import COMPILED_CATALOG
+    from fakegpu.locations import COMPILED_CATALOG_TABLE
+    from fakegpu_hook.contract import CONTAINER_DEVICE_TABLE, DEVICE_TABLE_NAME
     from fakegpu_hook.inject import check_covering_mounts, oci_devices, oci_mounts, plan_injection, prepare_targets
     from fakegpu_hook.modifiers import AddDevices, AddMounts, ModifierList, SetEnv
     from fakegpu_hook.rootfs import Root, RootfsError
-    from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
     from fakegpu_hook.statedir import shared_state_dir, write_log
 
     # The log stays on the host (host_dir is root's alone): it names host paths no container should learn.
@@ -180,8 +182,8 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, s
     try:
         with Root(spec.root_path(bundle), cache_dirs=True) as root:
             plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi,
-                                  os.path.join(host_dir, "devices.tbl"),
-                                  os.path.splitext(COMPILED_CATALOG)[0] + ".tbl", shared_state_dir(host_dir), count)
+                                  os.path.join(host_dir, DEVICE_TABLE_NAME), COMPILED_CATALOG_TABLE,
+                                  shared_state_dir(host_dir), count)
             check_covering_mounts(root, plan, spec.data.get("mounts"))
             prepare_targets(root, plan)
     except (OSError, RootfsError) as exc:
@@ -200,8 +202,8 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, s
 
 
 def _add_hook(spec, settings, prepared: bool) -> None:
+    from fakegpu_hook.contract import CONTAINER_DEVICE_TABLE
     from fakegpu_hook.modifiers import AddHook, ModifierList, SetEnv
-    from fakegpu_hook.settings import CONTAINER_DEVICE_TABLE
 
     args = ["--native-dir", settings.native_lib_dir, "--nvidia-smi", settings.nvidia_smi,
             "--state-root", settings.state_root, "--nvidia-profile", settings.nvidia_profile]
@@ -239,10 +241,13 @@ def _which(name: str) -> str | None:
 
 def _fast_low_level_runtime() -> str | None:
     """The low-level runtime without loading settings, when no config file can change it."""
-    if os.environ.get("FAKEGPU_LOW_LEVEL_RUNTIME"):
-        return os.environ["FAKEGPU_LOW_LEVEL_RUNTIME"]
-    if not os.path.exists(os.environ.get("FAKEGPU_CONFIG") or "/etc/fakegpu/config.json"):
-        return "runc"
+    from fakegpu_hook.contract import CONFIG_VARIABLE, DEFAULT_CONFIG, SETTINGS
+
+    variable, default = SETTINGS["low_level_runtime"]
+    if os.environ.get(variable):
+        return os.environ[variable]
+    if not os.path.exists(os.environ.get(CONFIG_VARIABLE) or DEFAULT_CONFIG):
+        return default
     return None
 
 

@@ -11,35 +11,19 @@ from __future__ import annotations
 import json
 import os
 
-DEFAULT_CONFIG = "/etc/fakegpu/config.json"
-HOOK_STAGES = ("createContainer", "prestart")
-# runtime: the runtime prepares the root and hands runc the bind mounts and device nodes in config.json (one
-# Python process per container start); hook: the runtime adds fakegpu-hook, which does it all inside runc.
-INJECTIONS = ("runtime", "hook")
+from fakegpu_hook.contract import (
+    CONFIG_VARIABLE,
+    DEFAULT_CONFIG,
+    FLAG_SETTINGS,
+    HOOK_STAGES,
+    INJECTIONS,
+    SETTINGS,
+    TRUE_WORDS,
+)
 
-
-def _repo_native_lib() -> str:
-    import fakegpu
-
-    checkout = os.path.dirname(os.path.dirname(os.path.realpath(fakegpu.__file__)))
-    return os.path.join(checkout, "native", "build", "lib")
-
-
-# Every setting and its default. A plain class rather than a dataclass: `dataclasses` (with `inspect`) and
-# `pathlib` cost milliseconds, and this module is imported at every container start.
-DEFAULTS: dict[str, object] = {
-    "low_level_runtime": "runc",
-    # The NVIDIA runtime's variables are only honoured on request: an image written for real GPUs should not
-    # silently get fake ones on a host that also has the FakeGPU runtime as default.
-    "honour_nvidia_env": False,
-    "nvidia_profile": "a100",
-    "native_lib_dir": "",
-    "nvidia_smi": "",
-    "state_root": "/run/fakegpu",
-    "hook_path": "",
-    "hook_stage": "createContainer",
-    "injection": "runtime",
-}
+# Every setting and its default (fakegpu_hook.contract). A plain class rather than a dataclass: `dataclasses`
+# (with `inspect`) and `pathlib` cost milliseconds, and this module is imported at every container start.
+DEFAULTS: dict[str, object] = {key: default for key, (_, default) in SETTINGS.items()}
 
 
 class Settings:
@@ -79,22 +63,14 @@ class Settings:
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
     def resolved(self) -> Settings:
-        lib = self.native_lib_dir or _repo_native_lib()
+        from fakegpu.locations import NATIVE_LIB_DIR
+
+        lib = self.native_lib_dir or NATIVE_LIB_DIR
         smi = self.nvidia_smi or os.path.join(os.path.dirname(lib.rstrip("/")), "bin", "nvidia-smi")
         return self.replace(native_lib_dir=lib, nvidia_smi=smi)
 
 
-_ENV = {
-    "FAKEGPU_LOW_LEVEL_RUNTIME": "low_level_runtime",
-    "FAKEGPU_HONOUR_NVIDIA_ENV": "honour_nvidia_env",
-    "FAKEGPU_NVIDIA_PROFILE": "nvidia_profile",
-    "FAKEGPU_NATIVE_DIR": "native_lib_dir",
-    "FAKEGPU_NVIDIA_SMI": "nvidia_smi",
-    "FAKEGPU_STATE_ROOT": "state_root",
-    "FAKEGPU_HOOK_PATH": "hook_path",
-    "FAKEGPU_HOOK_STAGE": "hook_stage",
-    "FAKEGPU_INJECTION": "injection",
-}
+_ENV = {variable: key for key, (variable, _) in SETTINGS.items()}
 
 
 class SettingsError(Exception):
@@ -102,10 +78,10 @@ class SettingsError(Exception):
 
 
 def _coerce(name: str, value: object) -> object:
-    if name == "honour_nvidia_env":
+    if name in FLAG_SETTINGS:
         if isinstance(value, bool):
             return value
-        return str(value).strip().lower() in ("1", "true", "yes", "on")
+        return str(value).strip().lower() in TRUE_WORDS
     if not isinstance(value, str):
         raise SettingsError(f"setting {name!r} must be a string, not {type(value).__name__}")
     return value
@@ -114,7 +90,7 @@ def _coerce(name: str, value: object) -> object:
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     """The config file (missing is fine; unreadable or unknown keys are errors), then FAKEGPU_* overrides."""
     environ = os.environ if environ is None else environ
-    path = environ.get("FAKEGPU_CONFIG") or DEFAULT_CONFIG
+    path = environ.get(CONFIG_VARIABLE) or DEFAULT_CONFIG
     values: dict[str, object] = {}
     known = set(DEFAULTS)
     if os.path.exists(path):
@@ -137,10 +113,3 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         raise SettingsError(f"injection {settings.injection!r} is not one of {INJECTIONS}")
     return settings
 
-
-# Where things appear inside a container. /run/fakegpu is the shims' default state folder; processes started
-# by `docker exec` do not get the FAKEGPU_DEVICE_TABLE the runtime adds to the container's main process.
-CONTAINER_DIR = "/run/fakegpu"
-CONTAINER_DEVICE_TABLE = CONTAINER_DIR + "/devices.tbl"
-CONTAINER_CATALOG_TABLE = CONTAINER_DIR + "/catalog.tbl"
-CONTAINER_NVIDIA_SMI = "/usr/bin/nvidia-smi"

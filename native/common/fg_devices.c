@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py */
 #include "fg_sha256.h"
 #include "fg_table.h"
 
@@ -458,9 +459,6 @@ int fg_devices_from_spec(const char *spec, const char *seed, const char *catalog
     return FG_DEV_OK;
 }
 
-#ifndef FG_CATALOG_PATH
-#define FG_CATALOG_PATH ""
-#endif
 
 const char *fg_catalog_path(char *buf, size_t len)
 {
@@ -478,12 +476,12 @@ const char *fg_catalog_path(char *buf, size_t len)
     if (dladdr((void *)fg_catalog_path, &info) && info.dli_fname) {
         fg_strlcpy(buf, info.dli_fname, len);
         char *slash = strrchr(buf, '/');
-        if (slash && (size_t)(slash - buf) + sizeof "/catalog.tbl" <= len) {
-            strcpy(slash, "/catalog.tbl");
+        if (slash && (size_t)(slash - buf) + sizeof "/" FG_CATALOG_TABLE_NAME <= len) {
+            strcpy(slash, "/" FG_CATALOG_TABLE_NAME);
             return buf;
         }
     }
-    fg_strlcpy(buf, "catalog.tbl", len);
+    fg_strlcpy(buf, FG_CATALOG_TABLE_NAME, len);
     return buf;
 }
 
@@ -495,11 +493,12 @@ static int spec_is_none(const char *spec)
     if (!*spec)
         return 1;
     normalise(spec, norm, sizeof norm);
-    return strcmp(norm, "void") == 0 || strcmp(norm, "none") == 0;
+    static const char *const off[] = {FG_OFF_VALUES};
+    for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+        if (strcmp(norm, off[i]) == 0)
+            return 1;
+    return 0;
 }
-
-/* Where the container runtime mounts the device table (hook/README.md). */
-#define FG_CONTAINER_TABLE "/run/fakegpu/devices.tbl"
 
 int fg_devices_load(fg_devset *out, char *err, size_t errlen)
 {
@@ -517,10 +516,10 @@ int fg_devices_load(fg_devset *out, char *err, size_t errlen)
     /* Inside a container the table is mounted at a fixed place; processes whose environment was cleaned
      * (env -i, su -, sudo) still see the GPUs, as they would on a real host. An explicit FAKEGPU_DEVICES,
      * even empty or void, is the user's word and wins. */
-    if (!spec && access(FG_CONTAINER_TABLE, R_OK) == 0) {
-        int rc = read_device_table(FG_CONTAINER_TABLE, out, err, errlen);
+    if (!spec && access(FG_CONTAINER_DEVICE_TABLE, R_OK) == 0) {
+        int rc = read_device_table(FG_CONTAINER_DEVICE_TABLE, out, err, errlen);
         if (rc == FG_DEV_OK)
-            snprintf(out->source, sizeof out->source, "%s", FG_CONTAINER_TABLE);
+            snprintf(out->source, sizeof out->source, "%s", FG_CONTAINER_DEVICE_TABLE);
         return rc;
     }
     if (!spec || spec_is_none(spec)) {

@@ -1,5 +1,7 @@
 #include "fg_state.h"
 
+#include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py */
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +19,8 @@ const char *fg_state_dir(char *buf, size_t len)
     struct stat st;
     if (env && *env)
         fg_strlcpy(buf, env, len);
-    else if (stat("/run/fakegpu", &st) == 0 && S_ISDIR(st.st_mode))
-        fg_strlcpy(buf, "/run/fakegpu", len);
+    else if (stat(FG_CONTAINER_DIR, &st) == 0 && S_ISDIR(st.st_mode))
+        fg_strlcpy(buf, FG_CONTAINER_DIR, len);
     else {
         const char *tmp = getenv("TMPDIR");
         snprintf(buf, len, "%s/fakegpu-%u", tmp && *tmp ? tmp : "/tmp", (unsigned)getuid());

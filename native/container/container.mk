@@ -7,7 +7,7 @@ CT_COMMON_OBJ := $(OBJ)/common/fg_devices.o $(OBJ)/common/fg_table.o $(OBJ)/comm
 
 all: $(CT_BIN)
 
-$(OBJ)/container/%.o: container/%.c
+$(OBJ)/container/%.o: container/%.c | $(GEN)/fg_contract.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icontainer -c $< -o $@
 

@@ -24,7 +24,7 @@ int fg_plan_in_lib_dir(const char *dest)
     if (dest[0] != '/' || !slash || slash == dest || !slash[1])
         return 0;
     const char *name = slash + 1;
-    if (strcmp(name, LIB_SUBDIR) && strcmp(name, "catalog.tbl") && !(!strncmp(name, "lib", 3) && strstr(name, ".so")))
+    if (strcmp(name, LIB_SUBDIR) && strcmp(name, FG_CATALOG_TABLE_NAME) && !(!strncmp(name, "lib", 3) && strstr(name, ".so")))
         return 0; /* a folder such as /usr/lib/x86_64-linux-gnu itself */
     size_t n = (size_t)(slash - dest) - 1;
     for (size_t i = 0; i < sizeof GLIBC_DIRS / sizeof GLIBC_DIRS[0]; i++)
@@ -179,7 +179,7 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
     int rc = -1;
     int has_catalog = 0;
     for (size_t i = 0; i < nlibs; i++) {
-        has_catalog |= !strcmp(libs[i], "catalog.tbl");
+        has_catalog |= !strcmp(libs[i], FG_CATALOG_TABLE_NAME);
         int versioned;
         if (!split_so(libs[i], &versioned))
             continue;
@@ -231,7 +231,7 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
         }
     }
     free(cand);
-    if (has_catalog && place(p, native_lib_dir, "catalog.tbl", lstat_mode(native_lib_dir, "catalog.tbl"), inside,
+    if (has_catalog && place(p, native_lib_dir, FG_CATALOG_TABLE_NAME, lstat_mode(native_lib_dir, FG_CATALOG_TABLE_NAME), inside,
                              &ninside, err, errlen))
         goto out;
     if (ninside && add(p->lib_dirs, &p->nlib_dirs, strdup(native), strdup(sub), err, errlen))
@@ -248,17 +248,17 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
     if (!nvml)
         p->notes[p->nnotes++] = fmt("no libnvidia-ml.so.1 in %s%s: NVML not injected (run `make`)", native_lib_dir, "");
     if (is_file(nvidia_smi)) {
-        if (add(p->files, &p->nfiles, strdup(nvidia_smi), strdup("/usr/bin/nvidia-smi"), err, errlen))
+        if (add(p->files, &p->nfiles, strdup(nvidia_smi), strdup(FG_CONTAINER_NVIDIA_SMI), err, errlen))
             goto out;
     } else {
         p->notes[p->nnotes++] = fmt("no nvidia-smi at %s%s: not injected (run `make`)", nvidia_smi, "");
     }
-    if (add(p->files, &p->nfiles, strdup(table), strdup(CONTAINER_DIR "/devices.tbl"), err, errlen))
+    if (add(p->files, &p->nfiles, strdup(table), strdup(FG_CONTAINER_DEVICE_TABLE), err, errlen))
         goto out;
-    if (is_file(catalog) && add(p->files, &p->nfiles, strdup(catalog), strdup(CONTAINER_DIR "/catalog.tbl"), err,
+    if (is_file(catalog) && add(p->files, &p->nfiles, strdup(catalog), strdup(FG_CONTAINER_CATALOG_TABLE), err,
                                 errlen))
         goto out;
-    if (add(p->dirs, &p->ndirs, strdup(state_dir), strdup(CONTAINER_DIR), err, errlen))
+    if (add(p->dirs, &p->ndirs, strdup(state_dir), strdup(FG_CONTAINER_DIR), err, errlen))
         goto out;
     if (device_count + 3 > FG_PLAN_MAX) {
         snprintf(err, errlen, "too many devices");

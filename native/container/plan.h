@@ -7,8 +7,7 @@
 
 #include "fg_root.h"
 
-/* settings.py's CONTAINER_DIR: the container's /run/fakegpu. */
-#define CONTAINER_DIR "/run/fakegpu"
+#include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py: FG_CONTAINER_* */
 
 /* Whether dest names <libdir>/fakegpu, <libdir>/catalog.tbl or a library file (lib*.so*) directly in a library
  * folder of inject.py's list: such a mount covers no folder we prepare. */

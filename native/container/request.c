@@ -7,17 +7,35 @@
 #include "files.h"
 #include "fg_json.h"
 
+/* The string setting, or the flag, a config key names; NULL when it names none. */
 static char **setting_slot(settings *s, const char *key)
 {
-    static const char *names[] = {"low_level_runtime", "nvidia_profile", "native_lib_dir", "nvidia_smi",
-                                  "state_root",        "hook_path",      "hook_stage",     "injection"};
-    char **slots[] = {&s->low_level_runtime, &s->nvidia_profile, &s->native_lib_dir, &s->nvidia_smi,
-                      &s->state_root,        &s->hook_path,      &s->hook_stage,     &s->injection};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strcmp(key, names[i]))
-            return slots[i];
+#define FG_SLOT(k, v, d)                                                                                           \
+    if (!strcmp(key, #k))                                                                                          \
+        return &s->k;
+    FG_STRING_SETTINGS(FG_SLOT)
+#undef FG_SLOT
     return NULL;
 }
+
+static int *flag_slot(settings *s, const char *key)
+{
+#define FG_SLOT(k, v, d)                                                                                           \
+    if (!strcmp(key, #k))                                                                                          \
+        return &s->k;
+    FG_FLAG_SETTINGS(FG_SLOT)
+#undef FG_SLOT
+    return NULL;
+}
+
+static int one_of(const char *v, const char *const *words, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(v, words[i]))
+            return 1;
+    return 0;
+}
+#define ONE_OF(v, ...) one_of((v), (const char *const[]){__VA_ARGS__}, sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *))
 
 /* Python's str.isspace() over ASCII: it counts the information separators 0x1c-0x1f too. */
 static int py_space(unsigned char c)
@@ -53,9 +71,9 @@ static char *strip_lower(const char *s)
 static int truthy(const char *v)
 {
     if (!is_ascii(v))
-        fg_defer("honour_nvidia_env is not ASCII");
+        fg_defer("a flag setting is not ASCII");
     char *t = strip_lower(v);
-    int yes = !strcmp(t, "1") || !strcmp(t, "true") || !strcmp(t, "yes") || !strcmp(t, "on");
+    int yes = ONE_OF(t, FG_TRUE_WORDS);
     free(t);
     return yes;
 }
@@ -63,17 +81,15 @@ static int truthy(const char *v)
 void load_settings(settings *s)
 {
     memset(s, 0, sizeof *s);
-    s->low_level_runtime = "runc";
-    s->nvidia_profile = "a100";
-    s->native_lib_dir = "";
-    s->nvidia_smi = "";
-    s->state_root = "/run/fakegpu";
-    s->hook_path = "";
-    s->hook_stage = "createContainer";
-    s->injection = "runtime";
-    const char *path = getenv("FAKEGPU_CONFIG");
+#define FG_DEFAULT_STRING(k, v, d) s->k = d;
+#define FG_DEFAULT_FLAG(k, v, d) s->k = d;
+    FG_STRING_SETTINGS(FG_DEFAULT_STRING)
+    FG_FLAG_SETTINGS(FG_DEFAULT_FLAG)
+#undef FG_DEFAULT_STRING
+#undef FG_DEFAULT_FLAG
+    const char *path = getenv(FG_CONFIG_VARIABLE);
     if (!path || !*path)
-        path = "/etc/fakegpu/config.json";
+        path = FG_DEFAULT_CONFIG;
     size_t len;
     int missing;
     char *text = read_file(path, &len, &missing);
@@ -89,16 +105,17 @@ void load_settings(settings *s)
             char *name = fg_json_key(&j, c);
             if (!name)
                 fg_defer("config file %s: odd key", path);
-            if (!strcmp(name, "honour_nvidia_env")) {
+            int *flag = flag_slot(s, name);
+            if (flag) {
                 if (n->type == FG_JTRUE || n->type == FG_JFALSE)
-                    s->honour_nvidia_env = n->type == FG_JTRUE;
+                    *flag = n->type == FG_JTRUE;
                 else if (n->type == FG_JSTRING) {
                     char *v = fg_json_string(&j, c);
                     if (!v)
                         fg_defer("config file %s: odd value", path);
-                    s->honour_nvidia_env = truthy(v);
+                    *flag = truthy(v);
                 } else
-                    fg_defer("config file %s: honour_nvidia_env of an odd type", path);
+                    fg_defer("config file %s: %s of an odd type", path, name);
             } else {
                 char **slot = setting_slot(s, name);
                 char *v = slot ? fg_json_string(&j, c) : NULL;
@@ -110,25 +127,21 @@ void load_settings(settings *s)
         }
         fg_json_free(&j);
     }
-    static const struct {
-        const char *var, *key;
-    } overrides[] = {
-        {"FAKEGPU_LOW_LEVEL_RUNTIME", "low_level_runtime"}, {"FAKEGPU_NVIDIA_PROFILE", "nvidia_profile"},
-        {"FAKEGPU_NATIVE_DIR", "native_lib_dir"},           {"FAKEGPU_NVIDIA_SMI", "nvidia_smi"},
-        {"FAKEGPU_STATE_ROOT", "state_root"},               {"FAKEGPU_HOOK_PATH", "hook_path"},
-        {"FAKEGPU_HOOK_STAGE", "hook_stage"},               {"FAKEGPU_INJECTION", "injection"},
-    };
-    for (size_t i = 0; i < sizeof overrides / sizeof overrides[0]; i++) {
-        const char *v = getenv(overrides[i].var);
-        if (v && *v)
-            *setting_slot(s, overrides[i].key) = (char *)v;
-    }
-    const char *h = getenv("FAKEGPU_HONOUR_NVIDIA_ENV");
-    if (h && *h)
-        s->honour_nvidia_env = truthy(h);
-    if (strcmp(s->hook_stage, "createContainer") && strcmp(s->hook_stage, "prestart"))
+    /* Then each setting's FAKEGPU_* override, when set and not empty. */
+#define FG_OVERRIDE_STRING(k, v, d)                                                                                \
+    if (getenv(v) && *getenv(v))                                                                                   \
+        s->k = getenv(v);
+#define FG_OVERRIDE_FLAG(k, v, d)                                                                                  \
+    if (getenv(v) && *getenv(v))                                                                                   \
+        s->k = truthy(getenv(v));
+    FG_STRING_SETTINGS(FG_OVERRIDE_STRING)
+    FG_FLAG_SETTINGS(FG_OVERRIDE_FLAG)
+#undef FG_OVERRIDE_STRING
+#undef FG_OVERRIDE_FLAG
+    if (!ONE_OF(s->hook_stage, FG_HOOK_STAGES))
         fg_defer("hook_stage %s", s->hook_stage); /* Python words the error */
-    if (strcmp(s->injection, "runtime"))
+    static const char *const injections[] = {FG_INJECTIONS};
+    if (strcmp(s->injection, injections[0])) /* C does the first (runtime) injection; Python the others */
         fg_defer("injection %s", s->injection);
 }
 
@@ -146,7 +159,7 @@ const char *env_lookup(char **env, int n, const char *name)
 static int off_value(const char *v)
 {
     char *t = strip_lower(v);
-    int off = !*t || !strcmp(t, "void") || !strcmp(t, "none");
+    int off = ONE_OF(t, FG_OFF_VALUES);
     free(t);
     return off;
 }
@@ -156,25 +169,25 @@ static int off_value(const char *v)
  * lower() know all of Unicode. */
 int device_request(char **env, int n, const settings *s, request *r)
 {
-    const char *seed = env_lookup(env, n, "FAKEGPU_SEED");
+    const char *seed = env_lookup(env, n, FG_SEED_VARIABLE);
     r->seed = seed && *seed ? seed : NULL;
-    const char *value = env_lookup(env, n, "FAKEGPU_DEVICES");
+    const char *value = env_lookup(env, n, FG_DEVICES_VARIABLE);
     if (value) {
         if (!is_ascii(value))
-            fg_defer("FAKEGPU_DEVICES is not ASCII");
+            fg_defer(FG_DEVICES_VARIABLE " is not ASCII");
         if (off_value(value))
             return 0;
         r->spec = strdup(value);
-        r->source = "FAKEGPU_DEVICES";
+        r->source = FG_DEVICES_VARIABLE;
         return 1;
     }
     if (!s->honour_nvidia_env)
         return 0;
-    const char *nvidia = env_lookup(env, n, "NVIDIA_VISIBLE_DEVICES");
+    const char *nvidia = env_lookup(env, n, FG_NVIDIA_DEVICES_VARIABLE);
     if (!nvidia)
         return 0;
     if (!is_ascii(nvidia) || !is_ascii(s->nvidia_profile))
-        fg_defer("NVIDIA_VISIBLE_DEVICES or nvidia_profile is not ASCII");
+        fg_defer(FG_NVIDIA_DEVICES_VARIABLE " or nvidia_profile is not ASCII");
     if (off_value(nvidia))
         return 0;
     char *v = strip_lower(nvidia);
@@ -198,6 +211,6 @@ int device_request(char **env, int n, const settings *s, request *r)
     char buf[512];
     snprintf(buf, sizeof buf, "%s:%u", s->nvidia_profile, count ? count : 1);
     r->spec = strdup(buf);
-    r->source = "NVIDIA_VISIBLE_DEVICES";
+    r->source = FG_NVIDIA_DEVICES_VARIABLE;
     return 1;
 }

@@ -4,11 +4,17 @@
 #ifndef FG_REQUEST_H
 #define FG_REQUEST_H
 
+#include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py */
+
+/* One field per setting of the contract, named by its key. */
+#define FG_STRING_FIELD(key, variable, default_value) char *key;
+#define FG_FLAG_FIELD(key, variable, default_value) int key;
 typedef struct {
-    char *low_level_runtime, *nvidia_profile, *native_lib_dir, *nvidia_smi, *state_root, *hook_path, *hook_stage,
-        *injection;
-    int honour_nvidia_env;
+    FG_STRING_SETTINGS(FG_STRING_FIELD)
+    FG_FLAG_SETTINGS(FG_FLAG_FIELD)
 } settings;
+#undef FG_STRING_FIELD
+#undef FG_FLAG_FIELD
 typedef struct {
     char *spec;
     const char *seed; /* NULL: not set */

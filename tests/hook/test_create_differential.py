@@ -22,12 +22,13 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.locations import COMPILED_CATALOG_TABLE
 from tests.conftest import IN_CI, REPO, mounts_under
 from tests.hook.conftest import DATA, HOOK_PATH, MOCK_BIN
 
 # FAKEGPU_CREATE_BIN: another build of the same sources, e.g. with sanitizers.
 CREATE = Path(os.environ.get("FAKEGPU_CREATE_BIN") or REPO / "native" / "build" / "bin" / "fakegpu-create")
-CATALOG = REPO / "fakegpu" / "data" / "catalog.tbl"
+CATALOG = Path(COMPILED_CATALOG_TABLE)
 PY_RUNTIME = Path(sys.executable).with_name("fakegpu-container-runtime")
 DEFER_EXIT = 97
 
@@ -503,15 +504,3 @@ def test_a_retried_create_matches_python(tmp_path, stub_python):
     assert py["rc"] == c["rc"] == 0
     assert _without_timing(c) == _without_timing(py)
 
-
-def test_c_knows_the_same_runc_global_options_with_values():
-    """Which runc global options take a value decides where the subcommand is: the sh front is rendered from
-    runtime.GLOBAL_OPTIONS_WITH_VALUE, the C binary has its own list, and they must not drift apart."""
-    import re
-
-    from fakegpu_hook.runtime import GLOBAL_OPTIONS_WITH_VALUE
-
-    source = (REPO / "native" / "container" / "create.c").read_text()
-    listed = re.search(r"static int global_with_value\(.*?opts\[\] = \{([^}]*)\}", source, re.S)
-    assert listed, "create.c: global_with_value's option list not found"
-    assert tuple(re.findall(r'"([^"]+)"', listed.group(1))) == GLOBAL_OPTIONS_WITH_VALUE

@@ -8,8 +8,8 @@ import pytest
 
 from fakegpu.devices import resolve_devices
 from fakegpu.devices.table import render_table, write_table
+from fakegpu.locations import COMPILED_CATALOG_TABLE
 from fakegpu.profiles import load_catalog
-from fakegpu.profiles.catalog import COMPILED_CATALOG
 from fakegpu.profiles.table import parse_table, render_catalog_table
 
 
@@ -55,7 +55,7 @@ def test_corrupt_tables_are_rejected(text: str) -> None:
 
 
 def test_packaged_catalog_table_lists_every_profile_with_aliases() -> None:
-    text = Path(COMPILED_CATALOG).with_suffix(".tbl").read_text()
+    text = Path(COMPILED_CATALOG_TABLE).read_text()
     assert text == render_catalog_table(load_catalog())
     _, rows = parse_table(text)
     assert len(rows) == len(load_catalog())

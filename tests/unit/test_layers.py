@@ -4,6 +4,8 @@ direction only (no cycle of any length). Parsed from the sources, so a lazy impo
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
@@ -80,3 +82,34 @@ def test_the_check_sees_a_planted_cycle(tmp_path, monkeypatch):
         assert "alpha -> beta -> alpha" in str(e)
     else:
         raise AssertionError("a planted cycle went unnoticed")
+
+
+# The container integration (hook/, package fakegpu_hook) stands beside fakegpu's rooms: the CLI drives it, and it
+# uses this small part of fakegpu only, all of it standard library on import (hook/README.md says the same).
+HOOK = PACKAGE.parent / "hook" / "fakegpu_hook"
+HOOK_USES = {"fakegpu", "fakegpu.atomic_file", "fakegpu.devices", "fakegpu.devices.table", "fakegpu.errors",
+             "fakegpu.locations"}
+
+
+def test_only_the_cli_drives_the_container_integration():
+    users = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in PACKAGE.rglob("*.py")
+             if _unit(path) != "cli" for name, line in _imports(path) if name.split(".")[0] == "fakegpu_hook"]
+    assert not users, f"fakegpu library code imports fakegpu_hook: {users}"
+
+
+def test_the_container_integration_uses_only_its_part_of_fakegpu():
+    used = {name for path in HOOK.rglob("*.py") for name, _ in _imports(path) if name.split(".")[0] == "fakegpu"}
+    assert used <= HOOK_USES, f"fakegpu_hook imports beyond its documented part of fakegpu: {used - HOOK_USES}"
+
+
+def test_the_container_integration_imports_the_standard_library_only():
+    # What a create, the hook and the install commands import, in an interpreter as isolated as the sh front's.
+    code = ("import sys; sys.path[:0] = sys.argv[1:]\n"
+            "import fakegpu_hook.runtime, fakegpu_hook.hook, fakegpu_hook.front, fakegpu_hook.cdi, "
+            "fakegpu_hook.daemon_json, fakegpu_hook.inject, fakegpu_hook.settings, fakegpu.devices.table\n"
+            "from fakegpu.devices import resolve_devices; resolve_devices('a100:2')\n"
+            "names = {m.split('.')[0] for m in sys.modules}\n"
+            "print(sorted(names - set(sys.stdlib_module_names) - {'__main__', 'fakegpu', 'fakegpu_hook'}))")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(HOOK.parent), str(PACKAGE.parent)],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,58 @@
+"""The container contract: every rule that the runtime's Python, its C fast path (native/container) and the sh
+front (front.py) must agree on, written once.
+
+Data only, standard library only: the runtime imports it at every container start. `make native` generates
+native/build/gen/fg_contract.h from it (tools/gen_contract.py), and front.py renders the sh front's values from
+it, so the C and the sh never hold a hand-copied rule; tests/hook/test_create_differential.py runs the Python
+and the C on the same inputs.
+"""
+
+# The settings file: /etc/fakegpu/config.json, or $FAKEGPU_CONFIG.
+CONFIG_VARIABLE = "FAKEGPU_CONFIG"
+DEFAULT_CONFIG = "/etc/fakegpu/config.json"
+
+# Every setting: key in the config file -> (the FAKEGPU_* variable of the runtime's own environment that
+# overrides it, default). The runtime runs under dockerd's environment, which users rarely control, so the file
+# is the main way; the variables are for tests and one-off runs. honour_nvidia_env is the one flag.
+SETTINGS = {
+    "low_level_runtime": ("FAKEGPU_LOW_LEVEL_RUNTIME", "runc"),
+    # The NVIDIA runtime's variables are honoured only on request: an image written for real GPUs should not
+    # silently get fake ones on a host that also has the FakeGPU runtime as default.
+    "honour_nvidia_env": ("FAKEGPU_HONOUR_NVIDIA_ENV", False),
+    "nvidia_profile": ("FAKEGPU_NVIDIA_PROFILE", "a100"),
+    "native_lib_dir": ("FAKEGPU_NATIVE_DIR", ""),  # empty: the checkout's native/build/lib
+    "nvidia_smi": ("FAKEGPU_NVIDIA_SMI", ""),  # empty: <native_lib_dir>/../bin/nvidia-smi
+    "state_root": ("FAKEGPU_STATE_ROOT", "/run/fakegpu"),
+    "hook_path": ("FAKEGPU_HOOK_PATH", ""),
+    "hook_stage": ("FAKEGPU_HOOK_STAGE", "createContainer"),
+    "injection": ("FAKEGPU_INJECTION", "runtime"),
+}
+FLAG_SETTINGS = ("honour_nvidia_env",)
+# A flag given as a string is on when, stripped and lowercased, it is one of these.
+TRUE_WORDS = ("1", "true", "yes", "on")
+HOOK_STAGES = ("createContainer", "prestart")
+# runtime: the runtime prepares the root and hands runc the bind mounts and device nodes in config.json (one
+# Python process per container start, or none with the C fast path); hook: the runtime adds fakegpu-hook, which
+# does it all inside runc.
+INJECTIONS = ("runtime", "hook")
+
+# runc's global options that take a value (one dash or two, the value the next word unless written --opt=v):
+# the subcommand is the first word past them.
+RUNC_OPTIONS_WITH_VALUE = ("root", "log", "log-format", "criu", "rootless", "cgroup-manager")
+
+# What a container asks with (its own environment).
+DEVICES_VARIABLE = "FAKEGPU_DEVICES"
+SEED_VARIABLE = "FAKEGPU_SEED"
+NVIDIA_DEVICES_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+# A device variable that, stripped and lowercased, is one of these asks for nothing: hands off, as for the
+# NVIDIA runtime (unset counts the same).
+OFF_VALUES = ("", "void", "none")
+
+# Where things appear inside a container. /run/fakegpu is also the shims' default state folder: processes
+# started by `docker exec` do not get the FAKEGPU_DEVICE_TABLE the runtime adds to the main process.
+CONTAINER_DIR = "/run/fakegpu"
+DEVICE_TABLE_NAME = "devices.tbl"
+CATALOG_TABLE_NAME = "catalog.tbl"
+CONTAINER_DEVICE_TABLE = CONTAINER_DIR + "/" + DEVICE_TABLE_NAME
+CONTAINER_CATALOG_TABLE = CONTAINER_DIR + "/" + CATALOG_TABLE_NAME
+CONTAINER_NVIDIA_SMI = "/usr/bin/nvidia-smi"
