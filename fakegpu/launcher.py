@@ -68,20 +68,6 @@ NATIVE_LIBS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-def _native_versions() -> dict[str, object]:
-    """fakegpu/data/native_versions.json: the one copy of the versions native mode reports (libcuda compiles
-    the same file in, tools/gen_cuda_versions.py)."""
-    import json
-
-    return json.loads((Path(__file__).resolve().parent / "data" / "native_versions.json").read_text(encoding="utf-8"))
-
-
-_VERSIONS = _native_versions()
-# The driver branch and CUDA version native mode reports (NVML and nvidia-smi agree): a CUDA 13 driver, which
-# serves both the CUDA 13 and the CUDA 12 runtime.
-NATIVE_DRIVER_VERSION = str(_VERSIONS["driver_version"])
-NATIVE_CUDA_VERSION = str(_VERSIONS["cuda_version"])
-
 _SITECUSTOMIZE = '''"""FakeGPU interpreter-start hook (written by fakegpu.launcher.python_hook_dir)."""
 import fakegpu.fakecuda.envhook  # noqa: F401  (activates fakecuda when FAKEGPU_RUNTIME=fakecuda)
 
@@ -224,8 +210,6 @@ def prepare(
         )
         if mode == "native":
             env.pop("FAKEGPU_RUNTIME", None)
-            env.setdefault("FAKEGPU_DRIVER_VERSION", NATIVE_DRIVER_VERSION)
-            env.setdefault("FAKEGPU_CUDA_VERSION", NATIVE_CUDA_VERSION)
             if memory is not None:
                 env["FAKEGPU_MEMORY"] = memory
             if report_dir is not None:  # one fakegpu-native-<pid>.json per process (reports: native-process)

@@ -1,6 +1,7 @@
 """Write fg_versions.h: the driver and CUDA versions native mode reports, from fakegpu/data/native_versions.json.
 
-The launcher reads the same file, so libcuda's defaults and `fakegpu run`'s environment cannot drift apart.
+native/common/fg_driver.c compiles it in for libcuda and NVML alike, so cuDriverGetVersion, NVML and nvidia-smi
+report one driver.
 """
 
 from __future__ import annotations

@@ -38,22 +38,16 @@ $(CU12_FLAGS):
 	@mkdir -p $(dir $@)
 	$(PYTHON) $(ROOT)/tools/cuda_headers.py --cuda 12 --dest $(B)/cuda12-include
 
-# The version constants native mode reports (fakegpu/data/native_versions.json, shared with the launcher).
-CU_VERSIONS_JSON := $(ROOT)/fakegpu/data/native_versions.json
-$(CU_GEN)/fg_versions.h: $(CU_VERSIONS_JSON) $(ROOT)/tools/gen_cuda_versions.py
-	@mkdir -p $(dir $@)
-	$(PYTHON) $(ROOT)/tools/gen_cuda_versions.py --json $< --out $@
-
 # cuGetProcAddress answers a caller built with CUDA 12 (cudaVersion < 13000) from CUDA 12's renames.
 $(CU_GEN)/cuda12_aliases.h: $(CU12_FLAGS) $(CU_GENPY)
 	@mkdir -p $(dir $@)
 	$(PYTHON) $(CU_GENPY) --aliases-from $(B)/cuda12-include/runtime-include/cuda.h --aliases-only $@ --out-dir $(CU_GEN)
 
-$(CU_OBJ)/%.o: $(CU)/%.c $(CU_FLAGS) | $(CU_GEN)/cuda_aliases.h $(CU_GEN)/cuda12_aliases.h $(CU_GEN)/fg_versions.h
+$(CU_OBJ)/%.o: $(CU)/%.c $(CU_FLAGS) | $(CU_GEN)/cuda_aliases.h $(CU_GEN)/cuda12_aliases.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CU_CFLAGS) -c $< -o $@
 
-$(CU12_OBJ)/%.o: $(CU)/%.c $(CU12_FLAGS) | $(CU_GEN)/fg_versions.h
+$(CU12_OBJ)/%.o: $(CU)/%.c $(CU12_FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CU12_CFLAGS) -c $< -o $@
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fg_driver.h"
 #include "fg_nvml.h"
 
 fg_devset fg_devs;
@@ -57,29 +58,10 @@ static int env_int(const char *name, int fallback)
     return (int)x;
 }
 
-/* The CUDA version a driver branch ships with (550 -> 12.4), for when only the driver is overridden. */
-static int cuda_for_driver(int major)
-{
-    static const int table[][2] = {{525, 12000}, {530, 12010}, {535, 12020}, {545, 12030}, {550, 12040},
-                                   {555, 12050}, {560, 12060}, {565, 12070}, {570, 12080}, {575, 12090},
-                                   {580, 13000}};
-    int cuda = 11080;
-    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
-        if (major >= table[i][0])
-            cuda = table[i][1];
-    return cuda;
-}
-
 static void load_config(void)
 {
-    /* 550 is the branch of the default layout; a board released after it (Blackwell) needs 570. */
-    int newest_arch_blackwell = 0;
-    for (unsigned i = 0; i < fg_devs.count; i++)
-        newest_arch_blackwell |= strcmp(fg_devs.dev[i].architecture, "blackwell") == 0;
-    const char *drv = getenv("FAKEGPU_DRIVER_VERSION");
-    fg_strlcpy(fg_cfg.driver_version, drv && *drv ? drv : newest_arch_blackwell ? "570.133.20" : "550.127.08",
-               sizeof fg_cfg.driver_version);
-    fg_cfg.cuda_version = env_int("FAKEGPU_CUDA_VERSION", cuda_for_driver(atoi(fg_cfg.driver_version)));
+    fg_driver_version(fg_cfg.driver_version, sizeof fg_cfg.driver_version);
+    fg_cfg.cuda_version = fg_cuda_driver_version();
     fg_cfg.pin_temperature = env_int("FAKEGPU_TEMPERATURE", -1);
     fg_cfg.pin_gpu_util = env_int("FAKEGPU_UTILIZATION", -1);
     fg_cfg.pin_mem_util = env_int("FAKEGPU_MEMORY_UTILIZATION", -1);

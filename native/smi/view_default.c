@@ -1,12 +1,16 @@
-/* The default view, in the layout of the 550 driver branch: 91-character rows (89 between the borders),
- * a GPU table of three lines per GPU, then the process table. */
+/* The default view, in the layout of the reported driver's branch (../shared/facts/nvidia-smi-formats.md):
+ * 91-character rows (89 between the borders), a GPU table of three lines per GPU, then the process table.
+ * 570 and later give the PID column six more characters (the process name six fewer); 580 and later close the
+ * version box with a '+' rule. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "smi.h"
 
 #define RULE "+-----------------------------------------------------------------------------------------+"
 #define GPU_RULE "+-----------------------------------------+------------------------+----------------------+"
+#define VERSION_RULE_550 "|-----------------------------------------+------------------------+----------------------+"
 
 static void cut(char *dst, size_t len, const char *src, size_t max)
 {
@@ -86,7 +90,7 @@ static void gpu_rows(nvmlDevice_t d, unsigned index)
     printf("|                                         |                        |%21s |\n", mig);
 }
 
-static int process_rows(const smi_gpus *g)
+static int process_rows(const smi_gpus *g, int wide_pid)
 {
     int any = 0;
     for (unsigned k = 0; k < g->count; k++) {
@@ -101,10 +105,11 @@ static int process_rows(const smi_gpus *g)
                 char name[256] = "", shown[48], mem[24];
                 if (nvmlSystemGetProcessName(procs[i].pid, name, sizeof name) != NVML_SUCCESS)
                     snprintf(name, sizeof name, "N/A");
-                cut_front(shown, sizeof shown, name, 41);
+                int name_width = wide_pid ? 35 : 41;
+                cut_front(shown, sizeof shown, name, (size_t)name_width);
                 snprintf(mem, sizeof mem, "%lluMiB", smi_mib(procs[i].usedGpuMemory));
-                printf("|%5u   N/A  N/A%10u%7s   %-41s%11s |\n", g->index[k], procs[i].pid, graphics ? "G" : "C",
-                       shown, mem);
+                printf("|%5u   N/A  N/A%*u%7s   %-*s%11s |\n", g->index[k], wide_pid ? 16 : 10, procs[i].pid,
+                       graphics ? "G" : "C", name_width, shown, mem);
                 any = 1;
             }
         }
@@ -124,8 +129,9 @@ int smi_view_default(const smi_gpus *g)
     printf("%s       \n", now);
     printf(RULE "\n");
     printf("| NVIDIA-SMI %-23sDriver Version: %-15sCUDA Version: %-9s|\n", driver, driver, cuda);
-    printf("|-----------------------------------------+------------------------+----------------------+\n"
-           "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n"
+    int branch = atoi(driver);
+    printf("%s\n", branch >= 580 ? GPU_RULE : VERSION_RULE_550);
+    printf("| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n"
            "| Fan  Temp   Perf          Pwr:Usage/Cap |           Memory-Usage | GPU-Util  Compute M. |\n"
            "|                                         |                        |               MIG M. |\n"
            "|=========================================+========================+======================|\n");
@@ -136,10 +142,12 @@ int smi_view_default(const smi_gpus *g)
     printf("                                                                                         \n");
     printf(RULE "\n"
            "| Processes:                                                                              |\n"
-           "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |\n"
+           "%s"
            "|        ID   ID                                                               Usage      |\n"
-           "|=========================================================================================|\n");
-    if (!process_rows(g))
+           "|=========================================================================================|\n",
+           branch >= 570 ? "|  GPU   GI   CI              PID   Type   Process name                        GPU Memory |\n"
+                         : "|  GPU   GI   CI        PID   Type   Process name                              GPU Memory |\n");
+    if (!process_rows(g, branch >= 570))
         printf("|  No running processes found                                                             |\n");
     printf(RULE "\n");
     return SMI_OK;

@@ -7,6 +7,7 @@ so golden files move only when those profiles change, not whenever profiles/ gro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ SMI = BUILD / "bin" / "nvidia-smi"
 DEVTOOL = BUILD / "bin" / "fakegpu-devices"
 GOLDEN = REPO / "tests" / "golden"
 IN_CI = os.environ.get("CI") == "true"
+# The one driver the native libraries report by default (libcuda and NVML compile it in).
+NATIVE_VERSIONS = json.loads((REPO / "fakegpu" / "data" / "native_versions.json").read_text(encoding="utf-8"))
+NATIVE_DRIVER_VERSION = NATIVE_VERSIONS["driver_version"]
+NATIVE_CUDA_VERSION = str(NATIVE_VERSIONS["cuda_version"])
 MIB = 1 << 20
 
 

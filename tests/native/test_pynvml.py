@@ -12,7 +12,7 @@ import pytest
 
 from fakegpu.devices.spec import resolve_devices
 
-from .conftest import NativeEnv
+from .conftest import NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION, NativeEnv
 
 pytestmark = pytest.mark.native
 
@@ -44,9 +44,10 @@ def test_every_device_every_query(native: NativeEnv, test_catalog, spec: str) ->
     result = walk(native, spec)
     devices = resolve_devices(spec, "0", test_catalog[1])
     assert result["count"]["value"] == len(devices)
-    assert result["driver"]["value"] == "550.127.08"
-    assert result["cuda"]["value"] == result["cuda_v2"]["value"] == 12040
-    assert result["nvml"]["value"] == "12.550.127.08"
+    # The one default driver (fakegpu/data/native_versions.json), as libcuda and `fakegpu run` report it.
+    assert result["driver"]["value"] == NATIVE_DRIVER_VERSION == "580.95.05"
+    assert result["cuda"]["value"] == result["cuda_v2"]["value"] == int(NATIVE_CUDA_VERSION) == 13000
+    assert result["nvml"]["value"] == "13.580.95.05"
     assert result["event_wait"] == {"error": "NVMLError_Timeout"}
     for device, got in zip(devices, result["devices"], strict=True):
         p = device.profile.data

@@ -112,13 +112,19 @@ def test_registered_process_in_table_and_memory(native: NativeEnv) -> None:
     try:
         native.register(sleeper.pid, 1, 20480 * MIB, "python3 train.py")
         table = native.smi(devices="a100:2").stdout
+        table_550 = native.smi(devices="a100:2", FAKEGPU_DRIVER_VERSION="550.127.08").stdout
         apps = native.smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv", devices="a100:2")
         used = native.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits", devices="a100:2")
     finally:
         sleeper.kill()
         sleeper.wait()
-    row = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3 train.py':<41}{'20480MiB':>11} |"
+    # 570 and later (the default driver is 580) widen the PID column by six, as in a real 570 capture:
+    # "|    0   N/A  N/A         2753460      C   VLLM::Worker_TP0                      79028MiB |"
+    row = f"|    1   N/A  N/A{sleeper.pid:>16}      C   {'python3 train.py':<35}{'20480MiB':>11} |"
     assert row in table.splitlines()
+    row_550 = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3 train.py':<41}{'20480MiB':>11} |"
+    assert row_550 in table_550.splitlines()
+    assert all(len(line) == 91 for line in table.splitlines()[1:] + table_550.splitlines()[1:] if line.strip())
     assert "No running processes found" not in table
     assert "|   20481MiB /  81920MiB |" in table
     assert apps.stdout.splitlines() == ["pid, process_name, used_gpu_memory [MiB]",

@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fakegpu.launcher import NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION, prepare, python_hook_dir
+from fakegpu.launcher import prepare, python_hook_dir
+from tests.native.conftest import NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION
 from tests.native_cuda.conftest import REPO, run_fakegpu
 
 
@@ -43,7 +44,7 @@ def test_native_env_preloads_our_libraries(cuda_build) -> None:
             ("cusparse", "libcusparse.so.12"),
         ):
             assert (mirror / "nvidia" / folder / "lib" / name).resolve() == cuda_build / name
-        assert launch.env["FAKEGPU_CUDA_VERSION"] == NATIVE_CUDA_VERSION
+        assert "FAKEGPU_CUDA_VERSION" not in launch.env  # the libraries' one default driver applies
     finally:
         launch.cleanup()
     assert not launch.root.exists()
@@ -69,10 +70,34 @@ def test_hook_dir_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
     assert out.stdout.split() == ["1", "True"], out.stderr
 
 
+def test_nvml_and_libcuda_report_one_driver(cuda_env: dict[str, str]) -> None:
+    # A host has one driver: NVML (and so nvidia-smi) and cuDriverGetVersion agree, by default and when the
+    # driver is chosen (its branch then decides the CUDA version: 550 ships CUDA 12.4).
+    code = """
+import ctypes, os
+lib = os.environ["FAKEGPU_LIB"]
+cuda = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
+nvml = ctypes.CDLL(os.path.join(lib, "libnvidia-ml.so.1"))
+v, n = ctypes.c_int(), ctypes.c_int()
+buf = ctypes.create_string_buffer(80)
+assert cuda.cuDriverGetVersion(ctypes.byref(v)) == 0 and nvml.nvmlInit_v2() == 0
+assert nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(n)) == 0
+assert nvml.nvmlSystemGetDriverVersion(buf, 80) == 0
+print(buf.value.decode(), v.value, n.value)
+"""
+    seen = {}
+    for chosen in (None, "550.127.08", "570.133.20"):
+        env = dict(cuda_env, **({"FAKEGPU_DRIVER_VERSION": chosen} if chosen else {}))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        seen[chosen] = out.stdout.split()
+    assert seen == {None: [NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION, NATIVE_CUDA_VERSION],
+                    "550.127.08": ["550.127.08", "12040", "12040"], "570.133.20": ["570.133.20", "12080", "12080"]}
+
+
 def test_one_copy_of_the_native_versions(cuda_env: dict[str, str], tmp_path: Path) -> None:
-    # fakegpu/data/native_versions.json feeds both the launcher and libcuda's compiled-in default.
+    # fakegpu/data/native_versions.json is compiled into libcuda and NVML (tools/gen_cuda_versions.py).
     data = json.loads((REPO / "fakegpu" / "data" / "native_versions.json").read_text())
-    assert (NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION) == (data["driver_version"], str(data["cuda_version"]))
     code = """
 import ctypes, os
 lib = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libcuda.so.1"))

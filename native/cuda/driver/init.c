@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "fg_versions.h"
+#include "fg_driver.h"
 #include "fgd.h"
 
 fgd_world fgd;
@@ -57,12 +57,8 @@ static void load(void)
         m->capacity = total > m->context ? total - m->context : 0;
         fgd.ctx[i].device = (int)i;
     }
-    /* fakegpu/data/native_versions.json unless told: the newest runtime we stand in for (libcudart.so.13)
-     * needs a 13.x driver, which also serves libcudart.so.12. */
-    const char *v = getenv("FAKEGPU_CUDA_VERSION");
-    fgd.driver_version = v && *v ? atoi(v) : FG_NATIVE_CUDA_VERSION;
-    if (fgd.driver_version < 1000)
-        fgd.driver_version = FG_NATIVE_CUDA_VERSION;
+    /* The one driver NVML reports too (native/common/fg_driver.c). */
+    fgd.driver_version = fg_cuda_driver_version();
     fgd.loaded = 1;
 }
 

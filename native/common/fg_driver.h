@@ -1,0 +1,17 @@
+/* The one driver FakeGPU stands in for, asked by NVML (and so nvidia-smi) and by libcuda alike, so every
+ * surface of a host reports the same driver: fakegpu/data/native_versions.json's unless FAKEGPU_DRIVER_VERSION
+ * and FAKEGPU_CUDA_VERSION say otherwise. */
+#ifndef FG_DRIVER_H
+#define FG_DRIVER_H
+
+#include <stddef.h>
+
+#include "fg_log.h"
+
+/* The driver version string ("580.95.05"). */
+FG_HIDDEN const char *fg_driver_version(char *buf, size_t len);
+/* The CUDA version the driver supports, as cuDriverGetVersion answers (13000 for 13.0): FAKEGPU_CUDA_VERSION,
+ * else the chosen driver branch's (550 -> 12040), else the default's. */
+FG_HIDDEN int fg_cuda_driver_version(void);
+
+#endif
