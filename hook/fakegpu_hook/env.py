@@ -35,12 +35,15 @@ class DeviceRequest:
 
 
 def env_lookup(env: Iterable[str], name: str) -> str | None:
-    """First NAME=value wins, as getenv(3) in the container's process will see it."""
+    """The last NAME=value wins: runc sets process.env in order, one entry overwriting an earlier one of the same
+    name, so that is what the container's process sees (containerd's CRI puts the image's ENV first and the
+    pod's env after it)."""
     prefix = name + "="
+    found = None
     for entry in env:
         if entry.startswith(prefix):
-            return entry[len(prefix):]
-    return None
+            found = entry[len(prefix):]
+    return found
 
 
 def _nvidia_spec(value: str, profile: str) -> str:

@@ -150,10 +150,11 @@ void load_settings(settings *s)
 const char *env_lookup(char **env, int n, const char *name)
 {
     size_t len = strlen(name);
+    const char *found = NULL;
     for (int i = 0; i < n; i++)
         if (!strncmp(env[i], name, len) && env[i][len] == '=')
-            return env[i] + len + 1;
-    return NULL;
+            found = env[i] + len + 1;
+    return found;
 }
 
 static int off_value(const char *v)

@@ -27,7 +27,7 @@ void fg_defer(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretur
 void load_settings(settings *s);
 /* 1 with a request, 0 when the container asks for nothing. */
 int device_request(char **env, int n, const settings *s, request *r);
-/* The value of the first NAME= entry, as getenv(3) in the container will see it. */
+/* The value of the last NAME= entry: runc applies process.env in order, a later entry overwriting. */
 const char *env_lookup(char **env, int n, const char *name);
 int is_ascii(const char *s);
 

@@ -313,7 +313,7 @@ HANDLED = {
     "no-seed": Case(spec="a100:2", edit=lambda d: d["process"]["env"].remove("FAKEGPU_SEED=7")),
     "empty-seed": Case(edit=lambda d: d["process"]["env"].__setitem__(3, "FAKEGPU_SEED=")),
     "seed-with-quote": Case(edit=lambda d: d["process"]["env"].__setitem__(3, "FAKEGPU_SEED=it's \"7\"")),
-    "first-of-duplicate-vars": Case(edit=_env_add("FAKEGPU_DEVICES=h100:8")),
+    "last-of-duplicate-vars": Case(edit=_env_add("FAKEGPU_DEVICES=h100:8")),
     "nvidia-honoured": Case(bundle="nvidia", env={"FAKEGPU_HONOUR_NVIDIA_ENV": "yes"}),
     "nvidia-all-profile": Case(bundle="plain", env={"FAKEGPU_HONOUR_NVIDIA_ENV": "1",
                                                     "FAKEGPU_NVIDIA_PROFILE": "h100"}),

@@ -19,9 +19,11 @@ from fakegpu_hook.settings import SettingsError, load_settings
     (["FAKEGPU_DEVICES=NONE"], False, None),
     (["FAKEGPU_DEVICES=a100:4"], False, ("a100:4", None, "FAKEGPU_DEVICES")),
     (["FAKEGPU_DEVICES=h100:2,l4", "FAKEGPU_SEED=3"], False, ("h100:2,l4", "3", "FAKEGPU_DEVICES")),
-    (["FAKEGPU_DEVICES=a100", "FAKEGPU_DEVICES=t4"], False, ("a100", None, "FAKEGPU_DEVICES")),  # getenv: first
+    (["FAKEGPU_DEVICES=a100", "FAKEGPU_DEVICES=t4"], False, ("t4", None, "FAKEGPU_DEVICES")),  # runc: the last
     (["NVIDIA_VISIBLE_DEVICES=all"], False, None),
     (["NVIDIA_VISIBLE_DEVICES=all"], True, ("a100:1", None, "NVIDIA_VISIBLE_DEVICES")),
+    (["NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_VISIBLE_DEVICES=0,1,2"], True, ("a100:3", None, "NVIDIA_VISIBLE_DEVICES")),
+    (["FAKEGPU_DEVICES=a100:1", "FAKEGPU_DEVICES=void"], False, None),  # a later off value turns it off
     (["NVIDIA_VISIBLE_DEVICES=0,1,2"], True, ("a100:3", None, "NVIDIA_VISIBLE_DEVICES")),
     (["NVIDIA_VISIBLE_DEVICES=void"], True, None),
     (["NVIDIA_VISIBLE_DEVICES="], True, None),

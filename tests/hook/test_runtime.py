@@ -220,3 +220,20 @@ def test_user_namespace_falls_back_to_the_hook(bundle, runtime_env, tmp_path):
 def test_unknown_injection_is_refused(bundle, runtime_env, tmp_path):
     result = run_runtime(create_args(bundle("gpu"), tmp_path / "l"), {**runtime_env, "FAKEGPU_INJECTION": "magic"})
     assert result.returncode == 1 and "injection 'magic'" in result.stderr
+
+
+def test_the_last_of_a_repeated_variable_wins_as_under_cri(bundle, runtime_env, tmp_path, native):
+    # containerd's CRI writes the image's ENV, then the pod's env: the pod asked for two GPUs, and runc gives
+    # the container's process the later value, so the runtime must read that one too.
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)}
+    b = bundle("gpu")
+    data = json.loads((b / "config.json").read_text())
+    others = [e for e in data["process"]["env"] if not e.startswith("FAKEGPU_DEVICES=")]
+    data["process"]["env"] = ["FAKEGPU_DEVICES=a100:1", *others, "FAKEGPU_DEVICES=h100:2"]
+    (b / "config.json").write_text(json.dumps(data, indent=2))
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    assert result.returncode == 0, result.stderr
+    table = (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "devices.tbl").read_text()
+    assert "\tcount=2\tspec=h100:2\t" in table
+    devices = json.loads((b / "config.json").read_text())["linux"]["devices"]
+    assert [d["path"] for d in devices][-2:] == ["/dev/nvidia0", "/dev/nvidia1"]
