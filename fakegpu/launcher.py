@@ -164,6 +164,26 @@ def _wheel_mirror(root: Path, libs: list[Path]) -> Path:
     return mirror
 
 
+def nvidia_smi_binary(lib_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """FakeGPU's nvidia-smi beside the native libraries (<lib>/../bin, as the runtime finds it), or None when it
+    is not built."""
+    from fakegpu.locations import native_lib_dir
+
+    path = Path(lib_dir or native_lib_dir()).parent / "bin" / "nvidia-smi"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _tools_first_on_path(env: dict[str, str], root: Path, lib_dir: str | os.PathLike[str] | None) -> None:
+    # Scripts and tools call `nvidia-smi` by name (torch.utils.collect_env, accelerate env, health checks): ours
+    # comes first, alone in its folder so nothing else of the build shadows a command of the user's.
+    smi = nvidia_smi_binary(lib_dir)
+    if smi is not None:
+        folder = root / "bin"
+        folder.mkdir()
+        (folder / "nvidia-smi").symlink_to(smi.resolve())
+        _prepend(env, "PATH", str(folder))
+
+
 def _prepend(env: dict[str, str], key: str, *entries: str, sep: str = os.pathsep) -> None:
     old = env.get(key, "")
     env[key] = sep.join([*entries, *([old] if old else [])])
@@ -208,6 +228,7 @@ def prepare(
             FAKEGPU_DEVICE_TABLE=str(table),
             FAKEGPU_STATE_DIR=str(state),
         )
+        _tools_first_on_path(env, root, lib_dir)
         if mode == "native":
             env.pop("FAKEGPU_RUNTIME", None)
             if memory is not None:
@@ -251,6 +272,23 @@ def run(
         return 128 - rc if rc < 0 else rc
     finally:
         launch.cleanup()
+
+
+def nvidia_smi(args: Sequence[str], devices: str | None = None) -> int:
+    """`fakegpu nvidia-smi ARGS`: FakeGPU's nvidia-smi on the devices `fakegpu run` would give (--devices, else
+    $FAKEGPU_DEVICES, else the default). Inside `fakegpu run` or a FakeGPU container, where the devices are
+    chosen already (FAKEGPU_DEVICE_TABLE), on those, seeing the processes that run there."""
+    smi = nvidia_smi_binary()
+    if smi is None:
+        from fakegpu.locations import native_lib_dir
+
+        raise LaunchError(f"FakeGPU's nvidia-smi is not built (looked in {Path(native_lib_dir()).parent / 'bin'}); "
+                          "build it with `make native`")
+    if devices is None and os.environ.get("FAKEGPU_DEVICE_TABLE"):
+        rc = subprocess.run([str(smi), *args], check=False).returncode
+        return 128 - rc if rc < 0 else rc
+    # fakecuda mode's environment is the devices and the state folder alone: nvidia-smi needs no CUDA library.
+    return run([str(smi), *args], devices=devices, mode="fakecuda")
 
 
 if __name__ == "__main__":  # pragma: no cover - debugging aid

@@ -27,6 +27,8 @@ app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
+app.command("nvidia-smi", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                            "help_option_names": []})(run.nvidia_smi)
 
 
 def _version(value: bool) -> None:

@@ -42,3 +42,20 @@ def run(
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     raise typer.Exit(rc)
+
+
+def nvidia_smi(
+    ctx: typer.Context,
+    devices: str | None = typer.Option(
+        None, "--devices", help=f"Device spec (default: the current run's devices, $FAKEGPU_DEVICES, else "
+        f"{DEFAULT_DEVICES}). Every other argument goes to nvidia-smi."
+    ),
+) -> None:
+    """FakeGPU's nvidia-smi, e.g. `fakegpu nvidia-smi -L`, `fakegpu nvidia-smi --devices h100:8 topo -m`."""
+    from fakegpu.launcher import nvidia_smi as smi
+
+    try:
+        rc = smi(list(ctx.args), devices=devices)
+    except FakeGPUError as exc:
+        raise fail("nvidia-smi", exc, False) from exc
+    raise typer.Exit(rc)
