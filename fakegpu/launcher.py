@@ -20,6 +20,7 @@ fakegpu.fakecuda.envhook, chaining to any sitecustomize already on the path), ma
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,10 @@ def _chain():
 _chain()
 del _chain
 '''
+
+
+# What NVIDIA's driver versions look like: branch.minor[.patch] (535.104.05, 550.127.08, 580.95.05).
+DRIVER_VERSION = re.compile(r"[1-9]\d{2}\.\d{1,3}(\.\d{1,3})?")
 
 
 class LaunchError(FakeGPUError):
@@ -197,11 +202,15 @@ def prepare(
     seed: str | None = None,
     memory: str | None = None,
     report_dir: str | os.PathLike[str] | None = None,
+    driver: str | None = None,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
 
     Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
     """
+    if driver is not None and not DRIVER_VERSION.fullmatch(driver):
+        raise LaunchUsageError(f"--driver {driver!r} is not a driver version; expected one like 580.95.05 or "
+                               "550.127.08 (its branch decides the CUDA version it supports)")
     if mode not in MODES:
         raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")
     if memory is not None and memory not in MEMORY_MODES:
@@ -228,6 +237,9 @@ def prepare(
             FAKEGPU_DEVICE_TABLE=str(table),
             FAKEGPU_STATE_DIR=str(state),
         )
+        if driver is not None:  # NVML, nvidia-smi and libcuda all follow it (native/common/fg_driver.c)
+            env["FAKEGPU_DRIVER_VERSION"] = driver
+            env.pop("FAKEGPU_CUDA_VERSION", None)
         _tools_first_on_path(env, root, lib_dir)
         if mode == "native":
             env.pop("FAKEGPU_RUNTIME", None)
@@ -256,11 +268,12 @@ def run(
     lib_dir: str | os.PathLike[str] | None = None,
     memory: str | None = None,
     report_dir: str | os.PathLike[str] | None = None,
+    driver: str | None = None,
 ) -> int:
     """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do)."""
     if not command:
         raise LaunchUsageError("no command given: fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...")
-    launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir)
+    launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver)
     try:
         try:
             proc = subprocess.run(list(command), env=launch.env, check=False)

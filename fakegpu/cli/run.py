@@ -33,12 +33,19 @@ def run(
         help="native mode: each process writes fakegpu-native-<pid>.json there at exit "
         "(schema: fakegpu/reports/schemas/native-process.schema.json).",
     ),
+    driver: str | None = typer.Option(
+        None,
+        "--driver",
+        help="The driver version NVML, nvidia-smi and cuDriverGetVersion report (default 580.95.05, "
+        "$FAKEGPU_DRIVER_VERSION); its branch decides the CUDA version, so a CUDA 13 build refuses a 550 driver "
+        "as on a real host.",
+    ),
 ) -> None:
     """Run CMD seeing fake GPUs; exits with CMD's status."""
     from fakegpu.launcher import run as launch
 
     try:
-        rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir)
+        rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     raise typer.Exit(rc)

@@ -114,3 +114,35 @@ print(lib.cuDriverGetVersion(ctypes.byref(v)), v.value)
         [sys.executable, tool, "--json", str(bad), "--out", str(tmp_path / "h")], capture_output=True, text=True
     )
     assert gen.returncode == 1 and "driver_version must look like 580.95.05" in gen.stderr
+
+
+def test_a_runtime_newer_than_the_driver_is_refused(cuda_env: dict[str, str]) -> None:
+    # As a real driver: CUDA 13's runtime on a 550 driver (CUDA 12.4) answers cudaErrorInsufficientDriver (35);
+    # CUDA 12's runtime runs on it (minor version compatibility) and on the default 580 driver alike.
+    code = """
+import ctypes, os, sys
+rt = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], sys.argv[1]))
+n = ctypes.c_int(-1)
+v = ctypes.c_int()
+rc = rt.cudaGetDeviceCount(ctypes.byref(n))
+rt.cudaDriverGetVersion(ctypes.byref(v))
+rt.cudaGetErrorString.restype = ctypes.c_char_p
+print(rc, n.value, v.value, rt.cudaGetErrorString(rc).decode())
+"""
+    seen = {}
+    for lib in ("libcudart.so.13", "libcudart.so.12"):
+        for driver in ("550.127.08", None):
+            env = dict(cuda_env, **({"FAKEGPU_DRIVER_VERSION": driver} if driver else {}))
+            out = subprocess.run([sys.executable, "-c", code, lib], env=env, capture_output=True, text=True,
+                                 timeout=60)
+            assert out.returncode == 0, out.stderr
+            seen[lib, driver] = out.stdout.strip().split(maxsplit=3)
+    assert seen["libcudart.so.13", "550.127.08"] == [
+        "35", "0", "12040", "CUDA driver version is insufficient for CUDA runtime version"]
+    assert seen["libcudart.so.12", "550.127.08"][:3] == ["0", "2", "12040"]
+    assert seen["libcudart.so.13", None][:3] == seen["libcudart.so.12", None][:3] == ["0", "2", NATIVE_CUDA_VERSION]
+
+
+def test_bad_driver_version_is_a_usage_error() -> None:
+    proc = run_fakegpu(["--driver", "550", "--", "true"])
+    assert proc.returncode == 2 and "expected one like 580.95.05" in proc.stderr

@@ -65,3 +65,19 @@ def test_torch_collect_env_finds_the_gpus_and_the_driver() -> None:
     assert "GPU 0: NVIDIA A100-SXM4-80GB" in lines and "GPU 1: NVIDIA A100-SXM4-80GB" in lines
     assert f"Nvidia driver version: {NATIVE_DRIVER_VERSION}" in lines
     assert "Is CUDA available: True" in lines
+
+
+@pytest.mark.torch
+def test_a_cuda_13_torch_refuses_a_550_driver_as_on_a_real_host(torch_python: str) -> None:
+    code = ("import torch, warnings\nwith warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always'); ok = torch.cuda.is_available()\n"
+            "print('available', ok, torch.version.cuda)\nprint('warned', ' '.join(str(x.message) for x in w))\n")
+    proc = run_fakegpu(["--driver", "550.127.08", "--", torch_python, "-c", code],
+                       complete=stdout_lines("available", "warned"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    available, warned = proc.stdout.splitlines()[-2:]
+    if available.split()[-1].startswith("13."):  # PyPI's CUDA 13 build
+        assert available.startswith("available False")
+        assert "The NVIDIA driver on your system is too old (found version 12040)" in warned
+    else:  # the CUDA 12.8 build runs on a 12.4 driver (minor version compatibility)
+        assert available.startswith("available True") and "too old" not in warned

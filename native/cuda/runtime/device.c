@@ -22,14 +22,28 @@ int rt_device(void)
 
 cudaError_t rt_err(CUresult rc) { return (cudaError_t)rc; }
 
-/* Make `device`'s primary context the thread's current one. */
-static cudaError_t make_current(int device)
+/* cuInit, then what a real runtime checks first: a driver whose CUDA version is of an older major release than
+ * this runtime's cannot serve it (CUDA 13's runtime on a 12.x driver); a newer minor release of the same major
+ * runs, as CUDA's minor version compatibility allows. */
+static cudaError_t rt_init(void)
 {
     CUresult rc = cuInit(0);
     if (rc != CUDA_SUCCESS)
         return rc == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : rt_err(rc);
+    int driver = 0;
+    if (cuDriverGetVersion(&driver) == CUDA_SUCCESS && driver / 1000 < FG_CUDART_VERSION / 1000)
+        return cudaErrorInsufficientDriver;
+    return cudaSuccess;
+}
+
+/* Make `device`'s primary context the thread's current one. */
+static cudaError_t make_current(int device)
+{
+    cudaError_t e = rt_init();
+    if (e != cudaSuccess)
+        return e;
     CUcontext ctx;
-    rc = cuDevicePrimaryCtxRetain(&ctx, device);
+    CUresult rc = cuDevicePrimaryCtxRetain(&ctx, device);
     if (rc == CUDA_SUCCESS)
         rc = cuCtxSetCurrent(ctx);
     if (rc != CUDA_SUCCESS)
@@ -48,20 +62,18 @@ FGC_EXPORT cudaError_t cudaGetDeviceCount(int *count)
 {
     if (!count)
         return rt_ret(cudaErrorInvalidValue);
-    CUresult rc = cuInit(0);
     *count = 0;
-    if (rc == CUDA_ERROR_NO_DEVICE)
-        return rt_ret(cudaErrorNoDevice);
-    if (rc != CUDA_SUCCESS)
-        return rt_ret(rt_err(rc));
+    cudaError_t e = rt_init();
+    if (e != cudaSuccess)
+        return rt_ret(e);
     return RT(cuDeviceGetCount(count));
 }
 
 FGC_EXPORT cudaError_t cudaSetDevice(int device)
 {
-    CUresult rc = cuInit(0);
-    if (rc != CUDA_SUCCESS)
-        return rt_ret(rc == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : rt_err(rc));
+    cudaError_t e = rt_init();
+    if (e != cudaSuccess)
+        return rt_ret(e);
     int n = 0;
     cuDeviceGetCount(&n);
     if (device < 0 || device >= n)
@@ -111,10 +123,10 @@ FGC_EXPORT cudaError_t cudaGetDeviceFlags(unsigned int *flags)
 FGC_EXPORT cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
     /* cudaDeviceAttr and CUdevice_attribute share their numbering. */
-    CUresult rc = cuInit(0);
-    if (rc != CUDA_SUCCESS)
-        return rt_ret(rc == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : rt_err(rc));
-    rc = cuDeviceGetAttribute(value, (CUdevice_attribute)attr, device);
+    cudaError_t e = rt_init();
+    if (e != cudaSuccess)
+        return rt_ret(e);
+    CUresult rc = cuDeviceGetAttribute(value, (CUdevice_attribute)attr, device);
     return rt_ret(rc == CUDA_ERROR_INVALID_DEVICE ? cudaErrorInvalidDevice : rt_err(rc));
 }
 
@@ -133,9 +145,9 @@ FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev
 {
     if (!p)
         return rt_ret(cudaErrorInvalidValue);
-    CUresult rc = cuInit(0);
-    if (rc != CUDA_SUCCESS)
-        return rt_ret(rc == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : rt_err(rc));
+    cudaError_t e = rt_init();
+    if (e != cudaSuccess)
+        return rt_ret(e);
     int n = 0;
     cuDeviceGetCount(&n);
     if (dev < 0 || dev >= n)
@@ -264,7 +276,7 @@ FGC_EXPORT cudaError_t cudaDeviceCanAccessPeer(int *can, int device, int peer)
     int n = 0;
     if (!can)
         return rt_ret(cudaErrorInvalidValue);
-    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGetCount(&n) != CUDA_SUCCESS || device < 0 || device >= n || peer < 0 ||
+    if (rt_init() != cudaSuccess || cuDeviceGetCount(&n) != CUDA_SUCCESS || device < 0 || device >= n || peer < 0 ||
         peer >= n)
         return rt_ret(cudaErrorInvalidDevice);
     *can = device != peer; /* every fake device reaches every other (NVLink or PCIe P2P) */
