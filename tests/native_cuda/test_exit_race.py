@@ -81,6 +81,9 @@ def test_reports_check(tmp_path) -> None:
 WAITER = """
 import ctypes, json, os, sys, time
 sys.setswitchinterval(5.0)  # no forced GIL handoff: only the synchronisation's release can let the waiter in
+# One CPU for the process and the waiter it starts: the waiter then runs only when the synchronising thread gives the
+# CPU away, not because another core happened to be free (or busy), which is what makes the count load-proof.
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 rt = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libcudart.so.13"))
 assert rt.cudaFree(None) == 0
 event = ctypes.c_void_p()
