@@ -12,7 +12,7 @@ import pytest
 
 from fakegpu.devices.spec import resolve_devices
 
-from .conftest import NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION, NativeEnv
+from .conftest import LIB_DIR, NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION, NativeEnv
 
 pytestmark = pytest.mark.native
 
@@ -170,3 +170,18 @@ def test_old_nvmlinit_entry_point(native: NativeEnv) -> None:
     out = native.python(code, devices="a100:3")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3"
+
+
+def test_every_function_nvidia_ml_py_calls_is_exported(native: NativeEnv) -> None:
+    # The installed nvidia-ml-py names each NVML function it calls once, as a string it looks up in the library;
+    # the export list is generated from the newest nvml.h on PyPI, so none of them may be missing.
+    import ctypes
+    import inspect
+    import re
+
+    import pynvml
+
+    names = sorted(set(re.findall(r'_nvmlGetFunctionPointer\(\s*"(nvml\w+)"', inspect.getsource(pynvml))))
+    assert len(names) > 300, "nvidia-ml-py's lookups were not found: the walk would pass vacuously"
+    lib = ctypes.CDLL(str(LIB_DIR / "libnvidia-ml.so.1"))
+    assert [n for n in names if not hasattr(lib, n)] == []
