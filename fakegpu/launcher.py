@@ -275,6 +275,8 @@ def run(
         raise LaunchUsageError("no command given: fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...")
     launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver)
     try:
+        if mode == "native":
+            _refuse_a_static_cuda_runtime(command[0], launch.env)
         try:
             proc = subprocess.run(list(command), env=launch.env, check=False)
         except FileNotFoundError as exc:
@@ -285,6 +287,15 @@ def run(
         return 128 - rc if rc < 0 else rc
     finally:
         launch.cleanup()
+
+
+def _refuse_a_static_cuda_runtime(program: str, env: dict[str, str]) -> None:
+    from fakegpu.analyze.linkage import static_cuda_runtime
+
+    path = shutil.which(program, path=env.get("PATH"))
+    found = static_cuda_runtime(path, env) if path else None
+    if found is not None:
+        raise LaunchError(found.message(path))
 
 
 def nvidia_smi(args: Sequence[str], devices: str | None = None) -> int:

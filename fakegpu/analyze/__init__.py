@@ -1,0 +1,2 @@
+"""What in a program, binary or repository needs a GPU, read without running it: ELF facts (elf.py), how a
+program links the CUDA runtime (linkage.py)."""
