@@ -4,7 +4,8 @@
 Every report names itself in one key, `"schema": "fakegpu.<name>/v<N>"`, where <name> is its schema file's name:
 `preflight`, `fakecuda-process` and `fakecuda-activity` (what each torch process writes at exit), `cluster-report`,
 `estimate-llm`, `plan-training`, `calibrate-compare`, `native-process` and `nvml-process` (what native mode's C
-libraries write per process). Later reports add their schema here. Validation needs jsonschema and referencing,
+libraries write per process), and `cli`, the envelope around every --json output. Later reports add their schema
+here. Validation needs jsonschema and referencing,
 imported only when asked, so writers stay light.
 """
 
@@ -26,14 +27,15 @@ BASE_URI = "https://fakegpu.dev/schemas/"
 # Every command's --json output (stable; pinned by tests):
 #     {"schema": "fakegpu.cli/v1", "command": "devices", "status": "ok"|"error", "exit_code": 0,
 #      "data": ..., "errors": [{"code": "...", "message": "..."}]}
-ENVELOPE_SCHEMA = "fakegpu.cli/v1"
-
 _ID = re.compile(r"^fakegpu\.(?P<name>[a-z][a-z0-9-]*)/v(?P<version>[1-9][0-9]*)$")
 
 
 def schema_id(name: str, version: int = 1) -> str:
     """The value of a report's "schema" key: schema_id("preflight") == "fakegpu.preflight/v1"."""
     return f"fakegpu.{name}/v{version}"
+
+
+ENVELOPE_SCHEMA = schema_id("cli")
 
 
 def name_of(doc: Any) -> str | None:

@@ -21,6 +21,7 @@ def invoke(*args: str):
 def data_of(result) -> dict:
     doc = json.loads(result.stdout)
     assert doc["schema"] == "fakegpu.cli/v1"
+    validate(doc)  # the envelope's own schema
     return doc
 
 

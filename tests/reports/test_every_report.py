@@ -139,6 +139,10 @@ def written(fakecuda_run: Path, minilm_dir: Path, tmp_path_factory) -> dict[str,
     assert smi.returncode == 0 and "not supported" in smi.stdout, smi.stderr[-3000:]
     out["nvml-process"] = _json_files(nvml, "nvml-*.json")
     out.update(_estimates(minilm_dir, tmp))
+    # The envelope, around a result and around an error.
+    ok, bad = (CliRunner().invoke(app, ["devices", spec, "--json"]) for spec in ("h100:2", "a10O:2"))
+    assert (ok.exit_code, bad.exit_code) == (0, 2)
+    out["cli"] = [json.loads(ok.stdout), json.loads(bad.stdout)]
     return out
 
 

@@ -9,6 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from fakegpu import reports
 from fakegpu.cli.main import app
 from tests.conftest import run_cli
 
@@ -23,6 +24,7 @@ def envelope(result) -> dict:
     doc = json.loads(result.stdout)
     assert doc["schema"] == "fakegpu.cli/v1"
     assert set(doc) == {"schema", "command", "status", "exit_code", "data", "errors"}
+    reports.validate(doc)  # fakegpu/reports/schemas/cli.schema.json
     return doc
 
 

@@ -9,7 +9,7 @@ from fakegpu import reports
 
 
 def test_every_schema_is_a_valid_json_schema():
-    assert reports.names() == ["calibrate-compare", "cluster-report", "estimate-llm", "fakecuda-activity",
+    assert reports.names() == ["calibrate-compare", "cli", "cluster-report", "estimate-llm", "fakecuda-activity",
                                "fakecuda-process", "native-process", "nvml-process", "plan-training", "preflight"]
     for name in reports.names():
         spec = reports.schema(name)
