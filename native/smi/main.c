@@ -15,6 +15,7 @@ typedef struct {
     const char *ids;
     const char *fields;
     const char *format;
+    int xml;
     double loop_s;
 } opts_t;
 
@@ -59,6 +60,8 @@ static int parse(int argc, char **argv, opts_t *o)
             o->cmd = CMD_LIST;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--query")) {
             o->cmd = CMD_QUERY;
+        } else if (!strcmp(a, "-x") || !strcmp(a, "--xml-format")) {
+            o->xml = 1;
         } else if (is_opt(a, "-i", "--id")) {
             if (!(o->ids = option_value(argc, argv, &i, a, "--id")))
                 return -1;
@@ -91,7 +94,8 @@ static int parse(int argc, char **argv, opts_t *o)
             return -1;
         }
     }
-    return 0;
+    /* XML is a form of the -q report only, as on real nvidia-smi. */
+    return o->xml && o->cmd != CMD_QUERY ? -1 : 0;
 }
 
 static int parse_format(const char *s, smi_format *f)
@@ -146,7 +150,7 @@ static int run_once(const opts_t *o, const smi_format *fmt)
         return rc;
     switch (o->cmd) {
     case CMD_LIST: return smi_view_list(&g);
-    case CMD_QUERY: return smi_view_query(&g);
+    case CMD_QUERY: return o->xml ? smi_view_query_xml(&g) : smi_view_query(&g);
     case CMD_TOPO: return smi_view_topo(&g);
     case CMD_QUERY_GPU: return smi_query_gpu(&g, o->fields, fmt);
     case CMD_QUERY_APPS: return smi_query_apps(&g, o->fields, fmt);

@@ -38,11 +38,44 @@ void smi_now(char *buf, size_t len, int csv_style);
 int smi_view_default(const smi_gpus *g);
 int smi_view_list(const smi_gpus *g);
 int smi_view_query(const smi_gpus *g);
+int smi_view_query_xml(const smi_gpus *g);
 int smi_view_topo(const smi_gpus *g);
 int smi_query_gpu(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_query_apps(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_help_query_gpu(void);
 void smi_help(void);
+
+/* words.c */
+const char *smi_enabled(int on);
+const char *smi_yes_no(int yes);
+const char *smi_brand_name(nvmlBrandType_t brand);
+const char *smi_architecture_name(nvmlDeviceArchitecture_t arch);
+const char *smi_virtualization_name(nvmlGpuVirtualizationMode_t mode);
+const char *smi_compute_mode_name(nvmlComputeMode_t mode);
+
+/* xml_out.c: elements one a line, indented by tabs (depth 0 is the root); text is escaped. */
+void smi_xml_open(int depth, const char *tag);
+void smi_xml_close(int depth, const char *tag);
+void smi_xml_leaf(int depth, const char *tag, const char *text);
+void smi_xml_text(int depth, const char *text);
+void smi_xml_escaped(const char *text);
+
+/* A report as rows in document order. A row is a leaf (value), an element whose children code writes (tree),
+ * or, with neither, a section holding the rows after it that are one level deeper. A value that fails
+ * prints N/A, as real nvidia-smi does. */
+typedef nvmlReturn_t (*smi_xml_value)(nvmlDevice_t d, int arg, char *out, unsigned len);
+typedef void (*smi_xml_tree)(nvmlDevice_t d, int depth);
+typedef struct {
+    int level;
+    const char *tag;
+    smi_xml_value value;
+    int arg;
+    smi_xml_tree tree;
+} smi_xml_row;
+void smi_xml_rows(nvmlDevice_t d, const smi_xml_row *rows, size_t n, int depth);
+
+/* xml_gpu.c: one <gpu> element's children, at the given depth. */
+void smi_xml_gpu(nvmlDevice_t d, int depth);
 
 /* Memory in whole MiB as nvidia-smi rounds it. */
 static inline unsigned long long smi_mib(unsigned long long bytes) { return bytes >> 20; }

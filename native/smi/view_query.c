@@ -27,10 +27,12 @@ static void str_or_na(int depth, const char *key, nvmlReturn_t rc, const char *v
     kv(depth, key, "%s", rc == NVML_SUCCESS ? value : "N/A");
 }
 
-static void uint_or_na(int depth, const char *key, nvmlReturn_t rc, unsigned v, const char *unit)
+/* v by address: callers pass the NVML call that fills it as another argument, and C leaves unspecified whether
+ * that call runs before a by-value v would be read. */
+static void uint_or_na(int depth, const char *key, nvmlReturn_t rc, const unsigned *v, const char *unit)
 {
     if (rc == NVML_SUCCESS)
-        kv(depth, key, "%u%s", v, unit);
+        kv(depth, key, "%u%s", *v, unit);
     else
         kv(depth, key, "N/A");
 }
@@ -48,7 +50,7 @@ static void one_gpu(nvmlDevice_t d)
     str_or_na(1, "Product Name", nvmlDeviceGetName(d, s, sizeof s), s);
     nvmlBrandType_t brand;
     rc = nvmlDeviceGetBrand(d, &brand);
-    kv(1, "Product Brand", "%s", rc ? "N/A" : brand == NVML_BRAND_GEFORCE ? "GeForce" : brand == NVML_BRAND_TESLA ? "Tesla" : brand == NVML_BRAND_NVIDIA_RTX ? "NVIDIA RTX" : "NVIDIA");
+    kv(1, "Product Brand", "%s", rc ? "N/A" : smi_brand_name(brand));
     rc = nvmlDeviceGetDisplayMode(d, &e);
     kv(1, "Display Mode", "%s", onoff(rc, e));
     rc = nvmlDeviceGetDisplayActive(d, &e);
@@ -63,7 +65,7 @@ static void one_gpu(nvmlDevice_t d)
     kv(1, "Accounting Mode", "%s", onoff(rc, e));
     str_or_na(1, "Serial Number", nvmlDeviceGetSerial(d, s, sizeof s), s);
     str_or_na(1, "GPU UUID", nvmlDeviceGetUUID(d, s, sizeof s), s);
-    uint_or_na(1, "Minor Number", nvmlDeviceGetMinorNumber(d, &v), v, "");
+    uint_or_na(1, "Minor Number", nvmlDeviceGetMinorNumber(d, &v), &v, "");
     str_or_na(1, "VBIOS Version", nvmlDeviceGetVbiosVersion(d, s, sizeof s), s);
     rc = nvmlDeviceGetMultiGpuBoard(d, &v);
     kv(1, "MultiGPU Board", "%s", rc ? "N/A" : v ? "Yes" : "No");
@@ -89,12 +91,12 @@ static void one_gpu(nvmlDevice_t d)
     }
     section(2, "GPU Link Info");
     section(3, "PCIe Generation");
-    uint_or_na(4, "Max", nvmlDeviceGetMaxPcieLinkGeneration(d, &v), v, "");
-    uint_or_na(4, "Current", nvmlDeviceGetCurrPcieLinkGeneration(d, &v), v, "");
+    uint_or_na(4, "Max", nvmlDeviceGetMaxPcieLinkGeneration(d, &v), &v, "");
+    uint_or_na(4, "Current", nvmlDeviceGetCurrPcieLinkGeneration(d, &v), &v, "");
     section(3, "Link Width");
-    uint_or_na(4, "Max", nvmlDeviceGetMaxPcieLinkWidth(d, &v), v, "x");
-    uint_or_na(4, "Current", nvmlDeviceGetCurrPcieLinkWidth(d, &v), v, "x");
-    uint_or_na(1, "Fan Speed", nvmlDeviceGetFanSpeed(d, &v), v, " %");
+    uint_or_na(4, "Max", nvmlDeviceGetMaxPcieLinkWidth(d, &v), &v, "x");
+    uint_or_na(4, "Current", nvmlDeviceGetCurrPcieLinkWidth(d, &v), &v, "x");
+    uint_or_na(1, "Fan Speed", nvmlDeviceGetFanSpeed(d, &v), &v, " %");
     nvmlPstates_t ps;
     rc = nvmlDeviceGetPerformanceState(d, &ps);
     if (rc == NVML_SUCCESS)
@@ -122,20 +124,20 @@ static void one_gpu(nvmlDevice_t d)
     section(1, "Utilization");
     nvmlUtilization_t u;
     rc = nvmlDeviceGetUtilizationRates(d, &u);
-    uint_or_na(2, "Gpu", rc, rc ? 0 : u.gpu, " %");
-    uint_or_na(2, "Memory", rc, rc ? 0 : u.memory, " %");
-    uint_or_na(2, "Encoder", nvmlDeviceGetEncoderUtilization(d, &v, &v2), v, " %");
-    uint_or_na(2, "Decoder", nvmlDeviceGetDecoderUtilization(d, &v, &v2), v, " %");
+    uint_or_na(2, "Gpu", rc, &u.gpu, " %");
+    uint_or_na(2, "Memory", rc, &u.memory, " %");
+    uint_or_na(2, "Encoder", nvmlDeviceGetEncoderUtilization(d, &v, &v2), &v, " %");
+    uint_or_na(2, "Decoder", nvmlDeviceGetDecoderUtilization(d, &v, &v2), &v, " %");
     section(1, "ECC Mode");
     rc = nvmlDeviceGetEccMode(d, &e, &e2);
     kv(2, "Current", "%s", onoff(rc, e));
     kv(2, "Pending", "%s", onoff(rc, e2));
     section(1, "Temperature");
-    uint_or_na(2, "GPU Current Temp", nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v), v, " C");
-    uint_or_na(2, "GPU Shutdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &v), v, " C");
-    uint_or_na(2, "GPU Slowdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &v), v, " C");
-    uint_or_na(2, "GPU Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_GPU_MAX, &v), v, " C");
-    uint_or_na(2, "Memory Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_MEM_MAX, &v), v, " C");
+    uint_or_na(2, "GPU Current Temp", nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v), &v, " C");
+    uint_or_na(2, "GPU Shutdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &v), &v, " C");
+    uint_or_na(2, "GPU Slowdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &v), &v, " C");
+    uint_or_na(2, "GPU Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_GPU_MAX, &v), &v, " C");
+    uint_or_na(2, "Memory Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_MEM_MAX, &v), &v, " C");
     section(1, "GPU Power Readings");
     rc = nvmlDeviceGetPowerUsage(d, &v);
     if (rc == NVML_SUCCESS)
@@ -156,10 +158,10 @@ static void one_gpu(nvmlDevice_t d)
                   {"Video", NVML_CLOCK_VIDEO}};
     section(1, "Clocks");
     for (size_t i = 0; i < 4; i++)
-        uint_or_na(2, clocks[i].label, nvmlDeviceGetClockInfo(d, clocks[i].type, &v), v, " MHz");
+        uint_or_na(2, clocks[i].label, nvmlDeviceGetClockInfo(d, clocks[i].type, &v), &v, " MHz");
     section(1, "Max Clocks");
     for (size_t i = 0; i < 4; i++)
-        uint_or_na(2, clocks[i].label, nvmlDeviceGetMaxClockInfo(d, clocks[i].type, &v), v, " MHz");
+        uint_or_na(2, clocks[i].label, nvmlDeviceGetMaxClockInfo(d, clocks[i].type, &v), &v, " MHz");
     section(1, "Processes");
     nvmlProcessInfo_t procs[64];
     unsigned n = 64;

@@ -1,0 +1,42 @@
+/* -q -x: the XML report. The prolog and root are those of real captures; each <gpu> is xml_gpu.c's table. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "smi.h"
+
+/* The DTD's version follows the driver branch: captures show v12 on 570 and v13 from 580 on. */
+static int dtd_version(const char *driver) { return atoi(driver) >= 580 ? 13 : 12; }
+
+static void gpu(nvmlDevice_t d)
+{
+    nvmlPciInfo_t pci;
+    printf("\t<gpu id=\"");
+    smi_xml_escaped(nvmlDeviceGetPciInfo_v3(d, &pci) == NVML_SUCCESS ? pci.busId : "N/A");
+    printf("\">\n");
+    smi_xml_gpu(d, 2);
+    printf("\t</gpu>\n\n");
+}
+
+int smi_view_query_xml(const smi_gpus *g)
+{
+    char now[64], driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A", v[32];
+    int cv = 0;
+    unsigned count = 0;
+    smi_now(now, sizeof now, 0);
+    nvmlSystemGetDriverVersion(driver, sizeof driver);
+    nvmlSystemGetCudaDriverVersion_v2(&cv);
+    nvmlDeviceGetCount_v2(&count);
+    printf("<?xml version=\"1.0\" ?>\n");
+    printf("<!DOCTYPE nvidia_smi_log SYSTEM \"nvsmi_device_v%d.dtd\">\n", dtd_version(driver));
+    smi_xml_open(0, "nvidia_smi_log");
+    smi_xml_leaf(1, "timestamp", now);
+    smi_xml_leaf(1, "driver_version", driver);
+    snprintf(v, sizeof v, "%d.%d", cv / 1000, (cv % 1000) / 10);
+    smi_xml_leaf(1, "cuda_version", v);
+    snprintf(v, sizeof v, "%u", count);
+    smi_xml_leaf(1, "attached_gpus", v);
+    for (unsigned k = 0; k < g->count; k++)
+        gpu(g->dev[k]);
+    smi_xml_close(0, "nvidia_smi_log");
+    return SMI_OK;
+}
