@@ -61,6 +61,18 @@ int smi_select(const char *ids, smi_gpus *out)
     return out->count ? SMI_OK : SMI_EXIT_NOT_FOUND;
 }
 
+void smi_system_info(smi_system *s)
+{
+    int cv = 0;
+    smi_now(s->timestamp, sizeof s->timestamp, 0);
+    if (nvmlSystemGetDriverVersion(s->driver, sizeof s->driver) != NVML_SUCCESS)
+        snprintf(s->driver, sizeof s->driver, "N/A");
+    nvmlSystemGetCudaDriverVersion_v2(&cv);
+    snprintf(s->cuda, sizeof s->cuda, "%d.%d", cv / 1000, (cv % 1000) / 10);
+    s->attached = 0;
+    nvmlDeviceGetCount_v2(&s->attached);
+}
+
 void smi_now(char *buf, size_t len, int csv_style)
 {
     struct timeval tv;

@@ -34,6 +34,13 @@ typedef struct {
 int smi_select(const char *ids, smi_gpus *out);
 void smi_now(char *buf, size_t len, int csv_style);
 
+/* What both -q reports open with: the time, the driver and its CUDA version ("13.0"), the GPUs attached. */
+typedef struct {
+    char timestamp[64], driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE], cuda[16];
+    unsigned attached;
+} smi_system;
+void smi_system_info(smi_system *s);
+
 /* Views; each returns an exit code. */
 int smi_view_default(const smi_gpus *g);
 int smi_view_list(const smi_gpus *g);

@@ -183,19 +183,14 @@ static void one_gpu(nvmlDevice_t d)
 
 int smi_view_query(const smi_gpus *g)
 {
-    char now[64], driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A";
-    int cv = 0;
-    unsigned count = 0;
-    smi_now(now, sizeof now, 0);
-    nvmlSystemGetDriverVersion(driver, sizeof driver);
-    nvmlSystemGetCudaDriverVersion_v2(&cv);
-    nvmlDeviceGetCount_v2(&count);
+    smi_system s;
+    smi_system_info(&s);
     printf("\n==============NVSMI LOG==============\n\n");
-    kv(0, "Timestamp", "%s", now);
-    kv(0, "Driver Version", "%s", driver);
-    kv(0, "CUDA Version", "%d.%d", cv / 1000, (cv % 1000) / 10);
+    kv(0, "Timestamp", "%s", s.timestamp);
+    kv(0, "Driver Version", "%s", s.driver);
+    kv(0, "CUDA Version", "%s", s.cuda);
     printf("\n");
-    kv(0, "Attached GPUs", "%u", count);
+    kv(0, "Attached GPUs", "%u", s.attached);
     for (unsigned k = 0; k < g->count; k++) {
         one_gpu(g->dev[k]);
         printf("\n");

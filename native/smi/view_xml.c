@@ -19,22 +19,17 @@ static void gpu(nvmlDevice_t d)
 
 int smi_view_query_xml(const smi_gpus *g)
 {
-    char now[64], driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "N/A", v[32];
-    int cv = 0;
-    unsigned count = 0;
-    smi_now(now, sizeof now, 0);
-    nvmlSystemGetDriverVersion(driver, sizeof driver);
-    nvmlSystemGetCudaDriverVersion_v2(&cv);
-    nvmlDeviceGetCount_v2(&count);
+    smi_system s;
+    char attached[16];
+    smi_system_info(&s);
+    snprintf(attached, sizeof attached, "%u", s.attached);
     printf("<?xml version=\"1.0\" ?>\n");
-    printf("<!DOCTYPE nvidia_smi_log SYSTEM \"nvsmi_device_v%d.dtd\">\n", dtd_version(driver));
+    printf("<!DOCTYPE nvidia_smi_log SYSTEM \"nvsmi_device_v%d.dtd\">\n", dtd_version(s.driver));
     smi_xml_open(0, "nvidia_smi_log");
-    smi_xml_leaf(1, "timestamp", now);
-    smi_xml_leaf(1, "driver_version", driver);
-    snprintf(v, sizeof v, "%d.%d", cv / 1000, (cv % 1000) / 10);
-    smi_xml_leaf(1, "cuda_version", v);
-    snprintf(v, sizeof v, "%u", count);
-    smi_xml_leaf(1, "attached_gpus", v);
+    smi_xml_leaf(1, "timestamp", s.timestamp);
+    smi_xml_leaf(1, "driver_version", s.driver);
+    smi_xml_leaf(1, "cuda_version", s.cuda);
+    smi_xml_leaf(1, "attached_gpus", attached);
     for (unsigned k = 0; k < g->count; k++)
         gpu(g->dev[k]);
     smi_xml_close(0, "nvidia_smi_log");
