@@ -7,7 +7,7 @@
 #include "files.h"
 #include "fg_json.h"
 
-/* The string setting, or the flag, a config key names; NULL when it names none. */
+/* The string setting a config key names, NULL when it names none (flags: flag_slot). */
 static char **setting_slot(settings *s, const char *key)
 {
 #define FG_SLOT(k, v, d)                                                                                           \
@@ -35,7 +35,9 @@ static int one_of(const char *v, const char *const *words, size_t n)
             return 1;
     return 0;
 }
-#define ONE_OF(v, ...) one_of((v), (const char *const[]){__VA_ARGS__}, sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *))
+/* Whether v is one of a list of the contract's words: ONE_OF(t, FG_TRUE_WORDS). */
+#define ONE_OF(v, ...)                                                                                             \
+    one_of((v), (const char *const[]){__VA_ARGS__}, sizeof((const char *[]){__VA_ARGS__}) / sizeof(char *))
 
 /* Python's str.isspace() over ASCII: it counts the information separators 0x1c-0x1f too. */
 static int py_space(unsigned char c)
