@@ -31,7 +31,7 @@ from pathlib import Path
 
 from fakegpu.devices import DEFAULT_DEVICES, effective_seed, resolve_devices
 from fakegpu.devices.table import write_table
-from fakegpu.errors import EXIT_USAGE, FakeGPUError
+from fakegpu.errors import EXIT_USAGE, FakeGPUError, shorten
 
 MODES = ("native", "fakecuda")
 # native mode's device memory: "full" keeps the bytes written to the device; "accounting" reserves address
@@ -209,7 +209,7 @@ def prepare(
     Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
     """
     if driver is not None and not DRIVER_VERSION.fullmatch(driver):
-        raise LaunchUsageError(f"--driver {driver!r} is not a driver version; expected one like 580.95.05 or "
+        raise LaunchUsageError(f"--driver {shorten(driver)} is not a driver version; expected one like 580.95.05 or "
                                "550.127.08 (its branch decides the CUDA version it supports)")
     if mode not in MODES:
         raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")

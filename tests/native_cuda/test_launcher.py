@@ -146,3 +146,6 @@ print(rc, n.value, v.value, rt.cudaGetErrorString(rc).decode())
 def test_bad_driver_version_is_a_usage_error() -> None:
     proc = run_fakegpu(["--driver", "550", "--", "true"])
     assert proc.returncode == 2 and "expected one like 580.95.05" in proc.stderr
+    hostile = run_fakegpu(["--driver", "5" * 100_000, "--", "true"])
+    assert hostile.returncode == 2 and "expected one like 580.95.05" in hostile.stderr
+    assert len(hostile.stderr) < 2000  # a hostile value is named by its length, never echoed whole
