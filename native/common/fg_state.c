@@ -1,7 +1,5 @@
 #include "fg_state.h"
 
-#include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py */
-
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -9,9 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A folder changed less than this before a scan may change again within the same mtime tick (the kernel stamps
+ * with a coarse clock), so the next read scans again rather than trust an equal mtime. */
+#define SETTLE_NS 20000000LL
 
 const char *fg_state_dir(char *buf, size_t len)
 {
@@ -34,111 +36,172 @@ static int pid_alive(unsigned pid)
     return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
 }
 
-static void parse_file(const char *path, unsigned pid, fg_snapshot *out)
+static long long clock_ns(clockid_t id)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+fg_state_file *fg_state_create(const char *dir, unsigned pid, const char *name, char type)
+{
+    char path[1024], tmp[1100];
+    if (snprintf(path, sizeof path, "%s/%u" FG_STATE_SUFFIX, dir, pid) >= (int)sizeof path)
+        return NULL;
+    snprintf(tmp, sizeof tmp, "%s/.%u" FG_STATE_SUFFIX ".tmp", dir, pid);
+    mkdir(dir, 0777);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
-        return;
-    char buf[16384];
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return;
-    buf[n] = '\0';
-    char *save = NULL;
-    for (char *line = strtok_r(buf, "\n", &save); line && out->n < FG_STATE_MAX_PROCS;
-         line = strtok_r(NULL, "\n", &save)) {
-        if (strncmp(line, "proc\t", 5) != 0)
-            continue;
-        fg_proc p = {.pid = pid, .type = 'C'};
-        int have_dev = 0;
-        char *cs = NULL;
-        strtok_r(line, "\t", &cs);
-        for (char *cell = strtok_r(NULL, "\t", &cs); cell; cell = strtok_r(NULL, "\t", &cs)) {
-            char *eq = strchr(cell, '=');
-            if (!eq)
-                continue;
-            *eq = '\0';
-            const char *k = cell, *v = eq + 1;
-            if (!strcmp(k, "device")) {
-                char *end;
-                p.device = (unsigned)strtoul(v, &end, 10);
-                have_dev = *v && !*end;
-            } else if (!strcmp(k, "used_bytes"))
-                p.used_bytes = strtoull(v, NULL, 10);
-            else if (!strcmp(k, "type"))
-                p.type = (v[0] == 'G') ? 'G' : 'C';
-            else if (!strcmp(k, "name"))
-                fg_strlcpy(p.name, v, sizeof p.name);
-        }
-        if (have_dev)
-            out->procs[out->n++] = p;
+        return NULL;
+    fg_state_file *f = NULL;
+    if (ftruncate(fd, sizeof *f) == 0) {
+        void *p = mmap(NULL, sizeof *f, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        f = p == MAP_FAILED ? NULL : p;
     }
+    close(fd);
+    if (f) {
+        /* The new file's pages are zero: every counter starts at 0. */
+        memcpy(f->magic, FG_STATE_MAGIC, sizeof f->magic);
+        f->pid = pid;
+        f->type = type == 'G' ? 'G' : 'C';
+        size_t o = 0;
+        for (const char *c = name ? name : ""; *c && o + 1 < sizeof f->name; c++)
+            f->name[o++] = (*c == '\t' || *c == '\n' || *c == '\r') ? ' ' : *c;
+        if (rename(tmp, path) == 0)
+            return f;
+        munmap(f, sizeof *f);
+    }
+    unlink(tmp);
+    return NULL;
+}
+
+void fg_state_close(fg_state_file *f, const char *dir, int remove)
+{
+    if (!f)
+        return;
+    if (remove) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%u" FG_STATE_SUFFIX, dir, f->pid);
+        unlink(path);
+    }
+    munmap(f, sizeof *f);
+}
+
+static void unmap_all(fg_state_reader *r)
+{
+    for (unsigned i = 0; i < r->n; i++)
+        munmap((void *)r->files[i], sizeof *r->files[i]);
+    r->n = 0;
+}
+
+void fg_state_reader_open(fg_state_reader *r, const char *dir)
+{
+    memset(r, 0, sizeof *r);
+    fg_strlcpy(r->dir, dir, sizeof r->dir);
+}
+
+void fg_state_reader_invalidate(fg_state_reader *r) { r->scanned_ns = 0; }
+
+void fg_state_reader_close(fg_state_reader *r)
+{
+    unmap_all(r);
+    r->scanned_ns = 0;
+}
+
+/* A pid from "<pid>.proc" (temp: ".<pid>.proc.tmp"); 0 when the name is neither. */
+static unsigned file_pid(const char *name, int *temp)
+{
+    *temp = name[0] == '.';
+    const char *digits = name + *temp;
+    char *end = NULL;
+    unsigned long pid = strtoul(digits, &end, 10);
+    if (end == digits || pid == 0 || pid > 0xffffffffUL)
+        return 0;
+    return strcmp(end, *temp ? FG_STATE_SUFFIX ".tmp" : FG_STATE_SUFFIX) == 0 ? (unsigned)pid : 0;
+}
+
+static const fg_state_file *map_file(int dirfd, const char *name, unsigned pid)
+{
+    /* Never follow a link or block on a FIFO someone put here: only a regular file of the full size is mapped. */
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    struct stat st;
+    const fg_state_file *f = NULL;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof *f) {
+        void *p = mmap(NULL, sizeof *f, PROT_READ, MAP_SHARED, fd, 0);
+        f = p == MAP_FAILED ? NULL : p;
+    }
+    close(fd);
+    if (f && (memcmp(f->magic, FG_STATE_MAGIC, sizeof f->magic) != 0 || f->pid != pid)) {
+        munmap((void *)f, sizeof *f);
+        f = NULL;
+    }
+    return f;
 }
 
 static int by_pid(const void *a, const void *b)
 {
-    const fg_proc *x = a, *y = b;
-    if (x->pid != y->pid)
-        return x->pid < y->pid ? -1 : 1;
-    return x->device < y->device ? -1 : x->device > y->device;
+    const fg_state_file *x = *(const fg_state_file *const *)a, *y = *(const fg_state_file *const *)b;
+    return x->pid < y->pid ? -1 : x->pid > y->pid;
 }
 
-void fg_state_read(const char *dir, fg_snapshot *out)
+static void scan(fg_state_reader *r, const struct stat *dir_st)
 {
-    out->n = 0;
-    DIR *d = opendir(dir);
+    unmap_all(r);
+    r->scanned_ns = clock_ns(CLOCK_MONOTONIC);
+    r->dir_mtime = dir_st->st_mtim;
+    long long mtime = (long long)dir_st->st_mtim.tv_sec * 1000000000LL + dir_st->st_mtim.tv_nsec;
+    if (clock_ns(CLOCK_REALTIME) - mtime < SETTLE_NS)
+        r->scanned_ns = 0; /* not settled: scan again next time */
+    DIR *d = opendir(r->dir);
     if (!d)
         return;
-    for (struct dirent *e; (e = readdir(d)) && out->n < FG_STATE_MAX_PROCS;) {
-        char *end = NULL;
-        unsigned long pid = strtoul(e->d_name, &end, 10);
-        if (end == e->d_name || strcmp(end, ".proc") != 0)
+    for (struct dirent *e; (e = readdir(d)) && r->n < FG_STATE_MAX_PROCS;) {
+        int temp;
+        unsigned pid = file_pid(e->d_name, &temp);
+        if (!pid)
             continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (!pid_alive((unsigned)pid)) {
-            if (unlink(path) == 0)
-                fg_debug("dropped state of dead pid %lu", pid);
+        if (!pid_alive(pid)) {
+            /* The driver reaps a dead process's context: so do we (its file, or its half-made temp file). */
+            if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+                fg_debug("dropped state of dead pid %u", pid);
             continue;
         }
-        parse_file(path, (unsigned)pid, out);
+        if (!temp) {
+            const fg_state_file *f = map_file(dirfd(d), e->d_name, pid);
+            if (f)
+                r->files[r->n++] = f;
+        }
     }
     closedir(d);
-    qsort(out->procs, out->n, sizeof out->procs[0], by_pid);
+    qsort(r->files, r->n, sizeof r->files[0], by_pid);
 }
 
-static void clean_name(const char *in, char *out, size_t len)
+void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out)
 {
-    size_t o = 0;
-    for (; *in && o + 1 < len; in++)
-        out[o++] = (*in == '\t' || *in == '\n' || *in == '\r') ? ' ' : *in;
-    out[o] = '\0';
-}
-
-int fg_state_publish(const char *dir, unsigned pid, const char *name, char type,
-                     const unsigned long long *used_by_device, unsigned ndevices)
-{
-    char path[1024], tmp[1100], clean[FG_STATE_NAME_LEN];
-    snprintf(path, sizeof path, "%s/%u.proc", dir, pid);
-    int any = 0;
-    for (unsigned i = 0; i < ndevices; i++)
-        any |= used_by_device[i] != 0;
-    if (!any)
-        return unlink(path) == 0 || errno == ENOENT ? 0 : -1;
-    mkdir(dir, 0777);
-    snprintf(tmp, sizeof tmp, "%s/.%u.proc.tmp", dir, pid);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return -1;
-    clean_name(name ? name : "", clean, sizeof clean);
-    for (unsigned i = 0; i < ndevices; i++)
-        if (used_by_device[i])
-            fprintf(f, "proc\tpid=%u\tdevice=%u\tused_bytes=%llu\ttype=%c\tname=%s\n", pid, i, used_by_device[i],
-                    type == 'G' ? 'G' : 'C', clean);
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return -1;
+    out->n = 0;
+    struct stat st;
+    if (stat(r->dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        unmap_all(r);
+        return;
     }
-    return 0;
+    if (!r->scanned_ns || clock_ns(CLOCK_MONOTONIC) - r->scanned_ns >= ttl_ns ||
+        st.st_mtim.tv_sec != r->dir_mtime.tv_sec || st.st_mtim.tv_nsec != r->dir_mtime.tv_nsec)
+        scan(r, &st);
+    for (unsigned i = 0; i < r->n; i++) {
+        const fg_state_file *f = r->files[i];
+        for (unsigned dev = 0; dev < FG_MAX_DEVICES && out->n < FG_STATE_MAX_PROCS; dev++) {
+            uint64_t used = atomic_load_explicit(&f->used[dev], memory_order_relaxed);
+            if (!used)
+                continue;
+            fg_proc *p = &out->procs[out->n++];
+            p->pid = f->pid;
+            p->device = dev;
+            p->used_bytes = used;
+            p->type = f->type == 'G' ? 'G' : 'C';
+            memcpy(p->name, f->name, sizeof p->name);
+            p->name[sizeof p->name - 1] = '\0';
+        }
+    }
 }

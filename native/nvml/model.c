@@ -1,6 +1,10 @@
-/* The dynamic side of a fake GPU: usage from the shared state (cached for FAKEGPU_STATE_TTL_MS so a query
- * costs a lock, not a directory scan), and a deterministic load model: a device with no process is idle,
- * one with processes is busy; FAKEGPU_TEMPERATURE / _UTILIZATION / _MEMORY_UTILIZATION / _POWER_W pin it. */
+/* The dynamic side of a fake GPU: usage from the shared state, and a deterministic load model: a device with
+ * no process is idle, one with processes is busy; FAKEGPU_TEMPERATURE / _UTILIZATION / _MEMORY_UTILIZATION /
+ * _POWER_W pin it.
+ *
+ * Every query loads the processes' counters from their mapped files (common/fg_state), so an allocation in
+ * another process shows at once; the folder itself is rescanned when it changes and every FAKEGPU_STATE_TTL_MS
+ * (default 50 ms), which is how soon a killed process's memory goes. */
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -10,32 +14,25 @@
 #define MIB (1ull << 20)
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static fg_state_reader reader;
 static fg_snapshot cache;
 static fg_usage usage[FG_MAX_DEVICES];
-static uint64_t cache_stamp_ns;
-static int cache_valid;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void fg_state_invalidate(void)
 {
     pthread_mutex_lock(&cache_lock);
-    cache_valid = 0;
+    if (strcmp(reader.dir, fg_cfg.state_dir) != 0) {
+        fg_state_reader_close(&reader);
+        fg_state_reader_open(&reader, fg_cfg.state_dir);
+    }
+    fg_state_reader_invalidate(&reader);
     pthread_mutex_unlock(&cache_lock);
 }
 
 /* Caller holds cache_lock. */
 static void refresh_locked(void)
 {
-    uint64_t now = now_ns();
-    if (cache_valid && now - cache_stamp_ns < (uint64_t)fg_cfg.state_ttl_ms * 1000000ull)
-        return;
-    fg_state_read(fg_cfg.state_dir, &cache);
+    fg_state_reader_read(&reader, (long long)fg_cfg.state_ttl_ms * 1000000LL, &cache);
     memset(usage, 0, sizeof usage);
     for (unsigned i = 0; i < cache.n; i++) {
         const fg_proc *p = &cache.procs[i];
@@ -47,8 +44,6 @@ static void refresh_locked(void)
         else
             usage[p->device].compute_procs++;
     }
-    cache_stamp_ns = now;
-    cache_valid = 1;
 }
 
 void fg_usage_of(unsigned index, fg_usage *u)

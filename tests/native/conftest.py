@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from fakegpu.profiles import Catalog, Profile, load_catalog
 from fakegpu.profiles.table import render_catalog_table
+from fakegpu.shared_state import StateFile
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "native" / "build"
@@ -67,6 +69,7 @@ class NativeEnv:
 
     catalog: Path
     state_dir: Path
+    entries: dict[int, StateFile] = field(default_factory=dict)
 
     def env(self, devices: str | None = None, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_")}
@@ -95,16 +98,22 @@ class NativeEnv:
                               env=self.env(devices, **extra), timeout=timeout)
 
     def register(self, pid: int, device: int, used_bytes: int, name: str, kind: str = "C") -> Path:
-        """Write a process entry in the shared-state format (native/common/fg_state.h)."""
-        path = self.state_dir / f"{pid}.proc"
-        line = f"proc\tpid={pid}\tdevice={device}\tused_bytes={used_bytes}\ttype={kind}\tname={name}\n"
-        with path.open("a", encoding="utf-8") as f:
-            f.write(line)
-        return path
+        """Publish a process's use of a device, as its CUDA library would (fakegpu/shared_state.py)."""
+        if pid not in self.entries:
+            self.entries[pid] = StateFile(str(self.state_dir), pid, name, kind)
+        self.entries[pid].set(device, used_bytes)
+        return Path(self.entries[pid].path)
+
+    def close(self) -> None:
+        for entry in self.entries.values():
+            entry.close(remove=False)
+        self.entries.clear()
 
 
 @pytest.fixture
-def native(native_build: Path, test_catalog: tuple[Path, Catalog], tmp_path: Path) -> NativeEnv:
+def native(native_build: Path, test_catalog: tuple[Path, Catalog], tmp_path: Path) -> Iterator[NativeEnv]:
     state = tmp_path / "state"
     state.mkdir()
-    return NativeEnv(catalog=test_catalog[0], state_dir=state)
+    env = NativeEnv(catalog=test_catalog[0], state_dir=state)
+    yield env
+    env.close()

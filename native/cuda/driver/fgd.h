@@ -106,8 +106,8 @@ FG_HIDDEN struct CUctx_st *fgd_current(void);
 FG_HIDDEN void fgd_activate(struct CUctx_st *c);
 FG_HIDDEN void fgd_limits_load(void);
 FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
-/* Memory usage changed: republish the process's entry in the shared state (rate-limited, in the background). */
-FG_HIDDEN void fgd_state_changed(void);
+/* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
+FG_HIDDEN void fgd_state_changed(int device);
 FG_HIDDEN long long fgd_now_ns(void);
 
 /* The legacy (0, CU_STREAM_LEGACY) and per-thread (CU_STREAM_PER_THREAD) default streams are not objects. */

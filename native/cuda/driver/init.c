@@ -84,7 +84,7 @@ struct CUctx_st *fgd_current(void)
 void fgd_activate(struct CUctx_st *c)
 {
     if (c && !atomic_exchange(&fgd.mem[c->device].active, 1))
-        fgd_state_changed(); /* the context now costs device memory, as nvidia-smi shows */
+        fgd_state_changed(c->device); /* the context now costs device memory, as nvidia-smi shows */
 }
 
 FGC_EXPORT CUresult cuInit(unsigned int flags)

@@ -156,7 +156,7 @@ CUresult fgd_charge(int device, size_t bytes)
         ;
     atomic_fetch_add(&m->allocs, 1);
     fgd_activate(&fgd.ctx[device]);
-    fgd_state_changed();
+    fgd_state_changed(device);
     return CUDA_SUCCESS;
 }
 
@@ -167,7 +167,7 @@ void fgd_uncharge(int device, size_t bytes)
     while (!atomic_compare_exchange_weak(&fgd.mem[device].used, &used, used > bytes ? used - bytes : 0))
         ;
     atomic_fetch_add(&fgd.mem[device].frees, 1);
-    fgd_state_changed();
+    fgd_state_changed(device);
 }
 
 static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
