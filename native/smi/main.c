@@ -16,6 +16,8 @@ typedef struct {
     const char *fields;
     const char *format;
     int xml;
+    const char *display; /* -d */
+    unsigned display_mask;
     double loop_s;
 } opts_t;
 
@@ -62,6 +64,9 @@ static int parse(int argc, char **argv, opts_t *o)
             o->cmd = CMD_QUERY;
         } else if (!strcmp(a, "-x") || !strcmp(a, "--xml-format")) {
             o->xml = 1;
+        } else if (is_opt(a, "-d", "--display")) {
+            if (!(o->display = option_value(argc, argv, &i, a, "--display")))
+                return -1;
         } else if (is_opt(a, "-i", "--id")) {
             if (!(o->ids = option_value(argc, argv, &i, a, "--id")))
                 return -1;
@@ -94,7 +99,9 @@ static int parse(int argc, char **argv, opts_t *o)
             return -1;
         }
     }
-    /* XML is a form of the -q report only, as on real nvidia-smi. */
+    /* XML is a form of the -q report only, and -d narrows the text report only, as on real nvidia-smi. */
+    if (o->display && (o->cmd != CMD_QUERY || o->xml || smi_display_parse(o->display, &o->display_mask) != 0))
+        return -1;
     return o->xml && o->cmd != CMD_QUERY ? -1 : 0;
 }
 
@@ -150,7 +157,7 @@ static int run_once(const opts_t *o, const smi_format *fmt)
         return rc;
     switch (o->cmd) {
     case CMD_LIST: return smi_view_list(&g);
-    case CMD_QUERY: return o->xml ? smi_view_query_xml(&g) : smi_view_query(&g);
+    case CMD_QUERY: return o->xml ? smi_view_query_xml(&g) : smi_view_query(&g, o->display_mask);
     case CMD_TOPO: return smi_view_topo(&g);
     case CMD_QUERY_GPU: return smi_query_gpu(&g, o->fields, fmt);
     case CMD_QUERY_APPS: return smi_query_apps(&g, o->fields, fmt);

@@ -41,10 +41,15 @@ typedef struct {
 } smi_system;
 void smi_system_info(smi_system *s);
 
+/* display.c: -d TYPE,... as a mask (0: the whole report); returns 0, or -1 for an unknown type. Does the mask
+ * show the report's top-level section named (as in -q -x) `section`? */
+int smi_display_parse(const char *list, unsigned *mask);
+int smi_display_shows(unsigned mask, const char *section);
+
 /* Views; each returns an exit code. */
 int smi_view_default(const smi_gpus *g);
 int smi_view_list(const smi_gpus *g);
-int smi_view_query(const smi_gpus *g);
+int smi_view_query(const smi_gpus *g, unsigned display);
 int smi_view_query_xml(const smi_gpus *g);
 int smi_view_topo(const smi_gpus *g);
 int smi_query_gpu(const smi_gpus *g, const char *fields, const smi_format *fmt);

@@ -1,4 +1,4 @@
-/* -q: the "NVSMI LOG" report. Keys are padded to column 42 and nested by four spaces, as in real captures;
+/* -q [-d TYPE,...]: the "NVSMI LOG" report. Keys are padded to column 42 and nested by four spaces, as in real captures;
  * anything NVML cannot answer prints N/A. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,7 +37,70 @@ static void uint_or_na(int depth, const char *key, nvmlReturn_t rc, const unsign
         kv(depth, key, "N/A");
 }
 
-static void one_gpu(nvmlDevice_t d)
+static void temperature(nvmlDevice_t d)
+{
+    unsigned v;
+    section(1, "Temperature");
+    uint_or_na(2, "GPU Current Temp", nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v), &v, " C");
+    uint_or_na(2, "GPU Shutdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &v), &v, " C");
+    uint_or_na(2, "GPU Slowdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &v), &v, " C");
+    uint_or_na(2, "GPU Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_GPU_MAX, &v), &v, " C");
+    uint_or_na(2, "Memory Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_MEM_MAX, &v), &v, " C");
+}
+
+static void power(nvmlDevice_t d)
+{
+    unsigned v, v2;
+    section(1, "GPU Power Readings");
+    if (nvmlDeviceGetPowerUsage(d, &v) == NVML_SUCCESS)
+        kv(2, "Power Draw", "%.2f W", v / 1000.0);
+    if (nvmlDeviceGetEnforcedPowerLimit(d, &v) == NVML_SUCCESS) {
+        kv(2, "Current Power Limit", "%.2f W", v / 1000.0);
+        kv(2, "Default Power Limit", "%.2f W", v / 1000.0);
+    }
+    if (nvmlDeviceGetPowerManagementLimitConstraints(d, &v, &v2) == NVML_SUCCESS) {
+        kv(2, "Min Power Limit", "%.2f W", v / 1000.0);
+        kv(2, "Max Power Limit", "%.2f W", v2 / 1000.0);
+    }
+}
+
+static void clocks(nvmlDevice_t d, const char *title, nvmlReturn_t (*get)(nvmlDevice_t, nvmlClockType_t, unsigned *))
+{
+    static const struct {
+        const char *label;
+        nvmlClockType_t type;
+    } kinds[] = {{"Graphics", NVML_CLOCK_GRAPHICS}, {"SM", NVML_CLOCK_SM}, {"Memory", NVML_CLOCK_MEM},
+                 {"Video", NVML_CLOCK_VIDEO}};
+    unsigned v;
+    section(1, title);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        uint_or_na(2, kinds[i].label, get(d, kinds[i].type, &v), &v, " MHz");
+}
+
+static void processes(nvmlDevice_t d)
+{
+    char s[256];
+    section(1, "Processes");
+    nvmlProcessInfo_t procs[64];
+    unsigned n = 64;
+    if (nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs) != NVML_SUCCESS || n == 0) {
+        printf("%*s%s\n", 8, "", "None");
+        return;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        kv(2, "GPU instance ID", "N/A");
+        kv(2, "Compute instance ID", "N/A");
+        kv(2, "Process ID", "%u", procs[i].pid);
+        kv(2, "Type", "C");
+        if (nvmlSystemGetProcessName(procs[i].pid, s, sizeof s) != NVML_SUCCESS)
+            snprintf(s, sizeof s, "N/A");
+        kv(2, "Name", "%s", s);
+        kv(2, "Used GPU Memory", "%llu MiB", smi_mib(procs[i].usedGpuMemory));
+    }
+}
+
+/* mask: -d's display types (display.c), 0 for the whole report. */
+static void one_gpu(nvmlDevice_t d, unsigned mask)
 {
     char s[256];
     unsigned v, v2;
@@ -47,6 +110,8 @@ static void one_gpu(nvmlDevice_t d)
 
     rc = nvmlDeviceGetPciInfo_v3(d, &pci);
     printf("GPU %s\n", rc ? "N/A" : pci.busId);
+    if (mask)
+        goto sections; /* the identity is in no display type */
     str_or_na(1, "Product Name", nvmlDeviceGetName(d, s, sizeof s), s);
     nvmlBrandType_t brand;
     rc = nvmlDeviceGetBrand(d, &brand);
@@ -97,91 +162,71 @@ static void one_gpu(nvmlDevice_t d)
     uint_or_na(4, "Max", nvmlDeviceGetMaxPcieLinkWidth(d, &v), &v, "x");
     uint_or_na(4, "Current", nvmlDeviceGetCurrPcieLinkWidth(d, &v), &v, "x");
     uint_or_na(1, "Fan Speed", nvmlDeviceGetFanSpeed(d, &v), &v, " %");
-    nvmlPstates_t ps;
-    rc = nvmlDeviceGetPerformanceState(d, &ps);
-    if (rc == NVML_SUCCESS)
-        kv(1, "Performance State", "P%d", (int)ps);
-    else
-        kv(1, "Performance State", "N/A");
-    section(1, "FB Memory Usage");
-    nvmlMemory_v2_t m = {.version = nvmlMemory_v2};
-    if (nvmlDeviceGetMemoryInfo_v2(d, &m) == NVML_SUCCESS) {
-        kv(2, "Total", "%llu MiB", smi_mib(m.total));
-        kv(2, "Reserved", "%llu MiB", smi_mib(m.reserved));
-        kv(2, "Used", "%llu MiB", smi_mib(m.used));
-        kv(2, "Free", "%llu MiB", smi_mib(m.free));
+sections:
+    if (mask && smi_display_shows(mask, "accounting_mode")) {
+        rc = nvmlDeviceGetAccountingMode(d, &e);
+        kv(1, "Accounting Mode", "%s", onoff(rc, e));
     }
-    section(1, "BAR1 Memory Usage");
-    nvmlBAR1Memory_t bar;
-    if (nvmlDeviceGetBAR1MemoryInfo(d, &bar) == NVML_SUCCESS) {
-        kv(2, "Total", "%llu MiB", smi_mib(bar.bar1Total));
-        kv(2, "Used", "%llu MiB", smi_mib(bar.bar1Used));
-        kv(2, "Free", "%llu MiB", smi_mib(bar.bar1Free));
+    if (smi_display_shows(mask, "performance_state")) {
+        nvmlPstates_t ps;
+        rc = nvmlDeviceGetPerformanceState(d, &ps);
+        if (rc == NVML_SUCCESS)
+            kv(1, "Performance State", "P%d", (int)ps);
+        else
+            kv(1, "Performance State", "N/A");
     }
-    nvmlComputeMode_t cm;
-    rc = nvmlDeviceGetComputeMode(d, &cm);
-    kv(1, "Compute Mode", "%s", rc ? "N/A" : cm == NVML_COMPUTEMODE_DEFAULT ? "Default" : "Exclusive_Process");
-    section(1, "Utilization");
-    nvmlUtilization_t u;
-    rc = nvmlDeviceGetUtilizationRates(d, &u);
-    uint_or_na(2, "Gpu", rc, &u.gpu, " %");
-    uint_or_na(2, "Memory", rc, &u.memory, " %");
-    uint_or_na(2, "Encoder", nvmlDeviceGetEncoderUtilization(d, &v, &v2), &v, " %");
-    uint_or_na(2, "Decoder", nvmlDeviceGetDecoderUtilization(d, &v, &v2), &v, " %");
-    section(1, "ECC Mode");
-    rc = nvmlDeviceGetEccMode(d, &e, &e2);
-    kv(2, "Current", "%s", onoff(rc, e));
-    kv(2, "Pending", "%s", onoff(rc, e2));
-    section(1, "Temperature");
-    uint_or_na(2, "GPU Current Temp", nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, &v), &v, " C");
-    uint_or_na(2, "GPU Shutdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SHUTDOWN, &v), &v, " C");
-    uint_or_na(2, "GPU Slowdown Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, &v), &v, " C");
-    uint_or_na(2, "GPU Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_GPU_MAX, &v), &v, " C");
-    uint_or_na(2, "Memory Max Operating Temp", nvmlDeviceGetTemperatureThreshold(d, NVML_TEMPERATURE_THRESHOLD_MEM_MAX, &v), &v, " C");
-    section(1, "GPU Power Readings");
-    rc = nvmlDeviceGetPowerUsage(d, &v);
-    if (rc == NVML_SUCCESS)
-        kv(2, "Power Draw", "%.2f W", v / 1000.0);
-    rc = nvmlDeviceGetEnforcedPowerLimit(d, &v);
-    if (rc == NVML_SUCCESS) {
-        kv(2, "Current Power Limit", "%.2f W", v / 1000.0);
-        kv(2, "Default Power Limit", "%.2f W", v / 1000.0);
+    if (smi_display_shows(mask, "fb_memory_usage")) {
+        section(1, "FB Memory Usage");
+        nvmlMemory_v2_t m = {.version = nvmlMemory_v2};
+        if (nvmlDeviceGetMemoryInfo_v2(d, &m) == NVML_SUCCESS) {
+            kv(2, "Total", "%llu MiB", smi_mib(m.total));
+            kv(2, "Reserved", "%llu MiB", smi_mib(m.reserved));
+            kv(2, "Used", "%llu MiB", smi_mib(m.used));
+            kv(2, "Free", "%llu MiB", smi_mib(m.free));
+        }
     }
-    if (nvmlDeviceGetPowerManagementLimitConstraints(d, &v, &v2) == NVML_SUCCESS) {
-        kv(2, "Min Power Limit", "%.2f W", v / 1000.0);
-        kv(2, "Max Power Limit", "%.2f W", v2 / 1000.0);
+    if (smi_display_shows(mask, "bar1_memory_usage")) {
+        section(1, "BAR1 Memory Usage");
+        nvmlBAR1Memory_t bar;
+        if (nvmlDeviceGetBAR1MemoryInfo(d, &bar) == NVML_SUCCESS) {
+            kv(2, "Total", "%llu MiB", smi_mib(bar.bar1Total));
+            kv(2, "Used", "%llu MiB", smi_mib(bar.bar1Used));
+            kv(2, "Free", "%llu MiB", smi_mib(bar.bar1Free));
+        }
     }
-    static const struct {
-        const char *label;
-        nvmlClockType_t type;
-    } clocks[] = {{"Graphics", NVML_CLOCK_GRAPHICS}, {"SM", NVML_CLOCK_SM}, {"Memory", NVML_CLOCK_MEM},
-                  {"Video", NVML_CLOCK_VIDEO}};
-    section(1, "Clocks");
-    for (size_t i = 0; i < 4; i++)
-        uint_or_na(2, clocks[i].label, nvmlDeviceGetClockInfo(d, clocks[i].type, &v), &v, " MHz");
-    section(1, "Max Clocks");
-    for (size_t i = 0; i < 4; i++)
-        uint_or_na(2, clocks[i].label, nvmlDeviceGetMaxClockInfo(d, clocks[i].type, &v), &v, " MHz");
-    section(1, "Processes");
-    nvmlProcessInfo_t procs[64];
-    unsigned n = 64;
-    if (nvmlDeviceGetComputeRunningProcesses_v3(d, &n, procs) != NVML_SUCCESS || n == 0) {
-        printf("%*s%s\n", 8, "", "None");
-        return;
+    if (smi_display_shows(mask, "compute_mode")) {
+        nvmlComputeMode_t cm;
+        rc = nvmlDeviceGetComputeMode(d, &cm);
+        kv(1, "Compute Mode", "%s", rc ? "N/A" : cm == NVML_COMPUTEMODE_DEFAULT ? "Default" : "Exclusive_Process");
     }
-    for (unsigned i = 0; i < n; i++) {
-        kv(2, "GPU instance ID", "N/A");
-        kv(2, "Compute instance ID", "N/A");
-        kv(2, "Process ID", "%u", procs[i].pid);
-        kv(2, "Type", "C");
-        if (nvmlSystemGetProcessName(procs[i].pid, s, sizeof s) != NVML_SUCCESS)
-            snprintf(s, sizeof s, "N/A");
-        kv(2, "Name", "%s", s);
-        kv(2, "Used GPU Memory", "%llu MiB", smi_mib(procs[i].usedGpuMemory));
+    if (smi_display_shows(mask, "utilization")) {
+        section(1, "Utilization");
+        nvmlUtilization_t u;
+        rc = nvmlDeviceGetUtilizationRates(d, &u);
+        uint_or_na(2, "Gpu", rc, &u.gpu, " %");
+        uint_or_na(2, "Memory", rc, &u.memory, " %");
+        uint_or_na(2, "Encoder", nvmlDeviceGetEncoderUtilization(d, &v, &v2), &v, " %");
+        uint_or_na(2, "Decoder", nvmlDeviceGetDecoderUtilization(d, &v, &v2), &v, " %");
     }
+    if (smi_display_shows(mask, "ecc_mode")) {
+        section(1, "ECC Mode");
+        rc = nvmlDeviceGetEccMode(d, &e, &e2);
+        kv(2, "Current", "%s", onoff(rc, e));
+        kv(2, "Pending", "%s", onoff(rc, e2));
+    }
+    if (smi_display_shows(mask, "temperature"))
+        temperature(d);
+    if (smi_display_shows(mask, "gpu_power_readings"))
+        power(d);
+    if (smi_display_shows(mask, "clocks"))
+        clocks(d, "Clocks", nvmlDeviceGetClockInfo);
+    if (smi_display_shows(mask, "max_clocks"))
+        clocks(d, "Max Clocks", nvmlDeviceGetMaxClockInfo);
+    if (smi_display_shows(mask, "processes"))
+        processes(d);
 }
 
-int smi_view_query(const smi_gpus *g)
+int smi_view_query(const smi_gpus *g, unsigned display)
 {
     smi_system s;
     smi_system_info(&s);
@@ -192,7 +237,7 @@ int smi_view_query(const smi_gpus *g)
     printf("\n");
     kv(0, "Attached GPUs", "%u", s.attached);
     for (unsigned k = 0; k < g->count; k++) {
-        one_gpu(g->dev[k]);
+        one_gpu(g->dev[k], display);
         printf("\n");
     }
     return SMI_OK;

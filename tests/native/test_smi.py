@@ -141,6 +141,49 @@ def test_query_report(native: NativeEnv) -> None:
     assert "GPU 00000000:2A:00.0" in out.stdout
 
 
+def _sections(report: str) -> dict[str, list[str]]:
+    """A -q report's GPU-level blocks: a line at four spaces and the deeper lines under it."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in report.splitlines():
+        if re.match(r"^    \S", line):
+            current = blocks.setdefault(line.split(":")[0].strip(), [line])
+        elif line.startswith("        ") and current:
+            current.append(line)
+    return blocks
+
+
+@pytest.mark.parametrize(
+    ("display", "titles"),
+    [
+        ("MEMORY", ["FB Memory Usage", "BAR1 Memory Usage"]),
+        ("pids,POWER", ["GPU Power Readings", "Processes"]),         # any case, the report's order
+        ("CLOCK,TEMPERATURE", ["Temperature", "Clocks", "Max Clocks"]),
+        ("UTILIZATION,ECC,COMPUTE,PERFORMANCE", ["Performance State", "Compute Mode", "Utilization", "ECC Mode"]),
+        ("VOLTAGE", []),                                              # a type whose section we do not model
+    ],
+)
+def test_query_display_narrows_the_report(native: NativeEnv, display: str, titles: list[str]) -> None:
+    full = native.smi("-q", "-i", "0", devices="a100:2")
+    narrow = native.smi("-q", "-d", display, "-i", "0", devices="a100:2")
+    assert full.returncode == 0 and narrow.returncode == 0, narrow.stdout
+    lines = narrow.stdout.splitlines()
+    assert "GPU 00000000:18:00.0" in lines and "Driver Version" in narrow.stdout
+    assert list(_sections(narrow.stdout)) == titles
+    whole = _sections(full.stdout)
+    for title, block in _sections(narrow.stdout).items():
+        assert block == whole[title]                                   # the same lines the whole report has
+    both = native.smi("-q", f"--display={display}", devices="a100:2")
+    assert both.stdout.count("GPU 00000000:") == 2
+
+
+@pytest.mark.parametrize("args", [("-q", "-d", "MEMORY,BOGUS"), ("-q", "-d", ""), ("-q", "-x", "-d", "MEMORY"),
+                                  ("-L", "-d", "MEMORY"), ("-q", "-d")])
+def test_query_display_bad_combinations(native: NativeEnv, args: tuple[str, ...]) -> None:
+    out = native.smi(*args, devices="a100:1")
+    assert out.returncode == 2 and "Invalid combination of input arguments" in out.stdout
+
+
 def _interruptible() -> None:
     # Ctrl-C's default action, whatever pytest inherited: a shell starts background jobs with SIGINT ignored,
     # and an ignored signal stays ignored across exec (nvidia-smi, like most tools, leaves the disposition alone)
