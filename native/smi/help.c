@@ -34,6 +34,7 @@ void smi_help(void)
            "                                used_memory, gpu_uuid, gpu_name, gpu_bus_id, gpu_serial).\n"
            "    --format=                   Comma separated list of format options: csv, noheader, nounits.\n\n"
            "  TOPOLOGY:\n\n"
-           "    topo -m                     Display the GPU topology matrix.\n\n"
+           "    topo -m                     Display the GPU topology matrix.\n"
+           "    nvlink -s                   Display the NVLink status of each GPU's links.\n\n"
            "Please see the nvidia-smi(1) manual page for more detailed information.\n");
 }

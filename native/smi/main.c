@@ -8,7 +8,16 @@
 #include "fg_devices.h"
 #include "smi.h"
 
-typedef enum { CMD_DEFAULT, CMD_LIST, CMD_QUERY, CMD_TOPO, CMD_QUERY_GPU, CMD_QUERY_APPS, CMD_HELP_QUERY_GPU } cmd_t;
+typedef enum {
+    CMD_DEFAULT,
+    CMD_LIST,
+    CMD_QUERY,
+    CMD_TOPO,
+    CMD_NVLINK_STATUS,
+    CMD_QUERY_GPU,
+    CMD_QUERY_APPS,
+    CMD_HELP_QUERY_GPU
+} cmd_t;
 
 typedef struct {
     cmd_t cmd;
@@ -57,6 +66,12 @@ static int parse(int argc, char **argv, opts_t *o)
             if (i + 1 >= argc || (strcmp(argv[i + 1], "-m") && strcmp(argv[i + 1], "--matrix")))
                 return -1;
             o->cmd = CMD_TOPO;
+            i++;
+        } else if (!strcmp(a, "nvlink") && i == 1) {
+            /* Of nvlink's reports, the link status (-s); capabilities, counters and errors are not modelled. */
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "-s") && strcmp(argv[i + 1], "--status")))
+                return -1;
+            o->cmd = CMD_NVLINK_STATUS;
             i++;
         } else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) {
             o->cmd = CMD_LIST;
@@ -159,6 +174,7 @@ static int run_once(const opts_t *o, const smi_format *fmt)
     case CMD_LIST: return smi_view_list(&g);
     case CMD_QUERY: return o->xml ? smi_view_query_xml(&g) : smi_view_query(&g, o->display_mask);
     case CMD_TOPO: return smi_view_topo(&g);
+    case CMD_NVLINK_STATUS: return smi_view_nvlink_status(&g);
     case CMD_QUERY_GPU: return smi_query_gpu(&g, o->fields, fmt);
     case CMD_QUERY_APPS: return smi_query_apps(&g, o->fields, fmt);
     default: return smi_view_default(&g);

@@ -184,6 +184,24 @@ def test_query_display_bad_combinations(native: NativeEnv, args: tuple[str, ...]
     assert out.returncode == 2 and "Invalid combination of input arguments" in out.stdout
 
 
+@pytest.mark.parametrize(
+    ("spec", "links", "speed"),
+    [("a100:2", 12, "25 GB/s"), ("h100:1", 18, "26.562 GB/s"), ("l4-24gb", 0, None)],
+)
+def test_nvlink_status(native: NativeEnv, spec: str, links: int, speed: str | None) -> None:
+    listing = native.smi("-L", devices=spec).stdout.splitlines()
+    for args in (("nvlink", "-s"), ("nvlink", "--status")):
+        out = native.smi(*args, devices=spec)
+        assert out.returncode == 0, out.stdout
+        lines = out.stdout.splitlines()
+        gpus = [line for line in lines if line.startswith("GPU ")]
+        assert gpus == listing                                # the same GPU lines as -L
+        assert lines[1:links + 1] == [f"\t Link {n}: {speed}" for n in range(links)]
+        assert len(lines) == len(gpus) * (links + 1)
+    one = native.smi("nvlink", "-s", "-i", "1", devices="a100:2").stdout.splitlines()
+    assert one[0].startswith("GPU 1: ") and len(one) == 13
+
+
 def _interruptible() -> None:
     # Ctrl-C's default action, whatever pytest inherited: a shell starts background jobs with SIGINT ignored,
     # and an ignored signal stays ignored across exec (nvidia-smi, like most tools, leaves the disposition alone)
@@ -217,6 +235,9 @@ def test_help(native: NativeEnv) -> None:
         (("-L",), None, "No devices were found", 6),
         (("--frobnicate",), "a100:1", "Invalid combination of input arguments", 2),
         (("topo",), "a100:1", "Invalid combination of input arguments", 2),
+        (("nvlink",), "a100:1", "Invalid combination of input arguments", 2),
+        (("nvlink", "-e"), "a100:1", "Invalid combination of input arguments", 2),
+        (("-L", "nvlink", "-s"), "a100:1", "Invalid combination of input arguments", 2),
         (("-l", "abc"), "a100:1", "Invalid combination of input arguments", 2),
         (("-i",), "a100:1", "Invalid combination of input arguments", 2),
         (("--query-gpu=index",), "a100:1", "Missing --format option", 2),
