@@ -230,6 +230,148 @@ static int f_reasons(const ctx_t *c, char *o, size_t n)
 }
 static int f_na(const ctx_t *c, char *o, size_t n) { (void)c; (void)o; (void)n; return -1; }
 
+static int f_gen_gpumax(const ctx_t *c, char *o, size_t n)
+{
+    unsigned v;
+    if (nvmlDeviceGetGpuMaxPcieLinkGeneration(c->dev, &v) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "%u", v);
+    return 0;
+}
+static int f_accounting(const ctx_t *c, char *o, size_t n)
+{
+    nvmlEnableState_t s = 0;
+    nvmlReturn_t rc = nvmlDeviceGetAccountingMode(c->dev, &s);
+    return enabled(rc, s, o, n);
+}
+UINT_FIELD(f_accounting_buffer, nvmlDeviceGetAccountingBufferSize(c->dev, &v))
+static int f_inforom_img(const ctx_t *c, char *o, size_t n)
+{
+    return OK(nvmlDeviceGetInforomImageVersion(c->dev, o, (unsigned)n));
+}
+#define INFOROM_FIELD(fn, object)                                                                                 \
+    static int fn(const ctx_t *c, char *o, size_t n) { return OK(nvmlDeviceGetInforomVersion(c->dev, object, o, (unsigned)n)); }
+INFOROM_FIELD(f_inforom_oem, NVML_INFOROM_OEM)
+INFOROM_FIELD(f_inforom_ecc, NVML_INFOROM_ECC)
+INFOROM_FIELD(f_inforom_pwr, NVML_INFOROM_POWER)
+
+static int f_reasons_supported(const ctx_t *c, char *o, size_t n)
+{
+    unsigned long long r;
+    if (nvmlDeviceGetSupportedClocksEventReasons(c->dev, &r) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "0x%016llX", r);
+    return 0;
+}
+/* One event reason of the active mask, as the real tool words it. */
+static int reason(const ctx_t *c, unsigned long long bit, char *o, size_t n)
+{
+    unsigned long long r;
+    if (nvmlDeviceGetCurrentClocksEventReasons(c->dev, &r) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "%s", r & bit ? "Active" : "Not Active");
+    return 0;
+}
+#define REASON_FIELD(fn, bit)                                                                                     \
+    static int fn(const ctx_t *c, char *o, size_t n) { return reason(c, bit, o, n); }
+REASON_FIELD(f_reason_idle, nvmlClocksEventReasonGpuIdle)
+REASON_FIELD(f_reason_app, nvmlClocksEventReasonApplicationsClocksSetting)
+REASON_FIELD(f_reason_sw_power, nvmlClocksEventReasonSwPowerCap)
+REASON_FIELD(f_reason_hw, nvmlClocksThrottleReasonHwSlowdown)
+REASON_FIELD(f_reason_hw_thermal, nvmlClocksThrottleReasonHwThermalSlowdown)
+REASON_FIELD(f_reason_hw_brake, nvmlClocksThrottleReasonHwPowerBrakeSlowdown)
+REASON_FIELD(f_reason_sw_thermal, nvmlClocksEventReasonSwThermalSlowdown)
+REASON_FIELD(f_reason_sync_boost, nvmlClocksEventReasonSyncBoost)
+
+#define UTIL_FIELD(fn, call)                                                                                      \
+    static int fn(const ctx_t *c, char *o, size_t n)                                                              \
+    {                                                                                                             \
+        unsigned v, period;                                                                                       \
+        if (call(c->dev, &v, &period) != NVML_SUCCESS)                                                            \
+            return -1;                                                                                            \
+        snprintf(o, n, "%u", v);                                                                                  \
+        return 0;                                                                                                 \
+    }
+UTIL_FIELD(f_util_enc, nvmlDeviceGetEncoderUtilization)
+UTIL_FIELD(f_util_dec, nvmlDeviceGetDecoderUtilization)
+UTIL_FIELD(f_util_jpeg, nvmlDeviceGetJpgUtilization)
+UTIL_FIELD(f_util_ofa, nvmlDeviceGetOfaUtilization)
+
+/* which: 0 sessions, 1 average fps, 2 average latency (us). */
+static int encoder_stat(const ctx_t *c, int which, char *o, size_t n)
+{
+    unsigned v[3];
+    if (nvmlDeviceGetEncoderStats(c->dev, &v[0], &v[1], &v[2]) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "%u", v[which]);
+    return 0;
+}
+static int f_enc_sessions(const ctx_t *c, char *o, size_t n) { return encoder_stat(c, 0, o, n); }
+static int f_enc_fps(const ctx_t *c, char *o, size_t n) { return encoder_stat(c, 1, o, n); }
+static int f_enc_latency(const ctx_t *c, char *o, size_t n) { return encoder_stat(c, 2, o, n); }
+
+static int ecc_total(const ctx_t *c, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter, char *o, size_t n)
+{
+    unsigned long long v;
+    if (nvmlDeviceGetTotalEccErrors(c->dev, type, counter, &v) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "%llu", v);
+    return 0;
+}
+static int ecc_at(const ctx_t *c, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+                  nvmlMemoryLocation_t where, char *o, size_t n)
+{
+    unsigned long long v;
+    if (nvmlDeviceGetMemoryErrorCounter(c->dev, type, counter, where, &v) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "%llu", v);
+    return 0;
+}
+#define ECC_TOTAL(fn, type, counter)                                                                              \
+    static int fn(const ctx_t *c, char *o, size_t n) { return ecc_total(c, type, counter, o, n); }
+#define ECC_AT(fn, type, counter, where)                                                                          \
+    static int fn(const ctx_t *c, char *o, size_t n) { return ecc_at(c, type, counter, where, o, n); }
+ECC_TOTAL(f_ecc_cor_vol, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC)
+ECC_TOTAL(f_ecc_cor_agg, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC)
+ECC_TOTAL(f_ecc_unc_agg, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC)
+ECC_AT(f_ecc_cor_vol_dram, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, NVML_MEMORY_LOCATION_DRAM)
+ECC_AT(f_ecc_cor_vol_sram, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC, NVML_MEMORY_LOCATION_SRAM)
+ECC_AT(f_ecc_unc_vol_dram, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_MEMORY_LOCATION_DRAM)
+ECC_AT(f_ecc_unc_vol_sram, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, NVML_MEMORY_LOCATION_SRAM)
+ECC_AT(f_ecc_cor_agg_dram, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, NVML_MEMORY_LOCATION_DRAM)
+ECC_AT(f_ecc_cor_agg_sram, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC, NVML_MEMORY_LOCATION_SRAM)
+ECC_AT(f_ecc_unc_agg_dram, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC, NVML_MEMORY_LOCATION_DRAM)
+ECC_AT(f_ecc_unc_agg_sram, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_AGGREGATE_ECC, NVML_MEMORY_LOCATION_SRAM)
+
+/* Asked with no room for addresses, NVML answers the count alone. */
+static int retired(const ctx_t *c, nvmlPageRetirementCause_t cause, char *o, size_t n)
+{
+    unsigned count = 0;
+    nvmlReturn_t rc = nvmlDeviceGetRetiredPages(c->dev, cause, &count, NULL);
+    if (rc != NVML_SUCCESS && rc != NVML_ERROR_INSUFFICIENT_SIZE)
+        return -1;
+    snprintf(o, n, "%u", count);
+    return 0;
+}
+static int f_retired_sbe(const ctx_t *c, char *o, size_t n)
+{
+    return retired(c, NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS, o, n);
+}
+static int f_retired_dbe(const ctx_t *c, char *o, size_t n)
+{
+    return retired(c, NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR, o, n);
+}
+static int f_retired_pending(const ctx_t *c, char *o, size_t n)
+{
+    nvmlEnableState_t pending;
+    if (nvmlDeviceGetRetiredPagesPendingStatus(c->dev, &pending) != NVML_SUCCESS)
+        return -1;
+    snprintf(o, n, "%s", smi_yes_no(pending == NVML_FEATURE_ENABLED));
+    return 0;
+}
+UINT_FIELD(f_default_app_gr, nvmlDeviceGetDefaultApplicationsClock(c->dev, NVML_CLOCK_GRAPHICS, &v))
+UINT_FIELD(f_default_app_mem, nvmlDeviceGetDefaultApplicationsClock(c->dev, NVML_CLOCK_MEM, &v))
+
 static const field_t GPU_FIELDS[] = {
     {"timestamp", NULL, NULL, f_timestamp},
     {"driver_version", NULL, NULL, f_driver},
@@ -244,17 +386,40 @@ static const field_t GPU_FIELDS[] = {
     {"pci.device_id", NULL, NULL, f_pci_device_id},
     {"pci.sub_device_id", NULL, NULL, f_pci_sub_id},
     {"pcie.link.gen.current", "pcie.link.gen.gpucurrent", NULL, f_gen_cur},
-    {"pcie.link.gen.max", "pcie.link.gen.gpumax", NULL, f_gen_max},
+    {"pcie.link.gen.max", NULL, NULL, f_gen_max},
+    {"pcie.link.gen.gpumax", NULL, NULL, f_gen_gpumax},
+    {"pcie.link.gen.hostmax", NULL, NULL, f_na}, /* the root port's: not modelled */
     {"pcie.link.width.current", NULL, NULL, f_width_cur},
     {"pcie.link.width.max", NULL, NULL, f_width_max},
     {"index", NULL, NULL, f_index},
     {"display_mode", NULL, NULL, f_display_mode},
     {"display_active", NULL, NULL, f_display_active},
     {"persistence_mode", NULL, NULL, f_persistence},
+    {"accounting.mode", NULL, NULL, f_accounting},
+    {"accounting.buffer_size", NULL, NULL, f_accounting_buffer},
+    {"driver_model.current", NULL, NULL, f_na}, /* Windows only */
+    {"driver_model.pending", NULL, NULL, f_na},
     {"vbios_version", NULL, NULL, f_vbios},
+    {"inforom.img", "inforom.image", NULL, f_inforom_img},
+    {"inforom.oem", NULL, NULL, f_inforom_oem},
+    {"inforom.ecc", NULL, NULL, f_inforom_ecc},
+    {"inforom.pwr", "inforom.power", NULL, f_inforom_pwr},
     {"fan.speed", NULL, "%", f_fan},
     {"pstate", NULL, NULL, f_pstate},
+    {"clocks_event_reasons.supported", "clocks_throttle_reasons.supported", NULL, f_reasons_supported},
     {"clocks_event_reasons.active", "clocks_throttle_reasons.active", NULL, f_reasons},
+    {"clocks_event_reasons.gpu_idle", "clocks_throttle_reasons.gpu_idle", NULL, f_reason_idle},
+    {"clocks_event_reasons.applications_clocks_setting", "clocks_throttle_reasons.applications_clocks_setting", NULL,
+     f_reason_app},
+    {"clocks_event_reasons.sw_power_cap", "clocks_throttle_reasons.sw_power_cap", NULL, f_reason_sw_power},
+    {"clocks_event_reasons.hw_slowdown", "clocks_throttle_reasons.hw_slowdown", NULL, f_reason_hw},
+    {"clocks_event_reasons.hw_thermal_slowdown", "clocks_throttle_reasons.hw_thermal_slowdown", NULL,
+     f_reason_hw_thermal},
+    {"clocks_event_reasons.hw_power_brake_slowdown", "clocks_throttle_reasons.hw_power_brake_slowdown", NULL,
+     f_reason_hw_brake},
+    {"clocks_event_reasons.sw_thermal_slowdown", "clocks_throttle_reasons.sw_thermal_slowdown", NULL,
+     f_reason_sw_thermal},
+    {"clocks_event_reasons.sync_boost", "clocks_throttle_reasons.sync_boost", NULL, f_reason_sync_boost},
     {"memory.total", NULL, "MiB", f_mem_total},
     {"memory.reserved", NULL, "MiB", f_mem_reserved},
     {"memory.used", NULL, "MiB", f_mem_used},
@@ -263,12 +428,36 @@ static const field_t GPU_FIELDS[] = {
     {"compute_cap", NULL, NULL, f_cc},
     {"utilization.gpu", NULL, "%", f_util_gpu},
     {"utilization.memory", NULL, "%", f_util_mem},
+    {"utilization.encoder", NULL, "%", f_util_enc},
+    {"utilization.decoder", NULL, "%", f_util_dec},
+    {"utilization.jpeg", NULL, "%", f_util_jpeg},
+    {"utilization.ofa", NULL, "%", f_util_ofa},
+    {"encoder.stats.sessionCount", NULL, NULL, f_enc_sessions},
+    {"encoder.stats.averageFps", NULL, NULL, f_enc_fps},
+    {"encoder.stats.averageLatency", NULL, NULL, f_enc_latency},
     {"ecc.mode.current", NULL, NULL, f_ecc_cur},
     {"ecc.mode.pending", NULL, NULL, f_ecc_pend},
+    {"ecc.errors.corrected.volatile.dram", NULL, NULL, f_ecc_cor_vol_dram},
+    {"ecc.errors.corrected.volatile.sram", NULL, NULL, f_ecc_cor_vol_sram},
+    {"ecc.errors.corrected.volatile.total", NULL, NULL, f_ecc_cor_vol},
+    {"ecc.errors.corrected.aggregate.dram", NULL, NULL, f_ecc_cor_agg_dram},
+    {"ecc.errors.corrected.aggregate.sram", NULL, NULL, f_ecc_cor_agg_sram},
+    {"ecc.errors.corrected.aggregate.total", NULL, NULL, f_ecc_cor_agg},
+    {"ecc.errors.uncorrected.volatile.dram", NULL, NULL, f_ecc_unc_vol_dram},
+    {"ecc.errors.uncorrected.volatile.sram", NULL, NULL, f_ecc_unc_vol_sram},
     {"ecc.errors.uncorrected.volatile.total", NULL, NULL, f_ecc_unc},
+    {"ecc.errors.uncorrected.aggregate.dram", NULL, NULL, f_ecc_unc_agg_dram},
+    {"ecc.errors.uncorrected.aggregate.sram", NULL, NULL, f_ecc_unc_agg_sram},
+    {"ecc.errors.uncorrected.aggregate.total", NULL, NULL, f_ecc_unc_agg},
+    {"retired_pages.single_bit_ecc.count", "retired_pages.sbe", NULL, f_retired_sbe},
+    {"retired_pages.double_bit.count", "retired_pages.dbe", NULL, f_retired_dbe},
+    {"retired_pages.pending", NULL, NULL, f_retired_pending},
     {"temperature.gpu", NULL, NULL, f_temp},
     {"temperature.memory", NULL, NULL, f_na},
     {"power.draw", NULL, "W", f_power_draw},
+    /* FakeGPU models one power reading: it is both the average and the instant draw (as in -q -x). */
+    {"power.draw.average", NULL, "W", f_power_draw},
+    {"power.draw.instant", NULL, "W", f_power_draw},
     {"power.limit", NULL, "W", f_power_limit},
     {"enforced.power.limit", NULL, "W", f_power_enforced},
     {"power.default_limit", NULL, "W", f_power_default},
@@ -280,6 +469,8 @@ static const field_t GPU_FIELDS[] = {
     {"clocks.current.video", "clocks.video", "MHz", f_clk_video},
     {"clocks.applications.graphics", "clocks.applications.gr", "MHz", f_app_gr},
     {"clocks.applications.memory", "clocks.applications.mem", "MHz", f_app_mem},
+    {"clocks.default_applications.graphics", "clocks.default_applications.gr", "MHz", f_default_app_gr},
+    {"clocks.default_applications.memory", "clocks.default_applications.mem", "MHz", f_default_app_mem},
     {"clocks.max.graphics", "clocks.max.gr", "MHz", f_max_gr},
     {"clocks.max.sm", NULL, "MHz", f_max_sm},
     {"clocks.max.memory", "clocks.max.mem", "MHz", f_max_mem},

@@ -97,6 +97,34 @@ def test_csv_header_units_and_aliases(native: NativeEnv) -> None:
     assert row == "NVIDIA A100-SXM4-80GB, 81920 MiB, 60.00 W, [N/A]"
 
 
+def test_every_listed_field_is_queryable(native: NativeEnv) -> None:
+    """Exporters ask --help-query-gpu for the field list and query it whole (nvidia_gpu_exporter does)."""
+    listing = native.smi("--help-query-gpu", devices="a100:1").stdout
+    fields = re.findall(r'^"([^"]+)"', listing, re.M)
+    assert len(fields) >= 98 and len(set(fields)) == len(fields)
+    out = native.smi(f"--query-gpu={','.join(fields)}", "--format=csv,nounits", devices="h100:1")
+    assert out.returncode == 0, out.stdout
+    header, row = out.stdout.splitlines()
+    names = [h.split(" [")[0] for h in header.split(", ")]
+    assert names == fields
+    values = dict(zip(fields, row.split(", "), strict=True))
+    assert values["power.draw.average"] == values["power.draw.instant"] == values["power.draw"]
+    assert values["clocks_event_reasons.gpu_idle"] == "Active"
+    assert values["clocks_event_reasons.sw_power_cap"] == "Not Active"
+    assert values["pcie.link.gen.gpumax"] == "5" and values["driver_model.current"] == "[N/A]"
+    assert values["ecc.errors.corrected.aggregate.total"] == "0" and values["retired_pages.pending"] == "No"
+    assert values["clocks.default_applications.graphics"] == values["clocks.max.graphics"]
+    busy = subprocess.Popen(["sleep", "60"])
+    try:
+        native.register(busy.pid, 0, 1 << 30, "python3 train.py")
+        again = native.smi("--query-gpu=clocks_throttle_reasons.gpu_idle,clocks_event_reasons.gpu_idle",
+                           "--format=csv,noheader", devices="h100:1")
+        assert again.stdout.strip() == "Not Active, Not Active"      # busy: the idle reason goes
+    finally:
+        busy.kill()
+        busy.wait()
+
+
 def test_select_by_index_list_uuid_and_bus_id(native: NativeEnv) -> None:
     uuids = [line.split("UUID: ")[1][:-1] for line in native.smi("-L", devices="a100:4").stdout.splitlines()]
     out = native.smi("-i", "3,1", "--query-gpu=index", "--format=csv,noheader", devices="a100:4")
