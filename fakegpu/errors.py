@@ -77,6 +77,20 @@ class InvalidDeviceSpec(FakeGPUError):
         self.suggestions = list(suggestions)
 
 
+class InvalidDeviceSelection(FakeGPUError):
+    """An NVIDIA_VISIBLE_DEVICES entry that names no GPU of the host's inventory; names the entry, what the
+    inventory holds and what is accepted."""
+
+    exit_code = EXIT_USAGE
+    code = "invalid-device-selection"
+    accepted = "all, none, void, or a comma list of GPU indices and UUIDs (GPU-...)"
+
+    def __init__(self, entry: str, reason: str, holds: str) -> None:
+        super().__init__(f"device {shorten(entry)}: {reason}; {holds}. Accepted: {self.accepted}")
+        self.entry = entry
+        self.reason = reason
+
+
 class InvalidSeed(FakeGPUError):
     """A FAKEGPU_SEED value outside what identities are derived from."""
 

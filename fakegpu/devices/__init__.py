@@ -1,6 +1,7 @@
 """Fake devices: THE parser of FAKEGPU_DEVICES and the device table the native shims read."""
 
 from fakegpu.devices.device import Device
+from fakegpu.devices.select import select_devices
 from fakegpu.devices.spec import (
     DEFAULT_DEVICES,
     DEFAULT_SEED,
@@ -14,4 +15,4 @@ from fakegpu.devices.spec import (
 )
 
 __all__ = ["DEFAULT_DEVICES", "DEFAULT_SEED", "MAX_DEVICES", "MAX_SEED_LENGTH", "MAX_SPEC_LENGTH", "Device",
-           "check_seed", "effective_seed", "parse_spec", "resolve_devices"]
+           "check_seed", "effective_seed", "parse_spec", "resolve_devices", "select_devices"]

@@ -1,4 +1,5 @@
-"""One fake GPU: a profile plus the identity a real board has in a machine (index, UUID, PCI address, serial).
+"""One fake GPU: a profile plus the identity a real board has in a machine (index, UUID, PCI address, serial,
+minor number).
 
 Identities are derived from (seed, index, profile id) with SHA-256, so the same spec and seed give the same
 devices on every run and every host, and FAKEGPU_SEED (e.g. a node rank) gives each node its own.
@@ -22,6 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on the hook's path, at every container start
     from typing import Any
 
+# What every GPU UUID starts with, as NVML prints them.
+UUID_PREFIX = "GPU-"
 # PCI bus numbers of the eight GPUs in an HGX/DGX baseboard, in NVML's index order; larger specs take the
 # next PCI domain, as multi-domain hosts do.
 _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
@@ -35,11 +38,14 @@ class Device:
     """Immutable by convention. A plain class, not a dataclass: `dataclasses` pulls in `inspect`, which would
     add milliseconds to every container start through the hook."""
 
-    __slots__ = ("index", "pci_bus", "pci_device", "pci_domain", "pci_function", "profile", "serial", "uuid")
+    __slots__ = ("index", "minor_number", "pci_bus", "pci_device", "pci_domain", "pci_function", "profile", "serial",
+                 "uuid")
 
     def __init__(self, index: int, profile: Profile, uuid: str, serial: str, pci_domain: int, pci_bus: int,
-                 pci_device: int = 0, pci_function: int = 0) -> None:
+                 pci_device: int = 0, pci_function: int = 0, minor_number: int | None = None) -> None:
         self.index = index
+        # The N of /dev/nvidiaN: the host's index, which a container that sees a subset keeps (renumbered()).
+        self.minor_number = index if minor_number is None else minor_number
         self.profile = profile
         self.uuid = uuid
         self.serial = serial
@@ -60,16 +66,17 @@ class Device:
     @classmethod
     def create(cls, index: int, profile: Profile, seed: str) -> Device:
         h = _digest(seed, index, profile.id).hex()
-        uuid = f"GPU-{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        uuid = f"{UUID_PREFIX}{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
         # Real serials are 13 decimal digits starting with 1 (e.g. 1650521004857).
         serial = "1" + str(int(h[32:48], 16) % 10**12).zfill(12)
         domain, slot = divmod(index, len(_BUS_NUMBERS))
         return cls(index, profile, uuid, serial, pci_domain=domain, pci_bus=_BUS_NUMBERS[slot])
 
-    @property
-    def minor_number(self) -> int:
-        """The N of /dev/nvidiaN."""
-        return self.index
+    def renumbered(self, index: int) -> Device:
+        """This GPU as a container that sees a subset of the host's numbers it: a new index, the same board
+        (UUID, serial, PCI address, minor number), as NVML in a container under NVIDIA's runtime reports it."""
+        return Device(index, self.profile, self.uuid, self.serial, self.pci_domain, self.pci_bus, self.pci_device,
+                      self.pci_function, self.minor_number)
 
     @property
     def pci_bus_id(self) -> str:

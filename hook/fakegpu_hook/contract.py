@@ -16,9 +16,13 @@ DEFAULT_CONFIG = "/etc/fakegpu/config.json"
 # is the main way; the variables are for tests and one-off runs. honour_nvidia_env is the one flag.
 SETTINGS = {
     "low_level_runtime": ("FAKEGPU_LOW_LEVEL_RUNTIME", "runc"),
-    # The NVIDIA runtime's variables are honoured only on request: an image written for real GPUs should not
-    # silently get fake ones on a host that also has the FakeGPU runtime as default.
-    "honour_nvidia_env": ("FAKEGPU_HONOUR_NVIDIA_ENV", False),
+    # The host's fake GPUs, a device spec (`fakegpu runtime install --devices`): what NVIDIA_VISIBLE_DEVICES
+    # selects from, keeping each GPU's host index, UUID and bus id. Empty: one GPU of nvidia_profile.
+    "inventory": ("FAKEGPU_INVENTORY", ""),
+    # NVIDIA's variables are honoured as NVIDIA's runtime honours them, so images built on CUDA base images
+    # (ENV NVIDIA_VISIBLE_DEVICES=all) get the inventory. Off: only FAKEGPU_DEVICES asks, for a host whose
+    # default runtime is ours but whose CUDA images should not get fake GPUs.
+    "honour_nvidia_env": ("FAKEGPU_HONOUR_NVIDIA_ENV", True),
     "nvidia_profile": ("FAKEGPU_NVIDIA_PROFILE", "a100"),
     "native_lib_dir": ("FAKEGPU_NATIVE_DIR", ""),  # empty: the checkout's native/build/lib
     "nvidia_smi": ("FAKEGPU_NVIDIA_SMI", ""),  # empty: <native_lib_dir>/../bin/nvidia-smi
@@ -44,9 +48,32 @@ RUNC_OPTIONS_WITH_VALUE = ("root", "log", "log-format", "criu", "rootless", "cgr
 DEVICES_VARIABLE = "FAKEGPU_DEVICES"
 SEED_VARIABLE = "FAKEGPU_SEED"
 NVIDIA_DEVICES_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
-# A device variable that, stripped and lowercased, is one of these asks for nothing: hands off, as for the
-# NVIDIA runtime (unset counts the same).
+# A FAKEGPU_DEVICES that, stripped and lowercased, is one of these asks for nothing: hands off (unset counts
+# the same).
 OFF_VALUES = ("", "void", "none")
+
+# NVIDIA_VISIBLE_DEVICES as nvidia-container-toolkit reads it: comma-separated, each entry trimmed, empty
+# entries dropped, case kept. An entry VOID (or no entry at all) leaves the container to runc; else NONE gives
+# the driver's files and no GPU; else ALL gives the inventory; else each entry is a host index or a GPU UUID.
+# Precedence: void, none, all.
+NVIDIA_VOID, NVIDIA_NONE, NVIDIA_ALL = "void", "none", "all"
+NVIDIA_CAPABILITIES_VARIABLE = "NVIDIA_DRIVER_CAPABILITIES"
+# A "legacy" CUDA image (CUDA_VERSION set, NVIDIA_REQUIRE_CUDA not) that leaves NVIDIA_VISIBLE_DEVICES unset
+# gets every GPU, and every capability when it leaves NVIDIA_DRIVER_CAPABILITIES unset: CUDA images from
+# before those variables existed.
+CUDA_VERSION_VARIABLE = "CUDA_VERSION"
+REQUIRE_CUDA_VARIABLE = "NVIDIA_REQUIRE_CUDA"
+# NVIDIA_DRIVER_CAPABILITIES: a comma list of these, or "all"; unset or empty means the default pair. Only
+# utility (NVML, nvidia-smi) and compute (the CUDA libraries, the UVM nodes) have files of ours behind them.
+UTILITY, COMPUTE = "utility", "compute"
+DRIVER_CAPABILITIES = (COMPUTE, "compat32", "graphics", UTILITY, "video", "display", "ngx")
+DEFAULT_DRIVER_CAPABILITIES = (UTILITY, COMPUTE)
+CAPABILITIES_ALL = "all"
+# Library names (the part before the version) that come with utility; every other library is compute's.
+UTILITY_LIBRARIES = ("libnvidia-ml.so",)
+# Input bounds, checked before any other work: 64 UUIDs fit in the first.
+MAX_VISIBLE_DEVICES_LENGTH = 4096
+MAX_CAPABILITIES_LENGTH = 256
 
 # Where things appear inside a container. /run/fakegpu is also the shims' default state folder: processes
 # started by `docker exec` do not get the FAKEGPU_DEVICE_TABLE the runtime adds to the main process.

@@ -28,12 +28,14 @@ def _scrub_environment() -> None:
 
 # The hook's options: the runtime (or a hooks.d/CDI file) writes them, so the set is small and fixed.
 _VALUE_OPTIONS = {"--native-dir": "native_dir", "--nvidia-smi": "nvidia_smi", "--state-root": "state_root",
-                  "--nvidia-profile": "nvidia_profile"}
+                  "--inventory": "inventory", "--nvidia-profile": "nvidia_profile"}
 # Only a prestart hook runs in the host's mount namespace; a createContainer hook is already inside the
 # container's, where the state's pid is the container's own pid 1 and names nothing on the host's /proc.
 # --prepared: the runtime has resolved the devices and written <state root>/<id>/devices.tbl.
-_FLAG_OPTIONS = {"--honour-nvidia-env": "honour_nvidia_env", "--join-mount-ns": "join_mount_ns",
-                 "--prepared": "prepared"}
+# --honour-nvidia-env is the default now; hook files written before still pass it.
+_FLAG_OPTIONS = {"--honour-nvidia-env": ("honour_nvidia_env", True),
+                 "--ignore-nvidia-env": ("honour_nvidia_env", False),
+                 "--join-mount-ns": ("join_mount_ns", True), "--prepared": ("prepared", True)}
 
 
 class HookArgs:
@@ -43,8 +45,9 @@ class HookArgs:
         self.native_dir = ""
         self.nvidia_smi = ""
         self.state_root = DEFAULTS["state_root"]
+        self.inventory = DEFAULTS["inventory"]
         self.nvidia_profile = DEFAULTS["nvidia_profile"]
-        self.honour_nvidia_env = False
+        self.honour_nvidia_env = DEFAULTS["honour_nvidia_env"]
         self.join_mount_ns = False
         self.prepared = False
 
@@ -67,7 +70,7 @@ def _parse_args(argv: list[str]) -> HookArgs:
                 value = argv[i]
             setattr(args, _VALUE_OPTIONS[name], value)
         elif arg in _FLAG_OPTIONS:
-            setattr(args, _FLAG_OPTIONS[arg], True)
+            setattr(args, *_FLAG_OPTIONS[arg])
         else:
             options = ", ".join([*_VALUE_OPTIONS, *_FLAG_OPTIONS])
             raise UsageError_(f"unknown argument {arg!r} (options: {options}; the OCI state comes on stdin)")
@@ -109,37 +112,45 @@ class HookLog:
         write_log(path, "\n".join(self.lines) + "\n")
 
 
-def prepared_table(path: str, spec: str, seed: str | None) -> tuple[int, str] | None:
-    """(device count, seed) of a table the runtime wrote for this very request, else None."""
+def _fields(line: str) -> dict[str, str]:
+    return dict(p.partition("=")[::2] for p in line.rstrip("\n").split("\t")[1:])
+
+
+def prepared_table(path: str, spec: str, seed: str | None,
+                   visible: tuple[str, ...] | None = None) -> tuple[list[int], str] | None:
+    """(the devices' minor numbers, seed) of a table the runtime wrote for this very request, else None."""
     try:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("fakegpu-device-table\t"):
-                    fields = dict(p.partition("=")[::2] for p in line.rstrip("\n").split("\t")[1:])
-                    if fields.get("spec") != spec or (seed is not None and fields.get("seed") != seed):
-                        return None
-                    return int(fields["count"]), fields.get("seed", "")
-                if not line.startswith("#"):
-                    return None
+            lines = [line for line in f if not line.startswith("#")]
+        if not lines or not lines[0].startswith("fakegpu-device-table\t"):
+            return None
+        fields = _fields(lines[0])
+        if fields.get("spec") != spec or (seed is not None and fields.get("seed") != seed):
+            return None
+        if fields.get("visible") != (None if visible is None else ",".join(visible)):
+            return None
+        minors = [int(_fields(line)["minor_number"]) for line in lines[1:] if line.startswith("device\t")]
+        if len(minors) != int(fields["count"]):
+            return None
+        return minors, fields.get("seed", "")
     except (OSError, KeyError, ValueError):
         return None
-    return None
 
 
 def run(state_text: str, args: HookArgs, log: HookLog) -> None:
     from fakegpu.locations import COMPILED_CATALOG_TABLE
     from fakegpu_hook.contract import DEVICE_TABLE_NAME
-    from fakegpu_hook.env import device_request
+    from fakegpu_hook.env import device_request, resolve_request
     from fakegpu_hook.inject import Injection, plan_injection
     from fakegpu_hook.oci import Spec, read_state
     from fakegpu_hook.rootfs import Root
-    from fakegpu_hook.settings import Settings
+    from fakegpu_hook.settings import Settings, inventory_spec
     from fakegpu_hook.statedir import make_container_dir, shared_state_dir
 
     state = read_state(state_text)
     bundle = state["bundle"]
     spec = Spec.load(os.path.join(bundle, "config.json"))
-    request = device_request(spec.env, args.honour_nvidia_env, args.nvidia_profile)
+    request = device_request(spec.env, args.honour_nvidia_env, inventory_spec(args.inventory, args.nvidia_profile))
     if request is None:
         log("the container asks for no devices; nothing to do")
         return
@@ -147,26 +158,26 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
 
     host_dir = os.path.join(args.state_root, state["id"])
     table = os.path.join(host_dir, DEVICE_TABLE_NAME)
-    prepared = prepared_table(table, request.spec, request.seed) if args.prepared else None
+    prepared = prepared_table(table, request.spec, request.seed, request.visible) if args.prepared else None
     if prepared is not None:
-        count, seed = prepared
-        log(f"{count} devices from {request.source}={request.spec!r} seed={seed!r} (table by the runtime)")
+        minors, seed = prepared
+        log(f"{request.summary(len(minors), seed)} (table by the runtime)")
     else:
-        from fakegpu.devices import effective_seed, resolve_devices
+        from fakegpu.devices import effective_seed
         from fakegpu.devices.table import write_table
 
         seed = effective_seed(request.seed)
-        devices = resolve_devices(request.spec, seed=seed)
-        count = len(devices)
+        devices = resolve_request(request, seed)
+        minors = [d.minor_number for d in devices]
         make_container_dir(args.state_root, state["id"], may_mount=False)
-        write_table(table, devices, request.spec, seed)
-        log(f"{count} devices from {request.source}={request.spec!r} seed={seed!r}")
+        write_table(table, devices, request.spec, seed, request.visible)
+        log(request.summary(len(minors), seed))
 
     if args.join_mount_ns:
         _enter_mount_namespace(state.get("pid"))
     with Root(spec.root_path(bundle)) as root:
         plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table, COMPILED_CATALOG_TABLE,
-                              shared_state_dir(host_dir), count)
+                              shared_state_dir(host_dir), minors, request.capabilities)
         for note in plan.notes:
             log(note)
         log(f"libraries go to {plan.lib_dir}")

@@ -8,12 +8,20 @@ import stat
 
 from fakegpu_hook.contract import (
     CATALOG_TABLE_NAME,
+    COMPUTE,
     CONTAINER_CATALOG_TABLE,
     CONTAINER_DEVICE_TABLE,
     CONTAINER_DIR,
     CONTAINER_NVIDIA_SMI,
+    DRIVER_CAPABILITIES,
+    UTILITY,
+    UTILITY_LIBRARIES,
 )
 from fakegpu_hook.rootfs import Root, RootfsError, bind_mount, unmount
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at every container start
+    from collections.abc import Collection, Sequence
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -64,15 +72,27 @@ def library_dir(root: Root) -> str:
     return "/usr/lib"
 
 
+def _capability(name: str) -> str:
+    """The driver capability a library of the native build comes with (NVIDIA's split: NVML is utility's,
+    the CUDA libraries compute's)."""
+    split = _split_shared_object(name)
+    return UTILITY if split is not None and split[0] in UTILITY_LIBRARIES else COMPUTE
+
+
 def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str, catalog: str,
-                   state_dir: str, device_count: int) -> Plan:
+                   state_dir: str, minors: Sequence[int],
+                   capabilities: Collection[str] = DRIVER_CAPABILITIES) -> Plan:
     """The native build's folder is bind-mounted once, read-only, onto `<libdir>/fakegpu` (LIB_SUBDIR), and
     every library name the loader looks up is a link in `<libdir>` into it: one mount instead of one per
     library (each mount and each mount target costs runc and the image's storage driver a round trip). A
     library the build folder only links to from elsewhere cannot be reached through that mount: it gets its own
-    file mount, as before."""
+    file mount, as before. `minors` are the GPUs' /dev/nvidiaN numbers (the host's, for a selection);
+    `capabilities` (NVIDIA_DRIVER_CAPABILITIES) decide which libraries come: utility NVML and nvidia-smi,
+    compute the CUDA libraries and the UVM nodes, as NVIDIA's runtime splits its driver's files."""
     plan = Plan(library_dir(root))
+    utility, compute = UTILITY in capabilities, COMPUTE in capabilities
     libs = sorted(os.listdir(native_lib_dir)) if os.path.isdir(native_lib_dir) else []
+    libs = [n for n in libs if n == CATALOG_TABLE_NAME or _capability(n) in capabilities]
     names = set(libs)
     native = os.path.realpath(native_lib_dir) if libs else ""
     sub = f"{plan.lib_dir}/{LIB_SUBDIR}"
@@ -112,16 +132,16 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
             taken.add(base)
     # The shims' installed layout keeps the catalog beside libnvidia-ml.so.1; they resolve FAKEGPU_DEVICES
     # with it in processes that have no FAKEGPU_DEVICE_TABLE (those started by `docker exec`).
-    if CATALOG_TABLE_NAME in names:
+    if CATALOG_TABLE_NAME in names and (utility or compute):
         place(CATALOG_TABLE_NAME, lstat_mode(CATALOG_TABLE_NAME))
     if inside:
         plan.lib_dirs.append((native, sub))
     sonames = {p.rsplit("/", 1)[-1] for p, _ in plan.links} | {d.rsplit("/", 1)[-1] for _, d in plan.files}
-    if "libnvidia-ml.so.1" not in sonames:
+    if utility and "libnvidia-ml.so.1" not in sonames:
         plan.notes.append(f"no libnvidia-ml.so.1 in {native_lib_dir}: NVML not injected (run `make`)")
-    if os.path.isfile(nvidia_smi):
+    if utility and os.path.isfile(nvidia_smi):
         plan.files.append((nvidia_smi, CONTAINER_NVIDIA_SMI))
-    else:
+    elif utility:
         plan.notes.append(f"no nvidia-smi at {nvidia_smi}: not injected (run `make`)")
     plan.files.append((table, CONTAINER_DEVICE_TABLE))
     if os.path.isfile(catalog):
@@ -130,9 +150,10 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
     # tools); the tables are mounted read-only on top of it.
     plan.dirs.append((state_dir, CONTAINER_DIR))
     plan.nodes.append(("/dev/nvidiactl", NVIDIA_MAJOR, NVIDIACTL_MINOR))
-    plan.nodes.append(("/dev/nvidia-uvm", UVM_MAJOR, 0))
-    plan.nodes.append(("/dev/nvidia-uvm-tools", UVM_MAJOR, 1))
-    plan.nodes.extend((f"/dev/nvidia{i}", NVIDIA_MAJOR, i) for i in range(device_count))
+    if compute:
+        plan.nodes.append(("/dev/nvidia-uvm", UVM_MAJOR, 0))
+        plan.nodes.append(("/dev/nvidia-uvm-tools", UVM_MAJOR, 1))
+    plan.nodes.extend((f"/dev/nvidia{m}", NVIDIA_MAJOR, m) for m in minors)
     return plan
 
 

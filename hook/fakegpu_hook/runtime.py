@@ -119,24 +119,22 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
     """Validate the request, write the device table, then either prepare the root and add the mounts and
     device nodes (injection "runtime") or add the hook (injection "hook"); raises with a message meant for
     the `docker run` user."""
-    from fakegpu_hook.env import device_request
+    from fakegpu_hook.env import RequestError, device_request, resolve_request
     from fakegpu_hook.oci import Spec
 
     spec = Spec.load(os.path.join(bundle, "config.json"))
-    request = device_request(spec.env, settings.honour_nvidia_env, settings.nvidia_profile)
-    if request is None:
-        return
-    # Validate here, before runc starts anything, so a bad spec fails `docker run` with the parser's message.
-    from fakegpu.devices import DEFAULT_SEED, resolve_devices
-    from fakegpu.errors import FakeGPUError
-
-    # The hook runs with a minimal environment, so FAKEGPU_SEED from dockerd's environment is not used here.
-    seed = request.seed if request.seed is not None else DEFAULT_SEED
+    # Validate here, before runc starts anything, so a bad request fails `docker run` with the parser's message.
     try:
-        # Messages are bounded (errors.shorten): containerd cuts long ones in the middle.
-        devices = resolve_devices(request.spec, seed=seed)
-    except FakeGPUError as exc:
-        raise RuntimeError_(f"{request.source}: {exc.message}") from exc
+        request = device_request(spec.env, settings.honour_nvidia_env, settings.inventory_spec())
+        if request is None:
+            return
+        from fakegpu.devices import DEFAULT_SEED
+
+        # The hook runs with a minimal environment, so FAKEGPU_SEED from dockerd's environment is not used here.
+        seed = request.seed if request.seed is not None else DEFAULT_SEED
+        devices = resolve_request(request, seed)
+    except RequestError as exc:
+        raise RuntimeError_(str(exc)) from exc
     settings = settings.resolved()
     host_dir = ""
     if container_id:
@@ -147,7 +145,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
 
         try:
             host_dir = make_container_dir(settings.state_root, container_id)
-            write_table(os.path.join(host_dir, DEVICE_TABLE_NAME), devices, request.spec, seed)
+            write_table(os.path.join(host_dir, DEVICE_TABLE_NAME), devices, request.spec, seed, request.visible)
         except (OSError, StateRootError) as exc:
             cleanup_state(container_id, settings.state_root)  # a folder made half-way goes too
             raise RuntimeError_(f"cannot write the device table: {exc}" if host_dir else str(exc)) from exc
@@ -155,8 +153,8 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
         # In a user namespace runc cannot mknod (it would bind the host's /dev/nvidia*, which do not exist):
         # the hook makes stand-ins there.
         if settings.injection == "runtime" and host_dir and not _user_namespace(spec):
-            _inject_by_runtime(spec, bundle, settings, host_dir, len(devices),
-                               f"{len(devices)} devices from {request.source}={request.spec!r} seed={seed!r}")
+            _inject_by_runtime(spec, bundle, settings, host_dir, [d.minor_number for d in devices],
+                               request.capabilities, request.summary(len(devices), seed))
         else:
             _add_hook(spec, settings, prepared=bool(host_dir))
         spec.flush()
@@ -166,7 +164,8 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
         raise
 
 
-def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, summary: str) -> None:
+def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, minors: list[int], capabilities,
+                       summary: str) -> None:
     """Everything the hook would do, minus its process: the targets are made in the container root from here
     (the root is mounted at create, and no container process exists yet), and runc bind-mounts onto them and
     makes the device nodes from config.json. One Python process per container start instead of two."""
@@ -183,7 +182,7 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, count: int, s
         with Root(spec.root_path(bundle), cache_dirs=True) as root:
             plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi,
                                   os.path.join(host_dir, DEVICE_TABLE_NAME), COMPILED_CATALOG_TABLE,
-                                  shared_state_dir(host_dir), count)
+                                  shared_state_dir(host_dir), minors, capabilities)
             check_covering_mounts(root, plan, spec.data.get("mounts"))
             prepare_targets(root, plan)
     except (OSError, RootfsError) as exc:
@@ -206,9 +205,9 @@ def _add_hook(spec, settings, prepared: bool) -> None:
     from fakegpu_hook.modifiers import AddHook, ModifierList, SetEnv
 
     args = ["--native-dir", settings.native_lib_dir, "--nvidia-smi", settings.nvidia_smi,
-            "--state-root", settings.state_root, "--nvidia-profile", settings.nvidia_profile]
-    if settings.honour_nvidia_env:
-        args.append("--honour-nvidia-env")
+            "--state-root", settings.state_root, "--inventory", settings.inventory_spec()]
+    if not settings.honour_nvidia_env:
+        args.append("--ignore-nvidia-env")
     if settings.hook_stage == "prestart":
         args.append("--join-mount-ns")
     if prepared:

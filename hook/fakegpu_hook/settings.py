@@ -31,6 +31,7 @@ class Settings:
 
     __slots__ = tuple(DEFAULTS)
     low_level_runtime: str
+    inventory: str
     honour_nvidia_env: bool
     nvidia_profile: str
     native_lib_dir: str
@@ -62,6 +63,10 @@ class Settings:
     def __repr__(self) -> str:
         return "Settings(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
 
+    def inventory_spec(self) -> str:
+        """The host's fake GPUs as a device spec: `inventory`, else one GPU of `nvidia_profile`."""
+        return inventory_spec(self.inventory, self.nvidia_profile)
+
     def resolved(self) -> Settings:
         from fakegpu.locations import NATIVE_LIB_DIR
 
@@ -71,6 +76,15 @@ class Settings:
 
 
 _ENV = {variable: key for key, (variable, _) in SETTINGS.items()}
+
+
+def inventory_spec(inventory: str, nvidia_profile: str) -> str:
+    """What a host with this `inventory` setting has: a host left unconfigured has one GPU, of the profile
+    NVIDIA_VISIBLE_DEVICES gave before there were inventories."""
+    return inventory or f"{nvidia_profile}:1"
+
+
+DEFAULT_INVENTORY = inventory_spec(str(DEFAULTS["inventory"]), str(DEFAULTS["nvidia_profile"]))
 
 
 class SettingsError(Exception):
@@ -87,22 +101,35 @@ def _coerce(name: str, value: object) -> object:
     return value
 
 
+def config_path(environ: dict[str, str] | None = None) -> str:
+    """The site config file: $FAKEGPU_CONFIG, else /etc/fakegpu/config.json."""
+    environ = os.environ if environ is None else environ
+    return environ.get(CONFIG_VARIABLE) or DEFAULT_CONFIG
+
+
+def _read_config(path: str) -> dict[str, object]:
+    """The file's settings as written (missing: none); unreadable, not an object or unknown keys: errors."""
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SettingsError(f"cannot read FakeGPU config {path}: {exc}") from exc
+    known = set(DEFAULTS)
+    if not isinstance(data, dict):
+        raise SettingsError(f"FakeGPU config {path}: not a JSON object")
+    if set(data) - known:
+        raise SettingsError(f"FakeGPU config {path}: unknown keys {sorted(set(data) - known)}; known: "
+                            f"{sorted(known)}")
+    return data
+
+
 def load_settings(environ: dict[str, str] | None = None) -> Settings:
     """The config file (missing is fine; unreadable or unknown keys are errors), then FAKEGPU_* overrides."""
     environ = os.environ if environ is None else environ
-    path = environ.get(CONFIG_VARIABLE) or DEFAULT_CONFIG
-    values: dict[str, object] = {}
-    known = set(DEFAULTS)
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise SettingsError(f"cannot read FakeGPU config {path}: {exc}") from exc
-        if not isinstance(data, dict) or set(data) - known:
-            raise SettingsError(f"FakeGPU config {path}: unknown keys {sorted(set(data) - known)}; known: "
-                                f"{sorted(known)}")
-        values.update({k: _coerce(k, v) for k, v in data.items()})
+    path = config_path(environ)
+    values = {k: _coerce(k, v) for k, v in _read_config(path).items()}
     for var, name in _ENV.items():
         if environ.get(var):
             values[name] = _coerce(name, environ[var])
@@ -113,3 +140,51 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         raise SettingsError(f"injection {settings.injection!r} is not one of {INJECTIONS}")
     return settings
 
+
+
+class ConfigChange:
+    """What update_config did, or would do: the file's text before and after ('' for no file)."""
+
+    __slots__ = ("after", "before", "path", "written")
+
+    def __init__(self, path: str, before: str, after: str, written: bool) -> None:
+        self.path, self.before, self.after, self.written = path, before, after, written
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.after
+
+
+def update_config(path: str, changes: dict[str, object], dry_run: bool = False) -> ConfigChange:
+    """Set (or, with None, remove) settings in the config file, keeping every other key as it was. The file is
+    read by the same rules as load_settings and refused the same way; the result is validated before it is
+    written; the write is atomic (a container starting meanwhile reads the old file or the new one). A file
+    left with no setting is removed, so uninstalling what install added leaves no file behind."""
+    if os.path.islink(path):
+        raise SettingsError(f"{path} is a symlink; nothing was changed: edit the file it points to")
+    before = ""
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            before = f.read()
+    data = dict(_read_config(path))
+    for key, value in changes.items():
+        if key not in DEFAULTS:
+            raise SettingsError(f"unknown setting {key!r}")
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    Settings(**{k: _coerce(k, v) for k, v in data.items()})  # a type the runtime would refuse stops here
+    after = json.dumps(data, indent=4) + "\n" if data else ""
+    if after and before and json.loads(before) == data:
+        after = before  # unchanged settings keep their file, formatting included
+    if dry_run or after == before:
+        return ConfigChange(path, before, after, written=False)
+    if not after:
+        os.unlink(path)
+    else:
+        from fakegpu.atomic_file import write_atomic
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), mode=0o755, exist_ok=True)
+        write_atomic(path, after)
+    return ConfigChange(path, before, after, written=True)

@@ -29,7 +29,8 @@ void fg_identity(const char *seed, unsigned index, const char *profile_id, fg_de
     char hex[65];
     for (int i = 0; i < 32; i++)
         snprintf(hex + 2 * i, 3, "%02x", h[i]);
-    snprintf(d->uuid, sizeof d->uuid, "GPU-%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+    snprintf(d->uuid, sizeof d->uuid, FG_UUID_PREFIX "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16,
+             hex + 20);
     uint64_t v = 0;
     for (int i = 16; i < 24; i++)
         v = v << 8 | h[i];

@@ -11,6 +11,8 @@
 /* Input bounds, as spec.py's MAX_SPEC_LENGTH and MAX_SEED_LENGTH (bytes; a test compares the two files). */
 #define FG_MAX_SPEC_LENGTH 1024
 #define FG_MAX_SEED_LENGTH 128
+/* What every GPU UUID starts with: UUID_PREFIX in fakegpu/devices/device.py. */
+#define FG_UUID_PREFIX "GPU-"
 
 typedef struct {
     unsigned index;

@@ -2,8 +2,8 @@
  *
  * The sh front (hook/fakegpu_hook/front.py) execs this for `create` instead of starting Python. It does what
  * fakegpu_hook.runtime.prepare_create does with injection "runtime": read config.json, see whether the
- * container asks for devices, resolve them (native/common, the same C resolution libnvidia-ml uses), write the
- * device table, make the mount targets and links in the container root (fg_root.c: never leaving it), splice
+ * container asks for devices, resolve them (native/common, the same C resolution libnvidia-ml uses) and take
+ * NVIDIA_VISIBLE_DEVICES's selection from them (select.c), write the device table, make the mount targets and links in the container root (fg_root.c: never leaving it), splice
  * the bind mounts, device nodes and FAKEGPU_DEVICE_TABLE into config.json, write inject.log, and exec runc.
  * A container that asks for nothing gets runc with its config.json untouched.
  *
@@ -35,6 +35,7 @@
 #include "plan.h"
 #include "request.h"
 #include "runc_args.h"
+#include "select.h"
 #include "splice.h"
 #include "statedir.h"
 #include "textbuf.h"
@@ -54,10 +55,27 @@ static void render_log(buf_t *log, const fg_plan *plan, const request *req, cons
     time_t now = time(NULL);
     struct tm tm;
     strftime(stamp, sizeof stamp, "%H:%M:%S ", localtime_r(&now, &tm));
+    /* env.py's DeviceRequest.summary */
     bprintf(log, "%s%u devices from %s=", stamp, count, req->source);
-    py_repr(log, req->spec);
+    if (!strcmp(req->source, FG_DEVICES_VARIABLE)) {
+        py_repr(log, req->spec);
+    } else {
+        py_repr(log, !req->visible ? FG_NVIDIA_ALL : *req->visible ? req->visible : FG_NVIDIA_NONE);
+        bputs(log, " of the inventory ");
+        py_repr(log, req->spec);
+    }
     bputs(log, " seed=");
     py_repr(log, seed);
+    if (strcmp(req->source, FG_DEVICES_VARIABLE)) {
+        static const char *const names[] = {FG_DRIVER_CAPABILITIES};
+        buf_t granted = {0};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+            if (req->caps & capability_bit(names[i]))
+                bprintf(&granted, "%s%s", granted.len ? "," : "", names[i]);
+        bputs(log, " capabilities=");
+        py_repr(log, granted.s ? granted.s : "");
+        free(granted.s);
+    }
     bputs(log, "\n");
     for (size_t k = 0; k < plan->nnotes; k++)
         bprintf(log, "%s%s\n", stamp, plan->notes[k]);
@@ -173,11 +191,16 @@ int main(int argc, char **argv)
     static fg_devset set;
     if (fg_devices_from_spec(req.spec, seed, catalog, &set, err, sizeof err) != FG_DEV_OK)
         fg_defer("the spec: %s", err); /* Python's parser words the error, with its suggestions */
+    if (req.visible && fg_select_visible(&set, req.visible) != 0)
+        fg_defer("an " FG_NVIDIA_DEVICES_VARIABLE " entry names no device"); /* Python lists the inventory */
+    unsigned minors[FG_MAX_DEVICES];
+    for (unsigned i = 0; i < set.count; i++)
+        minors[i] = set.dev[i].minor_number;
     fg_table cat;
     if (fg_table_read(catalog, &cat, err, sizeof err) != FG_TABLE_OK)
         fg_defer("catalog: %s", err);
     buf_t table = {0};
-    if (render_table(&table, &set, &cat, req.spec, seed) != 0)
+    if (render_table(&table, &set, &cat, req.spec, seed, req.visible) != 0)
         fg_defer("a profile missing from the catalog");
     char *low = which(s.low_level_runtime);
     if (!low)
@@ -217,7 +240,8 @@ int main(int argc, char **argv)
     if (no2 && *no2)
         r.use_openat2 = 0;
     if (opened != 0 ||
-        fg_plan_make(&plan, &r, lib, smi, table_path, catalog, shared_dir, set.count, err, sizeof err) != 0 ||
+        fg_plan_make(&plan, &r, lib, smi, table_path, catalog, shared_dir, minors, set.count, req.caps, err,
+                     sizeof err) != 0 ||
         fg_plan_prepare(&plan, &r, err, sizeof err) != 0) {
         remove_tree(host_dir);
         report_error("cannot prepare the container root: %s", err);

@@ -134,9 +134,23 @@ static int place(fg_plan *p, const char *dir, const char *name, mode_t mode, cha
     return 0;
 }
 
-int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const char *nvidia_smi, const char *table,
-                 const char *catalog, const char *state_dir, unsigned device_count, char *err, size_t errlen)
+/* inject.py's _capability: NVML comes with utility, every other library with compute. */
+static unsigned library_capability(const char *name)
 {
+    static const char *const utility[] = {FG_UTILITY_LIBRARIES};
+    int versioned;
+    size_t base = split_so(name, &versioned);
+    for (size_t i = 0; base && i < sizeof utility / sizeof utility[0]; i++)
+        if (strlen(utility[i]) == base && !strncmp(name, utility[i], base))
+            return capability_bit(FG_UTILITY);
+    return capability_bit(FG_COMPUTE);
+}
+
+int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const char *nvidia_smi, const char *table,
+                 const char *catalog, const char *state_dir, const unsigned *minors, unsigned device_count,
+                 unsigned caps, char *err, size_t errlen)
+{
+    int utility = !!(caps & capability_bit(FG_UTILITY)), compute = !!(caps & capability_bit(FG_COMPUTE));
     snprintf(p->lib_dir, sizeof p->lib_dir, "/usr/lib");
     for (size_t i = 0; i < sizeof GLIBC_DIRS / sizeof GLIBC_DIRS[0]; i++) {
         char probe[128];
@@ -153,6 +167,9 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
         size_t cap = 0;
         for (struct dirent *e; (e = readdir(d));) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            /* Only what the granted capabilities bring (and the catalog). */
+            if (strcmp(e->d_name, FG_CATALOG_TABLE_NAME) && !(caps & library_capability(e->d_name)))
                 continue;
             if (nlibs == cap) {
                 cap = cap ? cap * 2 : 64;
@@ -231,7 +248,7 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
         }
     }
     free(cand);
-    if (has_catalog && place(p, native_lib_dir, FG_CATALOG_TABLE_NAME, lstat_mode(native_lib_dir, FG_CATALOG_TABLE_NAME), inside,
+    if (has_catalog && (utility || compute) && place(p, native_lib_dir, FG_CATALOG_TABLE_NAME, lstat_mode(native_lib_dir, FG_CATALOG_TABLE_NAME), inside,
                              &ninside, err, errlen))
         goto out;
     if (ninside && add(p->lib_dirs, &p->nlib_dirs, strdup(native), strdup(sub), err, errlen))
@@ -245,12 +262,12 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
         const char *s = strrchr(p->files[i].b, '/');
         nvml |= !strcmp(s ? s + 1 : p->files[i].b, "libnvidia-ml.so.1");
     }
-    if (!nvml)
+    if (utility && !nvml)
         p->notes[p->nnotes++] = fmt("no libnvidia-ml.so.1 in %s%s: NVML not injected (run `make`)", native_lib_dir, "");
-    if (is_file(nvidia_smi)) {
+    if (utility && is_file(nvidia_smi)) {
         if (add(p->files, &p->nfiles, strdup(nvidia_smi), strdup(FG_CONTAINER_NVIDIA_SMI), err, errlen))
             goto out;
-    } else {
+    } else if (utility) {
         p->notes[p->nnotes++] = fmt("no nvidia-smi at %s%s: not injected (run `make`)", nvidia_smi, "");
     }
     if (add(p->files, &p->nfiles, strdup(table), strdup(FG_CONTAINER_DEVICE_TABLE), err, errlen))
@@ -265,12 +282,14 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
         goto out;
     }
     p->nodes[p->nnodes++] = (fg_node){strdup("/dev/nvidiactl"), NVIDIA_MAJOR, NVIDIACTL_MINOR};
-    p->nodes[p->nnodes++] = (fg_node){strdup("/dev/nvidia-uvm"), UVM_MAJOR, 0};
-    p->nodes[p->nnodes++] = (fg_node){strdup("/dev/nvidia-uvm-tools"), UVM_MAJOR, 1};
-    for (unsigned i = 0; i < device_count; i++) {
+    if (compute) {
+        p->nodes[p->nnodes++] = (fg_node){strdup("/dev/nvidia-uvm"), UVM_MAJOR, 0};
+        p->nodes[p->nnodes++] = (fg_node){strdup("/dev/nvidia-uvm-tools"), UVM_MAJOR, 1};
+    }
+    for (unsigned i = 0; i < device_count; i++) { /* the host's minor numbers */
         char node[32];
-        snprintf(node, sizeof node, "/dev/nvidia%u", i);
-        p->nodes[p->nnodes++] = (fg_node){strdup(node), NVIDIA_MAJOR, (int)i};
+        snprintf(node, sizeof node, "/dev/nvidia%u", minors[i]);
+        p->nodes[p->nnodes++] = (fg_node){strdup(node), NVIDIA_MAJOR, (int)minors[i]};
     }
     rc = 0;
 out:

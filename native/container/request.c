@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "files.h"
+#include "fg_devices.h" /* FG_MAX_SPEC_LENGTH */
 #include "fg_json.h"
 
 /* The string setting a config key names, NULL when it names none (flags: flag_slot). */
@@ -168,12 +169,106 @@ static int off_value(const char *v)
 }
 
 
+static const char *const CAPABILITIES[] = {FG_DRIVER_CAPABILITIES};
+#define NCAPABILITIES (sizeof CAPABILITIES / sizeof CAPABILITIES[0])
+
+unsigned capability_bit(const char *name)
+{
+    for (size_t i = 0; i < NCAPABILITIES; i++)
+        if (!strcmp(name, CAPABILITIES[i]))
+            return 1u << i;
+    return 0;
+}
+
+/* env.py's _entries: split on ',', each stripped, empty ones dropped, joined by ',' again (ASCII only: the
+ * caller has checked). *count gets how many there are. */
+static char *entries(const char *v, unsigned *count)
+{
+    char *out = malloc(strlen(v) + 1);
+    if (!out)
+        fg_defer("out of memory");
+    size_t o = 0;
+    *count = 0;
+    for (const char *p = v;;) {
+        size_t len = strcspn(p, ",");
+        size_t a = 0, b = len;
+        while (a < b && py_space((unsigned char)p[a]))
+            a++;
+        while (b > a && py_space((unsigned char)p[b - 1]))
+            b--;
+        if (b > a) {
+            if (*count)
+                out[o++] = ',';
+            memcpy(out + o, p + a, b - a);
+            o += b - a;
+            (*count)++;
+        }
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* Whether the comma-joined list holds `word` as a whole entry. */
+static int has_entry(const char *list, const char *word)
+{
+    size_t n = strlen(word);
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && !strncmp(p, word, n))
+            return 1;
+        if (!p[len])
+            return 0;
+        p += len + 1;
+    }
+}
+
+/* Anything longer, non-ASCII or holding a tab or newline goes to Python, which words the error. */
+static const char *plain_value(const char *v, size_t limit, const char *name)
+{
+    if (v && (strlen(v) > limit || !is_ascii(v)))
+        fg_defer("%s past its length limit or not ASCII", name);
+    return v;
+}
+
+/* env.py's driver_capabilities; an unknown name goes to Python, which words the error. */
+static unsigned capabilities(const char *v, int legacy)
+{
+    unsigned all = (1u << NCAPABILITIES) - 1, mask = 0;
+    static const char *const defaults[] = {FG_DEFAULT_DRIVER_CAPABILITIES};
+    if (!v && legacy)
+        return all;
+    unsigned n = 0;
+    char *names = v ? entries(plain_value(v, FG_MAX_CAPABILITIES_LENGTH, FG_NVIDIA_CAPABILITIES_VARIABLE), &n)
+                    : NULL;
+    if (!n) {
+        free(names);
+        for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
+            mask |= capability_bit(defaults[i]);
+        return mask;
+    }
+    int every = 0;
+    for (char *save = NULL, *c = strtok_r(names, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
+        unsigned bit = capability_bit(c);
+        if (!bit && strcmp(c, FG_CAPABILITIES_ALL))
+            fg_defer("unknown capability in " FG_NVIDIA_CAPABILITIES_VARIABLE);
+        every |= !bit;
+        mask |= bit;
+    }
+    free(names);
+    return every ? all : mask;
+}
+
 /* 1 with a request, 0 when the container asks for nothing. Non-ASCII values go to Python, whose strip() and
  * lower() know all of Unicode. */
 int device_request(char **env, int n, const settings *s, request *r)
 {
     const char *seed = env_lookup(env, n, FG_SEED_VARIABLE);
     r->seed = seed && *seed ? seed : NULL;
+    r->visible = NULL;
+    r->caps = (1u << NCAPABILITIES) - 1;
     const char *value = env_lookup(env, n, FG_DEVICES_VARIABLE);
     if (value) {
         if (!is_ascii(value))
@@ -186,34 +281,37 @@ int device_request(char **env, int n, const settings *s, request *r)
     }
     if (!s->honour_nvidia_env)
         return 0;
-    const char *nvidia = env_lookup(env, n, FG_NVIDIA_DEVICES_VARIABLE);
-    if (!nvidia)
-        return 0;
-    if (!is_ascii(nvidia) || !is_ascii(s->nvidia_profile))
-        fg_defer(FG_NVIDIA_DEVICES_VARIABLE " or nvidia_profile is not ASCII");
-    if (off_value(nvidia))
-        return 0;
-    char *v = strip_lower(nvidia);
+    const char *nvidia = plain_value(env_lookup(env, n, FG_NVIDIA_DEVICES_VARIABLE), FG_MAX_VISIBLE_DEVICES_LENGTH,
+                                     FG_NVIDIA_DEVICES_VARIABLE);
+    const char *cuda = env_lookup(env, n, FG_CUDA_VERSION_VARIABLE);
+    const char *require = env_lookup(env, n, FG_REQUIRE_CUDA_VARIABLE);
+    int legacy = cuda && *cuda && !(require && *require);
     unsigned count = 0;
-    if (!strcmp(v, "all")) {
+    char *list = nvidia ? entries(nvidia, &count) : strdup(legacy ? FG_NVIDIA_ALL : "");
+    if (!nvidia && legacy)
         count = 1;
-    } else {
-        for (char *p = v;;) {
-            size_t len = strcspn(p, ",");
-            for (size_t i = 0; i < len; i++)
-                if (!py_space((unsigned char)p[i])) {
-                    count++;
-                    break;
-                }
-            if (!p[len])
-                break;
-            p += len + 1;
-        }
+    if (!count || has_entry(list, FG_NVIDIA_VOID)) {
+        free(list);
+        return 0;
     }
-    free(v);
-    char buf[512];
-    snprintf(buf, sizeof buf, "%s:%u", s->nvidia_profile, count ? count : 1);
-    r->spec = strdup(buf);
+    if (has_entry(list, FG_NVIDIA_NONE)) {
+        list[0] = '\0';
+        r->visible = list;
+    } else if (has_entry(list, FG_NVIDIA_ALL)) {
+        free(list);
+    } else {
+        r->visible = list;
+    }
+    r->caps = capabilities(env_lookup(env, n, FG_NVIDIA_CAPABILITIES_VARIABLE), legacy);
+    if (!is_ascii(s->inventory) || !is_ascii(s->nvidia_profile))
+        fg_defer("inventory or nvidia_profile is not ASCII");
+    char buf[FG_MAX_SPEC_LENGTH + 2];
+    if (*s->inventory)
+        r->spec = strdup(s->inventory);
+    else if (snprintf(buf, sizeof buf, "%s:1", s->nvidia_profile) < (int)sizeof buf)
+        r->spec = strdup(buf); /* settings.py's inventory_spec */
+    else
+        fg_defer("nvidia_profile past its length limit");
     r->source = FG_NVIDIA_DEVICES_VARIABLE;
     return 1;
 }

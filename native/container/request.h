@@ -16,9 +16,13 @@ typedef struct {
 #undef FG_STRING_FIELD
 #undef FG_FLAG_FIELD
 typedef struct {
-    char *spec;
+    char *spec;       /* FAKEGPU_DEVICES, or the host's inventory */
     const char *seed; /* NULL: not set */
     const char *source;
+    /* NVIDIA_VISIBLE_DEVICES's entries, trimmed and comma-joined: NULL for every device of spec, "" for
+     * none (env.py's DeviceRequest.visible). */
+    char *visible;
+    unsigned caps; /* bit i: FG_DRIVER_CAPABILITIES[i] granted */
 } request;
 
 /* Hand the create to the Python runtime (exec; does not return). */
@@ -27,6 +31,8 @@ void fg_defer(const char *fmt, ...) __attribute__((format(printf, 1, 2), noretur
 void load_settings(settings *s);
 /* 1 with a request, 0 when the container asks for nothing. */
 int device_request(char **env, int n, const settings *s, request *r);
+/* The mask bit of a driver capability (FG_UTILITY, FG_COMPUTE, ...), 0 for none. */
+unsigned capability_bit(const char *name);
 /* The value of the last NAME= entry: runc applies process.env in order, a later entry overwriting. */
 const char *env_lookup(char **env, int n, const char *name);
 int is_ascii(const char *s);

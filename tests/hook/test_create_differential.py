@@ -301,6 +301,18 @@ def _profile_ids() -> list[str]:
 
 
 _IDS = _profile_ids()
+INVENTORY = {"FAKEGPU_INVENTORY": "a100:4"}
+
+
+def _nvidia(*entries: str, inventory: str = "a100:4") -> Case:
+    """The plain bundle (a CUDA image's NVIDIA_VISIBLE_DEVICES=all) with these env entries added last."""
+    return Case(bundle="plain", edit=_env_add(*entries), env={"FAKEGPU_INVENTORY": inventory})
+
+
+def _uuid(index: int, spec: str = "a100:4", seed: str = "0") -> str:
+    from fakegpu.devices import resolve_devices
+
+    return resolve_devices(spec, seed=seed)[index].uuid
 
 HANDLED = {
     # Every profile's device table byte for byte (64 devices at most per spec).
@@ -314,9 +326,32 @@ HANDLED = {
     "empty-seed": Case(edit=lambda d: d["process"]["env"].__setitem__(3, "FAKEGPU_SEED=")),
     "seed-with-quote": Case(edit=lambda d: d["process"]["env"].__setitem__(3, "FAKEGPU_SEED=it's \"7\"")),
     "last-of-duplicate-vars": Case(edit=_env_add("FAKEGPU_DEVICES=h100:8")),
-    "nvidia-honoured": Case(bundle="nvidia", env={"FAKEGPU_HONOUR_NVIDIA_ENV": "yes"}),
-    "nvidia-all-profile": Case(bundle="plain", env={"FAKEGPU_HONOUR_NVIDIA_ENV": "1",
-                                                    "FAKEGPU_NVIDIA_PROFILE": "h100"}),
+    "nvidia-indices-bundle": Case(bundle="nvidia", env=INVENTORY),
+    "nvidia-honoured-explicitly": Case(bundle="nvidia", env={**INVENTORY, "FAKEGPU_HONOUR_NVIDIA_ENV": "yes"}),
+    # No inventory set: one GPU of nvidia_profile.
+    "nvidia-all-no-inventory": Case(bundle="plain"),
+    "nvidia-all-profile": Case(bundle="plain", env={"FAKEGPU_NVIDIA_PROFILE": "h100"}),
+    "nvidia-all-inventory": _nvidia(inventory="h100:2,l4"),
+    "nvidia-all-64": _nvidia(inventory="a100:64"),
+    "nvidia-indices": _nvidia("NVIDIA_VISIBLE_DEVICES=0,2"),
+    "nvidia-host-order": _nvidia("NVIDIA_VISIBLE_DEVICES= 3 ,,1, 3,003"),
+    "nvidia-uuids": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_uuid(3)},{_uuid(1)}"),
+    "nvidia-mixed": _nvidia(f"NVIDIA_VISIBLE_DEVICES=2,{_uuid(0)},{_uuid(2)}"),
+    "nvidia-seeded-uuid": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_uuid(1, seed='n1')}", "FAKEGPU_SEED=n1"),
+    "nvidia-none": _nvidia("NVIDIA_VISIBLE_DEVICES=none"),
+    "nvidia-none-beats-all": _nvidia("NVIDIA_VISIBLE_DEVICES=all,none,0"),
+    "nvidia-all-in-a-list": _nvidia("NVIDIA_VISIBLE_DEVICES=1,all"),
+    "nvidia-last-wins": _nvidia("NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=utility",
+                                "NVIDIA_VISIBLE_DEVICES=3", "NVIDIA_DRIVER_CAPABILITIES=compute"),
+    "caps-utility": _nvidia("NVIDIA_VISIBLE_DEVICES=1", "NVIDIA_DRIVER_CAPABILITIES=utility"),
+    "caps-compute": _nvidia("NVIDIA_DRIVER_CAPABILITIES=compute"),
+    "caps-video": _nvidia("NVIDIA_DRIVER_CAPABILITIES= video ,display"),
+    "caps-all": _nvidia("NVIDIA_DRIVER_CAPABILITIES=utility,all"),
+    "caps-empty": _nvidia("NVIDIA_DRIVER_CAPABILITIES=,"),
+    "caps-none-utility": _nvidia("NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"),
+    "legacy-cuda-image": Case(edit=lambda d: d["process"]["env"].__setitem__(2, "CUDA_VERSION=9.0"), env=INVENTORY),
+    "fakegpu-devices-beats-nvidia": _nvidia("NVIDIA_VISIBLE_DEVICES=9", "NVIDIA_DRIVER_CAPABILITIES=bogus",
+                                            "FAKEGPU_DEVICES=t4:2"),
     "musl-root": Case(rootfs="musl"),
     "empty-root": Case(rootfs="empty"),
     "absolute-root-path": Case(text=lambda t: t.replace('"path": "rootfs"', '"path": "@BUNDLE@/rootfs"')),
@@ -344,9 +379,10 @@ HANDLED = {
                                                                   '123456789012345678901234567890, -1.0]')),
     "nested-150": Case(text=lambda t: t.replace('"hostname": "abc"', '"hostname": "abc", "deep": '
                                                                      + "[" * 150 + "]" * 150)),
-    "config-file": Case(config={"nvidia_profile": "h100", "honour_nvidia_env": True,
+    "config-file": Case(config={"inventory": "h100:4", "honour_nvidia_env": True,
                                 "native_lib_dir": "@SHARED@/native/lib"}, bundle="nvidia",
                         env={"FAKEGPU_NATIVE_DIR": ""}),
+    "config-file-profile": Case(config={"nvidia_profile": "h100", "honour_nvidia_env": "yes"}, bundle="plain"),
     "no-native-build": Case(env={"FAKEGPU_NATIVE_DIR": "@SHARED@/nowhere"}),
     "native-dir-trailing-slashes": Case(env={"FAKEGPU_NATIVE_DIR": "@SHARED@//native/lib//"}),
     "smi-elsewhere": Case(env={"FAKEGPU_NVIDIA_SMI": "@SHARED@/native/lib/README"}),
@@ -419,9 +455,19 @@ def test_c_create_logs_that_it_prepared(tmp_path, stub_python):
 
 
 ASKS_FOR_NOTHING = {
-    "plain": Case(bundle="plain"),
+    "plain-not-honoured": Case(bundle="plain", env={"FAKEGPU_HONOUR_NVIDIA_ENV": "0"}),
     "void": Case(bundle="void"),
-    "nvidia-not-honoured": Case(bundle="nvidia"),
+    "nvidia-not-honoured": Case(bundle="nvidia", env={"FAKEGPU_HONOUR_NVIDIA_ENV": "no"}),
+    "nvidia-not-honoured-by-config": Case(bundle="nvidia", config={"honour_nvidia_env": False}),
+    "nvidia-void": _nvidia("NVIDIA_VISIBLE_DEVICES=void"),
+    "nvidia-void-in-a-list": _nvidia("NVIDIA_VISIBLE_DEVICES=0,void,all"),
+    "nvidia-empty": _nvidia("NVIDIA_VISIBLE_DEVICES="),
+    "nvidia-only-commas": _nvidia("NVIDIA_VISIBLE_DEVICES= , ,"),
+    "nvidia-unset": Case(bundle="plain", edit=lambda d: d["process"]["env"].pop(2)),
+    # A bad capability or inventory does not matter when the container asks for nothing.
+    "nvidia-void-bad-caps": _nvidia("NVIDIA_VISIBLE_DEVICES=void", "NVIDIA_DRIVER_CAPABILITIES=bogus"),
+    "cuda-image-with-require": Case(bundle="plain", edit=lambda d: d["process"]["env"].__setitem__(
+        slice(2, 3), ["CUDA_VERSION=12.4", "NVIDIA_REQUIRE_CUDA=cuda>=12.4"]), config={"inventory": "a10O"}),
     "none-padded": Case(spec="  NONE "),
     "empty-spec": Case(spec=""),
     "no-process": Case(edit=_set(["process"], None)),
@@ -467,6 +513,22 @@ HANDED_OVER = {
     "linux-null": Case(edit=_set(["linux"], None), text=lambda t: t.replace('"hooks"', '"linux": null, "hooks"')),
     "no-root": Case(edit=_set(["root"], None)),
     "config-unknown-key": Case(config={"colour": "blue"}),
+    "nvidia-index-out-of-range": _nvidia("NVIDIA_VISIBLE_DEVICES=0,4"),
+    "nvidia-huge-index": _nvidia("NVIDIA_VISIBLE_DEVICES=1234567"),
+    "nvidia-unknown-uuid": _nvidia("NVIDIA_VISIBLE_DEVICES=GPU-00000000-0000-0000-0000-000000000000"),
+    "nvidia-uuid-prefix": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_uuid(1)[:12]}"),
+    "nvidia-bare-prefix": _nvidia("NVIDIA_VISIBLE_DEVICES=GPU-"),
+    "nvidia-mig": _nvidia("NVIDIA_VISIBLE_DEVICES=MIG-0c1c0d9c-dd6b-5d85-9d0d-2e3e4b7e7d0e"),
+    "nvidia-upper-all": _nvidia("NVIDIA_VISIBLE_DEVICES=ALL"),
+    "nvidia-tab-inside": _nvidia("NVIDIA_VISIBLE_DEVICES=0\t1"),
+    "nvidia-too-long": _nvidia("NVIDIA_VISIBLE_DEVICES=" + "0," * 3000),
+    "nvidia-non-ascii": _nvidia("NVIDIA_VISIBLE_DEVICES=0,\u00a02"),
+    "caps-unknown": _nvidia("NVIDIA_DRIVER_CAPABILITIES=compute,gpu"),
+    "caps-case": _nvidia("NVIDIA_DRIVER_CAPABILITIES=Utility"),
+    "caps-too-long": _nvidia("NVIDIA_DRIVER_CAPABILITIES=" + "utility," * 40),
+    "inventory-typo": _nvidia(inventory="a10O:8"),
+    "inventory-too-big": _nvidia(inventory="a100:65"),
+    "inventory-in-config-typo": Case(bundle="plain", config={"inventory": "h10O:2"}),
     "config-not-json": Case(config=None, env={"FAKEGPU_CONFIG": "@SHARED@/native/lib/README"}),
     "runc-missing": Case(env={"FAKEGPU_LOW_LEVEL_RUNTIME": "no-such-runc"}),
 }

@@ -116,7 +116,7 @@ def test_plan_mounts_what_the_native_build_has(root_copy, tmp_path):
     (native / "catalog.tbl").write_text("catalog")
     with Root(str(root_copy("debian"))) as r:
         plan = plan_injection(r, str(native), str(tmp_path / "native/bin/nvidia-smi"), "/t/devices.tbl",
-                              "/t/catalog.tbl", "/t/state", 2)
+                              "/t/catalog.tbl", "/t/state", [0, 1])
     d = "/usr/lib/x86_64-linux-gnu"
     # One read-only folder mount of the build; every name the loader looks up is a link into it.
     assert plan.lib_dirs == [(str(native.resolve()), f"{d}/fakegpu")]
@@ -142,7 +142,7 @@ def test_plan_mounts_a_library_linked_from_outside_the_build_folder(root_copy, t
     (native / "libnvidia-ml.so.1").symlink_to(elsewhere)
     (native / "libcuda.so.1").write_bytes(b"\x7fELF")
     with Root(str(root_copy("debian"))) as r:
-        plan = plan_injection(r, str(native), str(tmp_path / "smi"), "/t/d", "/t/c", "/t/s", 1)
+        plan = plan_injection(r, str(native), str(tmp_path / "smi"), "/t/d", "/t/c", "/t/s", [0])
     d = "/usr/lib/x86_64-linux-gnu"
     assert plan.lib_dirs == [(str(native.resolve()), f"{d}/fakegpu")]
     assert (str(elsewhere), f"{d}/libnvidia-ml.so.1") in plan.files
@@ -152,9 +152,37 @@ def test_plan_mounts_a_library_linked_from_outside_the_build_folder(root_copy, t
 
 def test_plan_without_native_build_says_so(root_copy, tmp_path):
     with Root(str(root_copy("musl"))) as r:
-        plan = plan_injection(r, str(tmp_path / "none"), str(tmp_path / "none/smi"), "/t/d", "/t/c", "/t/s", 1)
+        plan = plan_injection(r, str(tmp_path / "none"), str(tmp_path / "none/smi"), "/t/d", "/t/c", "/t/s", [0])
     assert [dest for _, dest in plan.files] == ["/run/fakegpu/devices.tbl"]
     assert any("libnvidia-ml.so.1" in n for n in plan.notes)
+
+
+@pytest.mark.parametrize(("capabilities", "libraries", "smi", "uvm"), [
+    (("utility",), ["catalog.tbl", "libnvidia-ml.so", "libnvidia-ml.so.1"], True, False),
+    (("compute",), ["catalog.tbl", "libcuda.so", "libcuda.so.1", "libcudart.so.13"], False, True),
+    (("utility", "compute"), ["catalog.tbl", "libcuda.so", "libcuda.so.1", "libcudart.so.13", "libnvidia-ml.so",
+                              "libnvidia-ml.so.1"], True, True),
+    (("video", "graphics"), [], False, False),
+])
+def test_capabilities_decide_what_is_mounted(capabilities, libraries, smi, uvm, root_copy, tmp_path):
+    native = tmp_path / "native" / "lib"
+    native.mkdir(parents=True)
+    for name in ("libnvidia-ml.so.1", "libcuda.so.1", "libcudart.so.13", "catalog.tbl"):
+        (native / name).write_bytes(b"\x7fELF")
+    (native / "libnvidia-ml.so").symlink_to("libnvidia-ml.so.1")
+    (tmp_path / "native" / "bin").mkdir()
+    (tmp_path / "native" / "bin" / "nvidia-smi").write_text("#!/bin/sh\n")
+    with Root(str(root_copy("debian"))) as r:
+        plan = plan_injection(r, str(native), str(tmp_path / "native/bin/nvidia-smi"), "/t/d", "/t/c", "/t/s",
+                              [1, 3], capabilities)
+    assert sorted(p.rsplit("/", 1)[1] for p, _ in plan.links) == libraries
+    assert (("/usr/bin/nvidia-smi" in [d for _, d in plan.files]) == smi and
+            ("/run/fakegpu/devices.tbl" in [d for _, d in plan.files]))
+    # The host's minor numbers, as NVIDIA's runtime makes /dev/nvidiaN of the GPUs it hands a container.
+    nodes = [(path, minor) for path, _, minor in plan.nodes]
+    assert nodes == [("/dev/nvidiactl", 255), *([("/dev/nvidia-uvm", 0), ("/dev/nvidia-uvm-tools", 1)] if uvm else []),
+                     ("/dev/nvidia1", 1), ("/dev/nvidia3", 3)]
+    assert not plan.notes
 
 
 def test_cached_folders_resolve_once_and_close(root_copy, host_dir):
@@ -181,7 +209,7 @@ def test_plan_gives_development_links_to_the_driver_libraries_only(root_copy, tm
     for name in ("libcuda.so.1", "libnvidia-ml.so.1", "libcublas.so.13"):
         (native / name).write_bytes(b"\x7fELF")
     with Root(str(root_copy("debian"))) as r:
-        plan = plan_injection(r, str(native), str(tmp_path / "smi"), "/t/d", "/t/c", "/t/s", 1)
+        plan = plan_injection(r, str(native), str(tmp_path / "smi"), "/t/d", "/t/c", "/t/s", [0])
     d = "/usr/lib/x86_64-linux-gnu"
     assert sorted(p for p, _ in plan.links) == [f"{d}/libcublas.so.13", f"{d}/libcuda.so", f"{d}/libcuda.so.1",
                                                 f"{d}/libnvidia-ml.so", f"{d}/libnvidia-ml.so.1"]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.devices import resolve_devices
 from tests.conftest import REPO
 from tests.hook.conftest import DATA, HOOK_PATH, MOCK_BIN, NATIVE_DIR, run_runtime, runc_calls
 
@@ -41,22 +42,56 @@ def test_gpu_bundle_gets_the_hook_golden(bundle, runtime_env, tmp_path):
     assert "\tcount=" in table and table.count("\ndevice\t") >= 1
 
 
-@pytest.mark.parametrize("case", ["plain", "void", "nvidia"])
-def test_bundle_that_asks_for_nothing_is_byte_identical(case, bundle, runtime_env, tmp_path):
+@pytest.mark.parametrize(("case", "env"), [("void", {}), ("plain", {"FAKEGPU_HONOUR_NVIDIA_ENV": "0"}),
+                                         ("nvidia", {"FAKEGPU_HONOUR_NVIDIA_ENV": "off"})])
+def test_bundle_that_asks_for_nothing_is_byte_identical(case, env, bundle, runtime_env, tmp_path):
     b = bundle(case)
     before = (b / "config.json").read_bytes()
-    result = run_runtime(create_args(b, tmp_path / "log.json"), runtime_env)
+    result = run_runtime(create_args(b, tmp_path / "log.json"), {**runtime_env, **env})
     assert result.returncode == 0, result.stderr
     assert (b / "config.json").read_bytes() == before
     assert len(runc_calls(runtime_env)) == 1
 
 
-def test_nvidia_env_honoured_on_request(bundle, runtime_env, tmp_path):
+def _table(env: dict[str, str]) -> list[dict[str, str]]:
+    lines = (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "devices.tbl").read_text().splitlines()
+    return [dict(f.partition("=")[::2] for f in line.split("\t")[1:]) for line in lines if not line.startswith("#")]
+
+
+def test_nvidia_visible_devices_selects_from_the_inventory(bundle, runtime_env, tmp_path):
+    b = bundle("nvidia")  # NVIDIA_VISIBLE_DEVICES=0,1,2
+    env = {**runtime_env, "FAKEGPU_INVENTORY": "h100:4"}
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    assert result.returncode == 0, result.stderr
+    header, *devices = _table(env)
+    assert (header["spec"], header["visible"], header["count"]) == ("h100:4", "0,1,2", "3")
+    inventory = resolve_devices("h100:4", seed="0")
+    assert [(d["index"], d["uuid"], d["minor_number"]) for d in devices] == [
+        (str(i), inventory[i].uuid, str(i)) for i in range(3)]
+    nodes = [d["path"] for d in json.loads((b / "config.json").read_text())["linux"]["devices"]]
+    assert nodes == ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1",
+                     "/dev/nvidia2"]
+
+
+def test_nvidia_visible_devices_with_the_hook(bundle, runtime_env, tmp_path):
     b = bundle("nvidia")
-    env = {**runtime_env, **HOOK, "FAKEGPU_HONOUR_NVIDIA_ENV": "1"}
+    env = {**runtime_env, **HOOK, "FAKEGPU_INVENTORY": "h100:4"}
     assert run_runtime(create_args(b, tmp_path / "log.json"), env).returncode == 0
-    hook = json.loads((b / "config.json").read_text())["hooks"]["createContainer"][0]
-    assert "--honour-nvidia-env" in hook["args"]
+    args = json.loads((b / "config.json").read_text())["hooks"]["createContainer"][0]["args"]
+    assert args[args.index("--inventory") + 1] == "h100:4" and "--ignore-nvidia-env" not in args
+    assert _table(env)[0]["visible"] == "0,1,2"
+
+
+def test_an_inventory_too_small_for_the_request_fails_the_create(bundle, runtime_env, tmp_path):
+    b = bundle("nvidia")
+    before = (b / "config.json").read_bytes()
+    log = tmp_path / "log.json"
+    result = run_runtime(create_args(b, log), {**runtime_env, "FAKEGPU_INVENTORY": "a100:2"})
+    assert result.returncode == 1
+    assert "NVIDIA_VISIBLE_DEVICES: device '2': no GPU has this index (they are 0..1)" in result.stderr
+    assert "inventory 'a100:2' holds 2 GPUs" in json.loads(log.read_text().splitlines()[-1])["msg"]
+    assert (b / "config.json").read_bytes() == before
+    assert runc_calls(runtime_env) == [] and not (Path(runtime_env["FAKEGPU_STATE_ROOT"]) / "ctr-1").exists()
 
 
 def test_bad_spec_fails_naming_the_part_and_leaves_config(bundle, runtime_env, tmp_path):

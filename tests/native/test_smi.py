@@ -285,3 +285,31 @@ def test_garbage_arguments_never_crash(native: NativeEnv) -> None:
         for j in range(len(garbage)):
             out = native.smi(garbage[i], garbage[j], devices="a100:2")
             assert out.returncode in (0, 2, 6), (garbage[i][:20], garbage[j][:20], out.returncode)
+
+
+def test_a_selection_keeps_the_hosts_identities(native: NativeEnv, tmp_path) -> None:
+    """The table the runtime writes for NVIDIA_VISIBLE_DEVICES=3,1: GPUs 0 and 1 with host GPUs 1 and 3's UUID,
+    serial, bus id and minor number, as nvidia-smi in a container under NVIDIA's runtime shows them."""
+    from fakegpu.devices import resolve_devices, select_devices
+    from fakegpu.devices.table import write_table
+
+    host = resolve_devices("a100:4", seed="0")
+    table = tmp_path / "devices.tbl"
+    write_table(table, select_devices(host, ["3", "1"]), "a100:4", "0", ("3", "1"))
+    out = native.smi("--query-gpu=index,uuid,serial,pci.bus_id", "--format=csv,noheader", devices=None,
+                     FAKEGPU_DEVICE_TABLE=str(table))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [f"{i}, {host[h].uuid}, {host[h].serial}, {host[h].pci_bus_id}"
+                                       for i, h in enumerate((1, 3))]
+    minors = [line.split(":")[1].strip() for line in native.smi("-q", devices=None, FAKEGPU_DEVICE_TABLE=str(table))
+              .stdout.splitlines() if line.strip().startswith("Minor Number")]
+    assert minors == ["1", "3"]
+
+
+def test_a_selection_of_none_finds_no_devices(native: NativeEnv, tmp_path) -> None:
+    from fakegpu.devices.table import write_table
+
+    table = tmp_path / "devices.tbl"
+    write_table(table, [], "a100:4", "0", ())
+    out = native.smi("-L", devices=None, FAKEGPU_DEVICE_TABLE=str(table))
+    assert (out.returncode, out.stdout) == (6, "No devices were found\n")  # real nvidia-smi's words and code
