@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
-from fakegpu.devices import DEFAULT_DEVICES
+from fakegpu.devices import DEFAULT_DEVICES, DEFAULT_SEED
 from fakegpu.errors import FakeGPUError, UsageError
 
 runtime_app = typer.Typer(help="Register the FakeGPU runtime with Docker (daemon.json).", no_args_is_help=True)
@@ -34,11 +34,68 @@ def _hook_args() -> list[str]:
     from fakegpu_hook.settings import load_settings
 
     s = load_settings().resolved()
-    return ["--native-dir", s.native_lib_dir, "--nvidia-smi", s.nvidia_smi, "--state-root", s.state_root,
-            "--nvidia-profile", s.nvidia_profile]
+    args = ["--native-dir", s.native_lib_dir, "--nvidia-smi", s.nvidia_smi, "--state-root", s.state_root,
+            "--inventory", s.inventory_spec()]
+    return args if s.honour_nvidia_env else [*args, "--ignore-nvidia-env"]
 
 
-def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool, no_reload: bool, edit) -> None:
+def inventory_listing(spec: str) -> list[str]:
+    """The inventory as `nvidia-smi -L` on the host would list it: what NVIDIA_VISIBLE_DEVICES selects from."""
+    from fakegpu.devices import resolve_devices
+
+    return [f"GPU {d.index}: {d.profile.name} (UUID: {d.uuid}, bus {d.pci_bus_id})"
+            for d in resolve_devices(spec, seed=DEFAULT_SEED)]
+
+
+def describe_inventory() -> tuple[bool, str]:
+    """(usable, one line): the runtime's inventory as its settings give it, or why every start would fail."""
+    from fakegpu_hook.settings import SettingsError, config_path, load_settings
+
+    from fakegpu.devices import resolve_devices
+
+    try:
+        settings = load_settings()
+        spec = settings.inventory_spec()
+        count = len(resolve_devices(spec, seed=DEFAULT_SEED))
+    except SettingsError as exc:
+        return False, str(exc)
+    except FakeGPUError as exc:
+        return False, f"the inventory in {config_path()}: {exc.message}"
+    origin = "setting inventory" if settings.inventory else "no inventory set: one GPU of nvidia_profile"
+    return True, f"inventory {spec!r}: {count} GPUs ({origin}, {config_path()})"
+
+
+def _current_inventory() -> str:
+    from fakegpu_hook.settings import SettingsError, load_settings
+
+    try:
+        return load_settings().inventory_spec()
+    except SettingsError as exc:
+        raise FakeGPUError(str(exc)) from exc
+
+
+def _inventory_change(spec: str | None, dry_run: bool, as_json: bool, command: str):
+    """Set (spec) or remove (None) the inventory in the site config; returns the ConfigChange."""
+    from fakegpu_hook.settings import SettingsError, config_path, update_config
+
+    try:
+        return update_config(config_path(), {"inventory": spec}, dry_run=dry_run)
+    except (SettingsError, OSError) as exc:
+        hint = " (uninstall --keep-inventory leaves it alone)" if spec is None else ""
+        raise fail(command, FakeGPUError(f"cannot update the runtime's config: {exc}{hint}"), as_json) from exc
+
+
+def _config_diff(change) -> str:
+    import difflib
+
+    return "".join(difflib.unified_diff(change.before.splitlines(True), change.after.splitlines(True),
+                                        change.path, f"{change.path} (new)"))
+
+
+def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool, no_reload: bool, edit,
+                   config=None, inventory: list[str] | None = None) -> None:
+    """Apply the daemon.json edit and report it, with the site config's change (`config`) and the inventory
+    now in force (`inventory`) when the command touched them."""
     from fakegpu_hook import daemon_json as dj
 
     try:
@@ -46,17 +103,30 @@ def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool
     except (dj.DaemonConfigError, OSError) as exc:
         raise fail(command, FakeGPUError(str(exc)), as_json) from exc
     if as_json:
-        emit_json(command, {"path": str(change.path), "changed": change.changed, "written": change.written,
-                            "reloaded": change.reloaded, "diff": change.diff})
+        data = {"path": str(change.path), "changed": change.changed, "written": change.written,
+                "reloaded": change.reloaded, "diff": change.diff}
+        if config is not None:
+            data["config"] = {"path": config.path, "changed": config.changed, "written": config.written,
+                              "diff": _config_diff(config)}
+        if inventory is not None:
+            data["inventory"] = inventory
+        emit_json(command, data)
         return
+    if config is not None and config.changed:
+        typer.echo(_config_diff(config), nl=False)
+        if not dry_run:
+            typer.echo(f"wrote {config.path}" if config.after else f"removed {config.path} (no setting left)")
     if not change.changed:
         typer.echo(f"{change.path}: already up to date")
-        return
-    typer.echo(change.diff, nl=False)
-    if dry_run:
-        typer.echo("(dry run: nothing written)")
     else:
-        typer.echo(f"wrote {change.path}" + (f"; {change.reloaded}" if change.reloaded else ""))
+        typer.echo(change.diff, nl=False)
+        if not dry_run:
+            typer.echo(f"wrote {change.path}" + (f"; {change.reloaded}" if change.reloaded else ""))
+    if dry_run and (change.changed or (config is not None and config.changed)):
+        typer.echo("(dry run: nothing written)")
+    if inventory:
+        typer.echo("the host's fake GPUs (NVIDIA_VISIBLE_DEVICES selects from these):")
+        typer.echo("".join(f"  {line}\n" for line in inventory), nl=False)
 
 
 @runtime_app.command("install")
@@ -71,11 +141,23 @@ def install(
                                           help="Where the sh fronts go (default <prefix>/libexec/fakegpu)."),
     python_create: bool = typer.Option(False, "--python-create",
                                        help="Run every `create` in Python, not the C fast path (to compare)."),
+    devices: str | None = typer.Option(
+        None, "--devices", metavar="SPEC",
+        help="The host's fake GPUs (e.g. a100:8), kept in the runtime's config ($FAKEGPU_CONFIG or "
+             "/etc/fakegpu/config.json): what NVIDIA_VISIBLE_DEVICES=all|<indices>|<UUIDs> selects from."),
 ) -> None:
-    """Write the sh fronts, add the runtime to daemon.json (other keys kept, atomic, backed up), reload dockerd."""
+    """Write the sh fronts, add the runtime to daemon.json (other keys kept, atomic, backed up), reload dockerd;
+    with --devices, set the host's inventory first."""
     from fakegpu_hook import daemon_json as dj
     from fakegpu_hook import front
 
+    command = "runtime install"
+    try:  # the one parser: a bad spec stops the install before anything is written
+        inventory = inventory_listing(devices if devices is not None else _current_inventory())
+    except FakeGPUError as exc:
+        if devices is not None:
+            raise fail(command, exc, as_json) from exc
+        inventory = None  # the config's own inventory is bad: doctor says so; install may still fix the rest
     # dockerd runs the registered path on every runtime call: register the sh front, which execs runc at once
     # for every command but `create` (C, or Python), rather than the Python console script.
     directory = str(front_dir) if front_dir else front.default_front_dir()
@@ -85,14 +167,19 @@ def install(
         try:
             dj.load(daemon_json)  # a daemon.json we would refuse stops the install before anything is written
         except (dj.DaemonConfigError, OSError) as exc:
-            raise fail("runtime install", FakeGPUError(str(exc)), as_json) from exc
+            raise fail(command, FakeGPUError(str(exc)), as_json) from exc
+    # A site config we would refuse stops it too (dry run: nothing written either way).
+    config = _inventory_change(devices, True, as_json, command) if devices is not None else None
+    if not dry_run:
         try:
             front.write_fronts(files)
         except OSError as exc:
-            raise fail("runtime install", FakeGPUError(f"cannot write the runtime front in {directory}: {exc}"),
+            raise fail(command, FakeGPUError(f"cannot write the runtime front in {directory}: {exc}"),
                        as_json) from exc
-    _daemon_change("runtime install", daemon_json, dry_run, as_json, no_reload,
-                   lambda data: dj.with_runtime(data, name, path, set_default))
+        if devices is not None:
+            config = _inventory_change(devices, False, as_json, command)
+    _daemon_change(command, daemon_json, dry_run, as_json, no_reload,
+                   lambda data: dj.with_runtime(data, name, path, set_default), config, inventory)
 
 
 @runtime_app.command("uninstall")
@@ -102,12 +189,21 @@ def uninstall(
     daemon_json: Path = typer.Option(Path("/etc/docker/daemon.json"), "--config", help="daemon.json to edit."),
     no_reload: bool = typer.Option(False, "--no-reload", help="Do not signal dockerd."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    keep_inventory: bool = typer.Option(False, "--keep-inventory",
+                                        help="Leave the inventory (--devices) in the runtime's config."),
 ) -> None:
-    """Remove the runtime (and default-runtime if it is ours) from daemon.json and reload dockerd."""
+    """Remove the runtime (and default-runtime if it is ours) from daemon.json and reload dockerd, and the
+    inventory install --devices set from the runtime's config (removing the file if nothing else is in it)."""
     from fakegpu_hook import daemon_json as dj
 
-    _daemon_change("runtime uninstall", daemon_json, dry_run, as_json, no_reload,
-                   lambda data: dj.without_runtime(data, name))
+    command = "runtime uninstall"
+    try:
+        dj.load(daemon_json)  # a daemon.json we would refuse stops the uninstall before anything changes
+    except (dj.DaemonConfigError, OSError) as exc:
+        raise fail(command, FakeGPUError(str(exc)), as_json) from exc
+    config = None if keep_inventory else _inventory_change(None, dry_run, as_json, command)
+    _daemon_change(command, daemon_json, dry_run, as_json, no_reload, lambda data: dj.without_runtime(data, name),
+                   config)
 
 
 @cdi_app.command("generate")

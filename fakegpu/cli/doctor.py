@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
 from fakegpu.cli.output import emit_json
-from fakegpu.doctor import FAIL, run_checks
+from fakegpu.doctor import FAIL, CheckResult, run_checks
 from fakegpu.errors import EXIT_CHECK_FAILED, EXIT_OK
 from fakegpu.text import table
 
 
+def _with_inventory(result: CheckResult) -> CheckResult:
+    """The runtime check, naming the inventory its containers select from; a site config the runtime would
+    refuse fails every container start, so it fails the check."""
+    from fakegpu.cli.container import describe_inventory
+
+    usable, line = describe_inventory()
+    if not usable:
+        return CheckResult(result.name, FAIL, line, "fix the config, or `fakegpu runtime install --devices SPEC`")
+    return replace(result, detail=f"{result.detail}; {line}")
+
+
 def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """Check the catalog, native build, Docker Engine, runtime registration and torch."""
-    results = run_checks()
+    """Check the catalog, native build, Docker Engine, runtime registration (and inventory) and torch."""
+    results = [_with_inventory(r) if r.name == "runtime" else r for r in run_checks()]
     code = EXIT_CHECK_FAILED if any(r.status == FAIL for r in results) else EXIT_OK
     if as_json:
         errors = [{"code": f"check-{r.name}", "message": r.detail} for r in results if r.status == FAIL]

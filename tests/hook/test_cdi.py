@@ -35,3 +35,15 @@ def test_podman_config():
     doc = json.loads(result.output)
     assert doc["version"] == "1.0.0" and doc["when"] == {"always": True}
     assert doc["hook"]["path"].endswith("fakegpu-hook") and doc["stages"] == ["createContainer"]
+
+
+def test_podman_hook_carries_the_inventory_and_the_nvidia_switch(tmp_path, monkeypatch):
+    # podman runs the hook for every container: it must select from the same inventory the runtime would.
+    config = tmp_path / "config.json"
+    config.write_text('{"inventory": "h100:8"}')
+    monkeypatch.setenv("FAKEGPU_CONFIG", str(config))
+    args = json.loads(CliRunner().invoke(app, ["hook", "podman-config"]).output)["hook"]["args"]
+    assert args[args.index("--inventory") + 1] == "h100:8" and "--ignore-nvidia-env" not in args
+    config.write_text('{"inventory": "h100:8", "honour_nvidia_env": false}')
+    args = json.loads(CliRunner().invoke(app, ["hook", "podman-config"]).output)["hook"]["args"]
+    assert "--ignore-nvidia-env" in args

@@ -15,8 +15,10 @@ ORIGINAL = '{"data-root": "/var/lib/docker", "log-opts": {"max-size": "10m"}, "r
 
 @pytest.fixture(autouse=True)
 def front_dir(tmp_path, monkeypatch):
-    """`runtime install` writes its sh fronts here, not into the virtual environment."""
+    """`runtime install` writes its sh fronts here, not into the virtual environment; the runtime's config
+    (which uninstall edits) is the test's own too."""
     monkeypatch.setenv("FAKEGPU_FRONT_DIR", str(tmp_path / "front"))
+    monkeypatch.setenv("FAKEGPU_CONFIG", str(tmp_path / "fakegpu-config.json"))
     return tmp_path / "front"
 
 
