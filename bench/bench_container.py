@@ -5,8 +5,10 @@ Needs root and a Docker Engine; registers the runtime (`fakegpu runtime install`
 image (images/bootstrap-base.sh) when they are missing. Prints medians, minima and their ratios with the load
 average (other work on a 2-core machine moves both numbers); exits 1 over target only with --strict.
 --python-create adds a third arm in the same interleaved rounds: a runtime registered as `fakegpu-pyref` whose
-`create` runs in Python (the reference) instead of the C fast path (removed again afterwards).
-Usage: bench_container.py [--rounds N] [--strict] [--python-create]
+`create` runs in Python (the reference) instead of the C fast path (removed again afterwards). --nvidia adds an
+arm that asks NVIDIA's way, `-e NVIDIA_VISIBLE_DEVICES=0` (a selection from the host's inventory, one A100
+when none is configured).
+Usage: bench_container.py [--rounds N] [--strict] [--python-create] [--nvidia]
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def main() -> int:
                 IMAGE, "true"]
 
     arms["docker run --runtime=fakegpu FAKEGPU_DEVICES=a100:8"] = fake("fakegpu")
+    if "--nvidia" in sys.argv:
+        arms["same, NVIDIA_VISIBLE_DEVICES=0 instead"] = ["docker", "run", "--rm", "--label", LABEL,
+                                                          "--runtime=fakegpu", "-e", "NVIDIA_VISIBLE_DEVICES=0",
+                                                          IMAGE, "true"]
     if with_python:
         fakegpu_cli("runtime", "install", "--name", PYREF, "--python-create",
                     "--front-dir", str(Path(sys.prefix) / "libexec" / PYREF))
