@@ -66,15 +66,22 @@ def _pycode() -> str:
     return front._pycode("fakegpu_hook.runtime", str(PY_RUNTIME), front.package_path())
 
 
+# What each variable needs beside it to be read at all.
+_COMPANION = {"FAKEGPU_DEVICES": [], "FAKEGPU_SEED": ["FAKEGPU_DEVICES=a100:2"], "NVIDIA_VISIBLE_DEVICES": [],
+              "NVIDIA_DRIVER_CAPABILITIES": ["NVIDIA_VISIBLE_DEVICES=all"]}
+
+
 @pytest.mark.parametrize("entry", ["python", "c"])
 @pytest.mark.parametrize("var,value", [("FAKEGPU_DEVICES", "a100:2" + " " * 1_000_000),
-                                       ("FAKEGPU_SEED", "s" * 10_000)])
+                                       ("FAKEGPU_SEED", "s" * 10_000),
+                                       ("NVIDIA_VISIBLE_DEVICES", "0," * 500_000),
+                                       ("NVIDIA_DRIVER_CAPABILITIES", "utility," * 100_000)])
 def test_the_runtime_refuses_a_megabyte_in_under_half_a_second(entry, var, value, tmp_path):
     """The whole create, as dockerd runs it (C hands the refusal to Python, which words it): under 0.5 s of CPU,
     one short line on stderr and in runc's JSON log, config.json untouched, no state folder."""
     if entry == "c" and not CREATE.exists():
         pytest.skip("native/build/bin/fakegpu-create not built (run `make`)")
-    env_list = [f"{var}={value}"] + (["FAKEGPU_DEVICES=a100:2"] if var != "FAKEGPU_DEVICES" else [])
+    env_list = [f"{var}={value}", *_COMPANION[var]]
     b = _bundle(tmp_path, env_list)
     before = (b / "config.json").read_bytes()
     env = {"PATH": f"{MOCK_BIN}:/usr/bin:/bin", "MOCK_RUNC_LOG": str(tmp_path / "runc.log"),
