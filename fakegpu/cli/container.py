@@ -62,7 +62,7 @@ def describe_inventory() -> tuple[bool, str]:
     except FakeGPUError as exc:
         return False, f"the inventory in {config_path()}: {exc.message}"
     origin = "setting inventory" if settings.inventory else "no inventory set: one GPU of nvidia_profile"
-    return True, f"inventory {spec!r}: {count} GPUs ({origin}, {config_path()})"
+    return True, f"inventory {spec!r}: {count} GPU{'' if count == 1 else 's'} ({origin}, {config_path()})"
 
 
 def _current_inventory() -> str:

@@ -24,7 +24,8 @@ _INDEX_DIGITS = 6
 def _holds(devices: Sequence[Device], spec: str) -> str:
     listed = ", ".join(f"{d.index} {d.uuid}" for d in devices[:_LISTED])
     more = f", and {len(devices) - _LISTED} more" if len(devices) > _LISTED else ""
-    return f"the host's inventory {shorten(spec)} holds {len(devices)} GPUs: {listed}{more}"
+    gpus = "1 GPU" if len(devices) == 1 else f"{len(devices)} GPUs"
+    return f"the host's inventory {shorten(spec)} holds {gpus}: {listed}{more}"
 
 
 def _position(devices: Sequence[Device], entry: str, spec: str) -> int:

@@ -159,7 +159,7 @@ def test_doctor_names_the_inventory_and_fails_on_a_config_the_runtime_refuses(pa
     from fakegpu.cli.doctor import _with_inventory
 
     registered = CheckResult("runtime", PASS, "runtime 'fakegpu' registered with the engine")
-    assert "inventory 'a100:1': 1 GPUs (no inventory set" in _with_inventory(registered).detail
+    assert "inventory 'a100:1': 1 GPU (no inventory set" in _with_inventory(registered).detail
     paths["config"].parent.mkdir()
     paths["config"].write_text('{"inventory": "h100:8"}')
     checked = _with_inventory(registered)
