@@ -166,7 +166,8 @@ def update_config(path: str, changes: dict[str, object], dry_run: bool = False) 
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             before = f.read()
-    data = dict(_read_config(path))
+    original = _read_config(path)
+    data = dict(original)
     for key, value in changes.items():
         if key not in DEFAULTS:
             raise SettingsError(f"unknown setting {key!r}")
@@ -175,9 +176,8 @@ def update_config(path: str, changes: dict[str, object], dry_run: bool = False) 
         else:
             data[key] = value
     Settings(**{k: _coerce(k, v) for k, v in data.items()})  # a type the runtime would refuse stops here
-    after = json.dumps(data, indent=4) + "\n" if data else ""
-    if after and before and json.loads(before) == data:
-        after = before  # unchanged settings keep their file, formatting included
+    # Unchanged settings keep their file as it is, formatting included (an empty `{}` too).
+    after = before if data == original else json.dumps(data, indent=4) + "\n" if data else ""
     if dry_run or after == before:
         return ConfigChange(path, before, after, written=False)
     if not after:

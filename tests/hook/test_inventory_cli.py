@@ -167,3 +167,10 @@ def test_doctor_names_the_inventory_and_fails_on_a_config_the_runtime_refuses(pa
     paths["config"].write_text('{"inventory": "h10O:8"}')
     checked = _with_inventory(registered)
     assert checked.status == "fail" and "Did you mean" in checked.detail and checked.fix
+
+
+def test_a_config_uninstall_did_not_change_is_left_as_it_was(paths):
+    paths["config"].parent.mkdir()
+    paths["config"].write_text("{}")
+    assert uninstall(paths).exit_code == 0
+    assert paths["config"].read_text() == "{}"
