@@ -26,10 +26,7 @@ static const char *link_speed(unsigned version)
 int smi_view_nvlink_status(const smi_gpus *g)
 {
     for (unsigned k = 0; k < g->count; k++) {
-        char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "N/A", uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "N/A";
-        nvmlDeviceGetName(g->dev[k], name, sizeof name);
-        nvmlDeviceGetUUID(g->dev[k], uuid, sizeof uuid);
-        printf("GPU %u: %s (UUID: %s)\n", g->index[k], name, uuid);
+        smi_gpu_line(g, k);
         for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; link++) {
             nvmlEnableState_t active;
             unsigned version;

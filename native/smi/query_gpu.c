@@ -220,29 +220,24 @@ static int f_compute_mode(const ctx_t *c, char *o, size_t n)
     snprintf(o, n, "%s", modes[m]);
     return 0;
 }
-static int f_reasons(const ctx_t *c, char *o, size_t n)
-{
-    unsigned long long r;
-    if (nvmlDeviceGetCurrentClocksEventReasons(c->dev, &r) != NVML_SUCCESS)
-        return -1;
-    snprintf(o, n, "0x%016llX", r);
-    return 0;
-}
+#define MASK_FIELD(fn, call)                                                                                      \
+    static int fn(const ctx_t *c, char *o, size_t n)                                                              \
+    {                                                                                                             \
+        unsigned long long r;                                                                                     \
+        if (call(c->dev, &r) != NVML_SUCCESS)                                                                     \
+            return -1;                                                                                            \
+        snprintf(o, n, "0x%016llX", r);                                                                           \
+        return 0;                                                                                                 \
+    }
+MASK_FIELD(f_reasons, nvmlDeviceGetCurrentClocksEventReasons)
+MASK_FIELD(f_reasons_supported, nvmlDeviceGetSupportedClocksEventReasons)
 static int f_na(const ctx_t *c, char *o, size_t n) { (void)c; (void)o; (void)n; return -1; }
 
-static int f_gen_gpumax(const ctx_t *c, char *o, size_t n)
-{
-    unsigned v;
-    if (nvmlDeviceGetGpuMaxPcieLinkGeneration(c->dev, &v) != NVML_SUCCESS)
-        return -1;
-    snprintf(o, n, "%u", v);
-    return 0;
-}
+UINT_FIELD(f_gen_gpumax, nvmlDeviceGetGpuMaxPcieLinkGeneration(c->dev, &v))
 static int f_accounting(const ctx_t *c, char *o, size_t n)
 {
     nvmlEnableState_t s = 0;
-    nvmlReturn_t rc = nvmlDeviceGetAccountingMode(c->dev, &s);
-    return enabled(rc, s, o, n);
+    return enabled(nvmlDeviceGetAccountingMode(c->dev, &s), s, o, n);
 }
 UINT_FIELD(f_accounting_buffer, nvmlDeviceGetAccountingBufferSize(c->dev, &v))
 static int f_inforom_img(const ctx_t *c, char *o, size_t n)
@@ -255,14 +250,6 @@ INFOROM_FIELD(f_inforom_oem, NVML_INFOROM_OEM)
 INFOROM_FIELD(f_inforom_ecc, NVML_INFOROM_ECC)
 INFOROM_FIELD(f_inforom_pwr, NVML_INFOROM_POWER)
 
-static int f_reasons_supported(const ctx_t *c, char *o, size_t n)
-{
-    unsigned long long r;
-    if (nvmlDeviceGetSupportedClocksEventReasons(c->dev, &r) != NVML_SUCCESS)
-        return -1;
-    snprintf(o, n, "0x%016llX", r);
-    return 0;
-}
 /* One event reason of the active mask, as the real tool words it. */
 static int reason(const ctx_t *c, unsigned long long bit, char *o, size_t n)
 {

@@ -49,6 +49,7 @@ int smi_display_shows(unsigned mask, const char *section);
 /* Views; each returns an exit code. */
 int smi_view_default(const smi_gpus *g);
 int smi_view_list(const smi_gpus *g);
+void smi_gpu_line(const smi_gpus *g, unsigned k); /* "GPU 0: NAME (UUID: GPU-...)" */
 int smi_view_query(const smi_gpus *g, unsigned display);
 int smi_view_query_xml(const smi_gpus *g);
 int smi_view_topo(const smi_gpus *g);
