@@ -1,4 +1,5 @@
-"""Native mode costs: cudaMalloc+cudaFree pair and cudaMemGetInfo in-process (C, native/build/bin/cuda-bench),
+"""Native mode costs: cudaMalloc+cudaFree pair, cudaMemGetInfo and a kernel launch with two pointer arguments
+(which marks the memory they point at as kernel-written) in-process (C, native/build/bin/cuda-bench),
 and one MLP training step of unmodified CUDA PyTorch under `fakegpu run` against the same step on the CPU.
 
 Targets (issue 5): a malloc/free pair at most 20 us (it is an mmap/munmap plus bookkeeping); the step's control

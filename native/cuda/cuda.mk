@@ -27,7 +27,7 @@ CU12_DEFS  := -DCUBLASAPI=
 CU12_CFLAGS = $(filter-out -Invml -I$(B)/include -I$(GEN),$(CFLAGS)) -I$(CU)/common -I$(CU)/runtime -I$(CU)/blas \
               -I$(CU_GEN) $(CU12_DEFS) $(shell cat $(CU12_FLAGS) 2>/dev/null)
 CU_GENPY := $(ROOT)/tools/gen_cuda_stubs.py
-CU_COMMON_OBJ := $(COMMON_OBJ) $(CU_OBJ)/common/fgc_unsup.o $(CU_OBJ)/common/fgc_env.o \
+CU_COMMON_OBJ := $(COMMON_OBJ) $(CU_OBJ)/common/fgc_unsup.o $(CU_OBJ)/common/fgc_env.o $(CU_OBJ)/common/fgc_image.o \
                  $(CU_OBJ)/common/fgc_report.o
 
 $(CU_FLAGS):
@@ -172,10 +172,11 @@ $(CU_GEN)/cudnn.i: $(CU_FLAGS) $(CU_DNN_FLAGS)
 $(eval $(call CU_STUBS,cudnn,cudnn,cudnnStatus_t,CUDNN_STATUS_NOT_SUPPORTED,^cudnn,libcudnn.so.9))
 $(eval $(call CU_LINK,cudnn,libcudnn.so.9,$(CU_DNN_OBJ),-l:libcudart.so.13,$(CU_LIB)/libcudart.so.13))
 
-# In-process cost of cudaMalloc/cudaFree pairs, for bench/bench_cuda.py.
-$(B)/bin/cuda-bench: $(CU_OBJ)/bench/cuda_bench.o $(CU_LIB)/libcudart.so.13
+# In-process cost of cudaMalloc/cudaFree pairs and of a launch, for bench/bench_cuda.py.
+$(B)/bin/cuda-bench: $(CU_OBJ)/bench/cuda_bench.o $(CU_OBJ)/common/fgc_image.o $(CU_LIB)/libcudart.so.13
 	@mkdir -p $(dir $@)
-	$(CC) -o $@ $< -L$(CU_LIB) -l:libcudart.so.13 -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib' $(LDLIBS)
+	$(CC) -o $@ $< $(CU_OBJ)/common/fgc_image.o -L$(CU_LIB) -l:libcudart.so.13 -Wl,--disable-new-dtags \
+	  -Wl,-rpath,'$$ORIGIN/../lib' $(LDLIBS)
 CU_ALL += $(B)/bin/cuda-bench
 
 cuda: $(CU_ALL)

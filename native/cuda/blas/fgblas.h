@@ -22,9 +22,12 @@ struct cublasContext {
     cublasPointerMode_t pointer_mode;
 };
 
-/* Count one GEMM-like call on `stream`: `batch` products of (m x k) by (k x n). On a capturing stream the call
- * is recorded into the graph and counted each time the graph is launched. */
+/* Count one GEMM-like call on `stream`: `batch` products of (m x k) by (k x n), which wrote the device matrices
+ * outs[0..nouts) (record.c: the driver marks them as kernel-written). `api` is a string literal. On a capturing
+ * stream the call is recorded into the graph and counted each time the graph is launched. */
 FG_HIDDEN void fgblas_record(cudaStream_t stream, const char *api, long long m, long long n, long long k,
-                             long long batch);
+                             long long batch, const void *const *outs, size_t nouts);
+/* The output pointers of a pointer-array batched GEMM (C[], in device memory), malloc'ed; NULL entries skipped. */
+FG_HIDDEN const void **fgblas_batch_outputs(const void *const *C, long long batch, size_t *n);
 
 #endif

@@ -1,5 +1,18 @@
-/* GEMMs: argument checks as cuBLAS makes them, then counted (calls, FLOPs) and not computed. */
+/* GEMMs: argument checks as cuBLAS makes them, then counted (calls, FLOPs) and not computed; their outputs count
+ * as kernel-written (record.c). */
+#include <stdlib.h>
+
 #include "fgblas.h"
+
+const void **fgblas_batch_outputs(const void *const *C, long long batch, size_t *n)
+{
+    *n = 0;
+    const void **out = C && batch > 0 ? malloc((size_t)batch * sizeof *out) : NULL;
+    for (long long i = 0; out && i < batch; i++)
+        if (C[i]) /* in accounting memory mode the pointer array reads as zeros */
+            out[(*n)++] = C[i];
+    return out;
+}
 
 static cublasStatus_t check(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             int lda, int ldb, int ldc)
@@ -18,10 +31,11 @@ static cublasStatus_t check(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                                    int k, const T *alpha, const T *A, int lda, const T *B, int ldb, const T *beta, \
                                    T *C, int ldc)                                                                  \
     {                                                                                                             \
-        (void)alpha, (void)A, (void)B, (void)beta, (void)C;                                                       \
+        (void)alpha, (void)A, (void)B, (void)beta;                                                                \
         cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);                                              \
+        const void *out[] = {C};                                                                                  \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(h->stream, #name, m, n, k, 1);                                                                     \
+            fgblas_record(h->stream, #name, m, n, k, 1, out, 1);                                                  \
         return s;                                                                                                 \
     }
 GEMM(cublasSgemm_v2, float)
@@ -34,12 +48,13 @@ GEMM(cublasZgemm_v2, cuDoubleComplex)
                                    int k, const T *alpha, const T *A, int lda, long long sa, const T *B, int ldb,  \
                                    long long sb, const T *beta, T *C, int ldc, long long sc, int batch)            \
     {                                                                                                             \
-        (void)alpha, (void)A, (void)B, (void)beta, (void)C, (void)sa, (void)sb, (void)sc;                         \
+        (void)alpha, (void)A, (void)B, (void)beta, (void)sa, (void)sb, (void)sc;                                  \
         cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);                                              \
         if (s == CUBLAS_STATUS_SUCCESS && batch < 0)                                                              \
             s = CUBLAS_STATUS_INVALID_VALUE;                                                                      \
+        const void *out[] = {C}; /* the batch's matrices lie from C on */                                         \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(h->stream, #name, m, n, k, batch);                                                                 \
+            fgblas_record(h->stream, #name, m, n, k, batch, out, 1);                                              \
         return s;                                                                                                 \
     }
 GEMM_STRIDED(cublasSgemmStridedBatched, float)
@@ -52,12 +67,16 @@ GEMM_STRIDED(cublasZgemmStridedBatched, cuDoubleComplex)
                                    int k, const T *alpha, const T *const A[], int lda, const T *const B[],         \
                                    int ldb, const T *beta, T *const C[], int ldc, int batch)                      \
     {                                                                                                             \
-        (void)alpha, (void)A, (void)B, (void)beta, (void)C;                                                       \
+        (void)alpha, (void)A, (void)B, (void)beta;                                                                \
         cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);                                              \
         if (s == CUBLAS_STATUS_SUCCESS && batch < 0)                                                              \
             s = CUBLAS_STATUS_INVALID_VALUE;                                                                      \
-        if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(h->stream, #name, m, n, k, batch);                                                                 \
+        if (s == CUBLAS_STATUS_SUCCESS) {                                                                         \
+            size_t nout = 0;                                                                                      \
+            const void **out = fgblas_batch_outputs((const void *const *)C, batch, &nout);                        \
+            fgblas_record(h->stream, #name, m, n, k, batch, out, nout);                                           \
+            free(out);                                                                                            \
+        }                                                                                                         \
         return s;                                                                                                 \
     }
 GEMM_BATCHED(cublasSgemmBatched, float)
@@ -70,10 +89,11 @@ FGC_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
                                        const void *B, cudaDataType bt, int ldb, const void *beta, void *C,
                                        cudaDataType ct, int ldc, cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
-    (void)alpha, (void)A, (void)at, (void)B, (void)bt, (void)beta, (void)C, (void)ct, (void)compute, (void)algo;
+    (void)alpha, (void)A, (void)at, (void)B, (void)bt, (void)beta, (void)ct, (void)compute, (void)algo;
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
+    const void *out[] = {C};
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record(h->stream, "cublasGemmEx", m, n, k, 1);
+        fgblas_record(h->stream, "cublasGemmEx", m, n, k, 1, out, 1);
     return s;
 }
 
@@ -82,10 +102,11 @@ FGC_EXPORT cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, 
                                         const void *B, cudaDataType bt, int ldb, const float *beta, void *C,
                                         cudaDataType ct, int ldc)
 {
-    (void)alpha, (void)A, (void)at, (void)B, (void)bt, (void)beta, (void)C, (void)ct;
+    (void)alpha, (void)A, (void)at, (void)B, (void)bt, (void)beta, (void)ct;
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
+    const void *out[] = {C};
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record(h->stream, "cublasSgemmEx", m, n, k, 1);
+        fgblas_record(h->stream, "cublasSgemmEx", m, n, k, 1, out, 1);
     return s;
 }
 
@@ -96,12 +117,13 @@ FGC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOpe
                                                      void *C, cudaDataType ct, int ldc, long long sc, int batch,
                                                      cublasComputeType_t compute, cublasGemmAlgo_t algo)
 {
-    (void)alpha, (void)A, (void)at, (void)sa, (void)B, (void)bt, (void)sb, (void)beta, (void)C, (void)ct, (void)sc,
+    (void)alpha, (void)A, (void)at, (void)sa, (void)B, (void)bt, (void)sb, (void)beta, (void)ct, (void)sc,
         (void)compute, (void)algo;
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
     if (s == CUBLAS_STATUS_SUCCESS && batch < 0)
         s = CUBLAS_STATUS_INVALID_VALUE;
+    const void *out[] = {C};
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record(h->stream, "cublasGemmStridedBatchedEx", m, n, k, batch);
+        fgblas_record(h->stream, "cublasGemmStridedBatchedEx", m, n, k, batch, out, 1);
     return s;
 }

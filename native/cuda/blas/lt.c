@@ -153,7 +153,9 @@ FGC_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     const lt_desc *x = (const lt_desc *)desc;
     const lt_layout *a = (const lt_layout *)Ad, *d = (const lt_layout *)Dd;
     long long k = x->transa == CUBLAS_OP_N ? (long long)a->cols : (long long)a->rows;
-    fgblas_record(stream, "cublasLtMatmul", (long long)d->rows, (long long)d->cols, k, d->batch > 0 ? d->batch : 1);
+    const void *out[] = {D};
+    fgblas_record(stream, "cublasLtMatmul", (long long)d->rows, (long long)d->cols, k, d->batch > 0 ? d->batch : 1,
+                  out, 1);
     return CUBLAS_STATUS_SUCCESS;
 }
 

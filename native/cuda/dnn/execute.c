@@ -1,7 +1,8 @@
 /* cudnnBackendExecute: a finalized plan runs on a finalized variant pack. Every non-virtual tensor of the plan's
  * operation graph must have a device pointer in the pack, on the handle's device, with the tensor's extent inside
  * its allocation; a plan that needs workspace must be given enough of it. Then the graph is one kernel launch on
- * the handle's stream, named after its operations ("cudnn:ConvolutionFwd", "cudnn:ConvolutionFwd+Pointwise"). */
+ * the handle's stream, named after its operations ("cudnn:ConvolutionFwd", "cudnn:ConvolutionFwd+Pointwise"),
+ * whose outputs (every tensor an operation does not only read) count as written by it. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,8 +38,43 @@ static size_t tensor_extent(const fgdnn_desc *t, unsigned long long *elements)
     return (size_t)(last + 1) * fgdnn_dtype_size(*(const cudnnDataType_t *)dt->data);
 }
 
+/* The tensor attributes each operation only reads; its other tensors are outputs (an operation not listed here
+ * counts all its tensors as written). */
+static const struct {
+    cudnnBackendDescriptorType_t op;
+    cudnnBackendAttributeName_t in[3];
+} inputs[] = {
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+     {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W}},
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+     {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY}},
+    {CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+     {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY}},
+    {CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+     {CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_ATTR_OPERATION_POINTWISE_BDESC,
+      CUDNN_ATTR_OPERATION_POINTWISE_DYDESC}},
+    {CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, {CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_ATTR_OPERATION_MATMUL_BDESC}},
+    {CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, {CUDNN_ATTR_OPERATION_REDUCTION_XDESC}},
+    {CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, {CUDNN_ATTR_OPERATION_GENSTATS_XDESC}},
+};
+
+static bool only_read(cudnnBackendDescriptorType_t op, cudnnBackendAttributeName_t attr)
+{
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; i++)
+        if (inputs[i].op == op)
+            for (size_t j = 0; j < 3; j++)
+                if (inputs[i].in[j] == attr && attr)
+                    return true;
+    return false;
+}
+
+typedef struct {
+    const void *p[FGDNN_MAX_OUTPUTS];
+    size_t n;
+} outputs;
+
 static cudnnStatus_t check_tensors(const fgdnn_desc *op, const fgdnn_desc *pack, int device,
-                                   unsigned long long *largest)
+                                   unsigned long long *largest, outputs *outs)
 {
     const fgdnn_attr *uids = fgdnn_find(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS);
     const fgdnn_attr *ptrs = fgdnn_find(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS);
@@ -67,9 +103,12 @@ static cudnnStatus_t check_tensors(const fgdnn_desc *op, const fgdnn_desc *pack,
                 continue;
             char what[64];
             snprintf(what, sizeof what, "cudnnBackendExecute: tensor %lld", (long long)uid);
-            cudnnStatus_t s = fgdnn_check_device_ptr(((void *const *)ptrs->data)[j], device, bytes, what);
+            const void *p = ((void *const *)ptrs->data)[j];
+            cudnnStatus_t s = fgdnn_check_device_ptr(p, device, bytes, what);
             if (s != CUDNN_STATUS_SUCCESS)
                 return s;
+            if (!only_read(op->type, a->name) && outs->n < FGDNN_MAX_OUTPUTS)
+                outs->p[outs->n++] = p;
         }
     }
     return CUDNN_STATUS_SUCCESS;
@@ -94,10 +133,11 @@ FGC_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendD
     cudnnStatus_t s = ops ? CUDNN_STATUS_SUCCESS
                           : fgdnn_fail(CUDNN_STATUS_BAD_PARAM, "cudnnBackendExecute: the plan has no operation graph");
     unsigned long long largest = 0;
+    outputs outs = {.n = 0};
     char name[256] = "cudnn:";
     for (int64_t i = 0; s == CUDNN_STATUS_SUCCESS && i < ops->count; i++) {
         const fgdnn_desc *op = ((fgdnn_desc *const *)ops->data)[i];
-        s = check_tensors(op, pack, handle->device, &largest);
+        s = check_tensors(op, pack, handle->device, &largest, &outs);
         size_t len = strlen(name);
         snprintf(name + len, sizeof name - len, "%s%s", i ? "+" : "", fgdnn_op_kind(op->type));
     }
@@ -110,7 +150,7 @@ FGC_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendD
     }
     pthread_mutex_unlock(&pack->lock);
     if (s == CUDNN_STATUS_SUCCESS)
-        s = fgdnn_launch(name, atomic_load(&handle->stream), largest);
+        s = fgdnn_launch(name, atomic_load(&handle->stream), largest, outs.p, outs.n);
     return s;
 }
 

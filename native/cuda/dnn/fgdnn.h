@@ -74,8 +74,11 @@ FG_HIDDEN size_t fgdnn_dtype_size(cudnnDataType_t t);
 
 /* CUDNN_STATUS_SUCCESS when `p` lies in a device allocation of `device` (and `bytes` from it fit in it). */
 FG_HIDDEN cudnnStatus_t fgdnn_check_device_ptr(const void *p, int device, size_t bytes, const char *what);
-/* Count one launch of the kernel named `name` ("cudnn:...") on `stream`, sized for `elements` outputs. */
-FG_HIDDEN cudnnStatus_t fgdnn_launch(const char *name, cudaStream_t stream, unsigned long long elements);
+/* Count one launch of the kernel named `name` ("cudnn:...") on `stream`, sized for `elements` outputs, that wrote
+ * the device buffers outs[0..nouts) (at most FGDNN_MAX_OUTPUTS; more are not marked). */
+#define FGDNN_MAX_OUTPUTS 16
+FG_HIDDEN cudnnStatus_t fgdnn_launch(const char *name, cudaStream_t stream, unsigned long long elements,
+                                     const void *const *outs, size_t nouts);
 
 /* ---- legacy descriptors (legacy.c) ---- */
 

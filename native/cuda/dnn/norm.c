@@ -130,8 +130,9 @@ FGC_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardTrainingEx(
     if (ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION)
         TRY(fgdnn_check_device_ptr(z, dev, fgdnn_tensor_ok(zDesc) ? fgdnn_tensor_span_bytes(zDesc) : 0, "z"));
     TRY(optional(reserve, dev, reserveBytes, "reserveSpace"));
+    const void *outs[] = {y, runMean, runVar, saveMean, saveInvVar, reserve};
     return fgdnn_launch("cudnn:BatchNormalizationForwardTraining", atomic_load(&handle->stream),
-                        fgdnn_tensor_elements(xDesc));
+                        fgdnn_tensor_elements(xDesc), outs, sizeof outs / sizeof outs[0]);
 }
 
 FGC_EXPORT cudnnStatus_t cudnnBatchNormalizationBackwardEx(
@@ -168,8 +169,9 @@ FGC_EXPORT cudnnStatus_t cudnnBatchNormalizationBackwardEx(
     TRY(optional(savedMean, dev, pb, "savedMean"));
     TRY(optional(savedInvVar, dev, pb, "savedInvVariance"));
     TRY(optional(reserve, dev, reserveBytes, "reserveSpace"));
+    const void *outs[] = {dx, dScale, dBias};
     return fgdnn_launch("cudnn:BatchNormalizationBackward", atomic_load(&handle->stream),
-                        fgdnn_tensor_elements(xDesc));
+                        fgdnn_tensor_elements(xDesc), outs, sizeof outs / sizeof outs[0]);
 }
 
 FGC_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardInference(
@@ -193,6 +195,7 @@ FGC_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardInference(
     TRY(fgdnn_check_device_ptr(bias, dev, pb, "bnBias"));
     TRY(fgdnn_check_device_ptr(mean, dev, pb, "estimatedMean"));
     TRY(fgdnn_check_device_ptr(var, dev, pb, "estimatedVariance"));
+    const void *outs[] = {y};
     return fgdnn_launch("cudnn:BatchNormalizationForwardInference", atomic_load(&handle->stream),
-                        fgdnn_tensor_elements(xDesc));
+                        fgdnn_tensor_elements(xDesc), outs, 1);
 }

@@ -2,7 +2,9 @@
  * allocations (the driver's table, as cuPointerGetAttribute and cuMemGetAddressRange answer it), and the work is
  * one kernel launch in libcudart's account, under a name that says what cuDNN ran ("cudnn:ConvolutionFwd").
  * Kernels are registered with the runtime the way nvcc-generated code registers its own, one host-side anchor
- * per distinct name, so the process report lists them with everything else the program launched. */
+ * per distinct name, so the process report lists them with everything else the program launched. Each name's
+ * fat binary holds a stand-in kernel of that name taking FGDNN_MAX_OUTPUTS pointers (common/fgc_image.h): the
+ * launch passes the execution's outputs, so the driver marks them as written by it, as for any kernel. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 #include <cuda.h>
 #pragma GCC visibility pop
 
+#include "fgc_image.h"
 #include "fgdnn.h"
 
 /* The runtime's registration entry points (what nvcc emits calls to; not in a public header). */
@@ -27,9 +30,7 @@ static struct {
     char *anchor; /* the host-side address the kernel is launched by */
 } kernels[MAX_KERNELS];
 static size_t nkernels;
-static void **module;
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
-static char module_image; /* stands for the fat binary cuDNN would carry: only its address is used */
 
 static const char *anchor_of(const char *name)
 {
@@ -39,11 +40,11 @@ static const char *anchor_of(const char *name)
         if (strcmp(kernels[i].name, name) == 0)
             found = kernels[i].anchor;
     if (!found && nkernels < MAX_KERNELS) {
-        if (!module) {
-            module = __cudaRegisterFatBinary(&module_image);
-            __cudaRegisterFatBinaryEnd(module);
-        }
         char *n = strdup(name), *a = malloc(1);
+        void *image = n ? fgc_image_new(n, FGDNN_MAX_OUTPUTS) : NULL;
+        void **module = image ? __cudaRegisterFatBinary(image) : NULL;
+        if (module)
+            __cudaRegisterFatBinaryEnd(module);
         if (n && a && module) {
             __cudaRegisterFunction(module, a, n, n, -1, NULL, NULL, NULL, NULL, NULL);
             kernels[nkernels].name = n;
@@ -59,7 +60,8 @@ static const char *anchor_of(const char *name)
     return found;
 }
 
-cudnnStatus_t fgdnn_launch(const char *name, cudaStream_t stream, unsigned long long elements)
+cudnnStatus_t fgdnn_launch(const char *name, cudaStream_t stream, unsigned long long elements,
+                           const void *const *outs, size_t nouts)
 {
     const char *anchor = anchor_of(name);
     if (!anchor)
@@ -67,7 +69,13 @@ cudnnStatus_t fgdnn_launch(const char *name, cudaStream_t stream, unsigned long 
     unsigned long long blocks = (elements + 255) / 256;
     dim3 grid = {(unsigned)(blocks ? (blocks < 0x7fffffffULL ? blocks : 0x7fffffffULL) : 1), 1, 1};
     dim3 block = {256, 1, 1};
-    cudaError_t e = cudaLaunchKernel(anchor, grid, block, NULL, 0, stream);
+    const void *param[FGDNN_MAX_OUTPUTS] = {0}; /* unused slots are NULL: no device memory */
+    void *args[FGDNN_MAX_OUTPUTS];
+    for (size_t i = 0; i < FGDNN_MAX_OUTPUTS; i++) {
+        param[i] = i < nouts ? outs[i] : NULL;
+        args[i] = &param[i];
+    }
+    cudaError_t e = cudaLaunchKernel(anchor, grid, block, args, 0, stream);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* reported as cuDNN's failure, as cuDNN does, not left sticky */
         return fgdnn_fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, "%s: launch failed (%s)", name,

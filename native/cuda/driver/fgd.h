@@ -109,6 +109,9 @@ FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
 FG_HIDDEN void fgd_state_changed(int device);
 FG_HIDDEN long long fgd_now_ns(void);
+/* The last CUDA activity, for `fakegpu run --timeout` (driver/activity.c): `api` and `detail` (a kernel's name,
+ * or NULL) must live as long as the process. */
+FG_HIDDEN void fgd_activity(const char *api, const char *detail, unsigned long long bytes);
 
 /* The legacy (0, CU_STREAM_LEGACY) and per-thread (CU_STREAM_PER_THREAD) default streams are not objects. */
 static inline int fgd_default_stream(CUstream s)
@@ -116,7 +119,7 @@ static inline int fgd_default_stream(CUstream s)
     return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
 }
 /* Copies and fills as the synchronous API does them (driver/memory.c), for work replayed from a graph. */
-FG_HIDDEN CUresult fgd_copy(void *dst, const void *src, size_t n);
+FG_HIDDEN CUresult fgd_copy(void *dst, const void *src, size_t n, const char *api);
 FG_HIDDEN CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n);
 /* Stream-ordered work on a capturing stream is recorded into its graph instead of done (driver/graph.c):
  * these return 1 when `s` is capturing and the work was recorded (*rc the result), 0 to do it now. */

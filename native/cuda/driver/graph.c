@@ -1,9 +1,11 @@
 /* CUDA graphs as recorded no-ops. A stream in capture records the work submitted to it (kernel launches, async
  * copies and fills, host functions) as nodes of a graph instead of doing it; instantiating snapshots the nodes;
  * launching the executable graph replays them: copies, fills and host functions are done again (they are what
- * native mode simulates), kernels are counted (they never run). cuBLAS records its GEMMs as host nodes that
- * count them at each launch. The runtime (libcudart) records its kernel launches through the public
- * cuGraphAddKernelNode, so graphs have one owner whichever API built them, and it counts replays per kernel.
+ * native mode simulates), kernels are counted (they never run) and, when a node's function is one of this
+ * driver's, the memory its parameters point at counts as written by it again (driver/written.c): a kernel node
+ * keeps a copy of its parameter values, as CUDA's does. cuBLAS records its GEMMs as host nodes that count them at
+ * each launch. The runtime (libcudart) records its kernel launches through the public cuGraphAddKernelNode, so
+ * graphs have one owner whichever API built them, and it counts replays per kernel.
  *
  * Simplifications: dependencies are not kept (every node follows the one recorded before it, which is the
  * order a single capturing stream gives), and a capture involves one stream (cross-stream capture through
@@ -15,11 +17,12 @@
 #include <string.h>
 
 #include "fgc_report.h"
-#include "fgd.h"
+#include "fgd_module.h"
 
 struct CUgraphNode_st {
     CUgraphNodeType type;
     CUDA_KERNEL_NODE_PARAMS kernel;
+    fgd_param_copy args; /* a kernel node of one of our functions: its parameter values */
     void *dst;
     const void *src;
     size_t bytes, width; /* memset: `bytes` elements of `width` bytes */
@@ -60,19 +63,44 @@ static struct CUgraph_st *graph_new(void)
     return g;
 }
 
+/* A node's copy owns its parameter values, so a graph and its executable copies can be destroyed apart. */
+static int node_copy(struct CUgraphNode_st *to, const struct CUgraphNode_st *from)
+{
+    *to = *from;
+    memset(&to->args, 0, sizeof to->args);
+    if (from->type != CU_GRAPH_NODE_TYPE_KERNEL || !from->args.bytes)
+        return 0;
+    const struct CUfunc_st *f = (const struct CUfunc_st *)from->kernel.func;
+    to->args.bytes = malloc(from->args.size);
+    to->args.size = from->args.size;
+    to->args.packed = from->args.packed;
+    to->args.ptrs = from->args.ptrs ? calloc(f->nparams, sizeof *to->args.ptrs) : NULL;
+    if (!to->args.bytes || (from->args.ptrs && !to->args.ptrs)) {
+        fgd_params_free(&to->args);
+        return -1;
+    }
+    memcpy(to->args.bytes, from->args.bytes, from->args.size);
+    for (unsigned i = 0; to->args.ptrs && i < f->nparams; i++)
+        if (from->args.ptrs[i])
+            to->args.ptrs[i] = to->args.bytes + ((unsigned char *)from->args.ptrs[i] - from->args.bytes);
+    to->kernel.kernelParams = to->args.ptrs;
+    to->kernel.extra = NULL;
+    return 0;
+}
+
 static CUresult add(struct CUgraph_st *g, const struct CUgraphNode_st *proto, CUgraphNode *out)
 {
     struct CUgraphNode_st *node = malloc(sizeof *node);
     if (!node)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    *node = *proto;
+    *node = *proto; /* the caller's parameter copy moves into the node */
     pthread_mutex_lock(&g->lock);
     if (g->n == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 64;
         struct CUgraphNode_st **grown = realloc(g->nodes, cap * sizeof *grown);
         if (!grown) {
             pthread_mutex_unlock(&g->lock);
-            free(node);
+            free(node); /* its parameter copy stays the caller's to free */
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         g->nodes = grown;
@@ -193,6 +221,37 @@ int fgd_capture_fill(CUstream s, CUdeviceptr dst, unsigned value, size_t width, 
     return 1;
 }
 
+/* A kernel node for function f with its parameters copied (the caller's pointers die with its stack frame). */
+static CUresult add_kernel(struct CUgraph_st *g, const CUDA_KERNEL_NODE_PARAMS *p, CUgraphNode *out)
+{
+    struct CUgraphNode_st node = {.type = CU_GRAPH_NODE_TYPE_KERNEL, .kernel = *p};
+    if (fgd_is_function(p->func)) {
+        if (fgd_params_copy(p->func, p->kernelParams, p->extra, &node.args) != 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        node.kernel.kernelParams = node.args.ptrs;
+        node.kernel.extra = NULL;
+    } else {
+        node.kernel.kernelParams = NULL; /* a function of the runtime's: its parameters are not ours to read */
+        node.kernel.extra = NULL;
+    }
+    CUresult rc = add(g, &node, out);
+    if (rc != CUDA_SUCCESS)
+        fgd_params_free(&node.args);
+    return rc;
+}
+
+int fgd_capture_kernel(CUstream s, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                       unsigned bz, unsigned smem, void **params, void **extra, CUresult *rc)
+{
+    if (fgd_default_stream(s) || !s->capture)
+        return 0;
+    CUDA_KERNEL_NODE_PARAMS p = {.func = f, .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = bx,
+                                 .blockDimY = by, .blockDimZ = bz, .sharedMemBytes = smem, .kernelParams = params,
+                                 .extra = extra};
+    *rc = add_kernel(s->capture, &p, NULL);
+    return 1;
+}
+
 int fgd_capture_host(CUstream s, CUhostFn fn, void *user, CUresult *rc)
 {
     if (fgd_default_stream(s) || !s->capture)
@@ -218,8 +277,10 @@ FGC_EXPORT CUresult cuGraphDestroy(CUgraph g)
     FGD_INIT();
     if (!g)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < g->n; i++)
+    for (size_t i = 0; i < g->n; i++) {
+        fgd_params_free(&g->nodes[i]->args);
         free(g->nodes[i]);
+    }
     free(g->nodes);
     pthread_mutex_destroy(&g->lock);
     free(g);
@@ -233,8 +294,7 @@ FGC_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *out, CUgraph g, const C
     FGD_INIT();
     if (!out || !g || !params)
         return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraphNode_st node = {.type = CU_GRAPH_NODE_TYPE_KERNEL, .kernel = *params};
-    return add(g, &node, out);
+    return add_kernel(g, params, out);
 }
 
 FGC_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps)
@@ -308,9 +368,15 @@ FGC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph g, un
         free(e);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    for (size_t i = 0; i < g->n; i++)
-        e->nodes[i] = *g->nodes[i];
-    e->n = g->n;
+    size_t copied = 0;
+    while (copied < g->n && node_copy(&e->nodes[copied], g->nodes[copied]) == 0)
+        copied++;
+    e->n = copied;
+    if (copied < g->n) {
+        pthread_mutex_unlock(&g->lock);
+        cuGraphExecDestroy(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     e->device = g->device;
     pthread_mutex_unlock(&g->lock);
     *exec = e;
@@ -329,10 +395,13 @@ FGC_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
     for (size_t i = 0; i < e->n; i++) {
         const struct CUgraphNode_st *node = &e->nodes[i];
         CUresult rc = CUDA_SUCCESS;
-        if (node->type == CU_GRAPH_NODE_TYPE_KERNEL)
+        if (node->type == CU_GRAPH_NODE_TYPE_KERNEL) {
             kernels++;
+            if (fgd_is_function(node->kernel.func))
+                fgd_launched_copy(node->kernel.func, e->device, &node->args);
+        }
         else if (node->type == CU_GRAPH_NODE_TYPE_MEMCPY)
-            rc = fgd_copy(node->dst, node->src, node->bytes), copies++;
+            rc = fgd_copy(node->dst, node->src, node->bytes, "cuGraphLaunch"), copies++;
         else if (node->type == CU_GRAPH_NODE_TYPE_MEMSET)
             rc = fgd_fill((CUdeviceptr)(uintptr_t)node->dst, node->value, node->width, node->bytes), copies++;
         else if (node->type == CU_GRAPH_NODE_TYPE_HOST)
@@ -351,6 +420,8 @@ FGC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e)
     FGD_INIT();
     if (!e)
         return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < e->n; i++)
+        fgd_params_free(&e->nodes[i].args);
     free(e->nodes);
     free(e);
     return CUDA_SUCCESS;

@@ -331,6 +331,7 @@ FGC_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 FGC_EXPORT CUresult cuCtxSynchronize(void)
 {
     FGD_INIT(); /* nothing ever runs asynchronously */
+    fgd_activity("cuCtxSynchronize", NULL, 0);
     fgd_pools_synced();
     fgd_sync_wait();
     return CUDA_SUCCESS;

@@ -9,7 +9,10 @@
  *
  * The table of allocations here is the one every pointer lookup consults: it also holds the ranges mapped with
  * the virtual memory management API (driver/vmm.c) and allocations from stream-ordered pools (driver/pool.c),
- * whose capacity is charged by their handle or pool through fgd_charge. */
+ * whose capacity is charged by their handle or pool through fgd_charge.
+ *
+ * Copies and fills also keep the account of what device memory holds (driver/written.c): host-known bytes, or bytes
+ * a kernel may have written, whose host read is what native mode cannot give as a GPU would. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -17,7 +20,7 @@
 #include <sys/mman.h>
 
 #include "fgc_env.h"
-#include "fgd.h"
+#include "fgd_module.h"
 
 /* The driver hands out whole 2 MiB pages for device allocations on current boards; what a device "uses"
  * (cuMemGetInfo, nvidia-smi) counts pages, not requested bytes. */
@@ -27,6 +30,9 @@
 static fgd_alloc *allocs;
 static size_t nallocs, cap_allocs;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Lowest and highest address device memory ever covered: a launch's parameter words outside are no pointers of
+ * ours, which spares the table lookup for most scalars. Never shrinks. */
+static _Atomic uintptr_t span_lo = UINTPTR_MAX, span_hi;
 
 static size_t find_floor(uintptr_t p) /* index of the last alloc with base <= p, or nallocs */
 {
@@ -81,8 +87,21 @@ int fgd_table_add(const fgd_alloc *a)
 {
     pthread_mutex_lock(&lock);
     int rc = insert(a);
+    if (rc == 0 && a->kind != FGD_HOST) {
+        if (a->base < atomic_load_explicit(&span_lo, memory_order_relaxed))
+            atomic_store_explicit(&span_lo, a->base, memory_order_relaxed);
+        if (a->base + a->size > atomic_load_explicit(&span_hi, memory_order_relaxed))
+            atomic_store_explicit(&span_hi, a->base + a->size, memory_order_relaxed);
+    }
     pthread_mutex_unlock(&lock);
     return rc;
+}
+
+int fgd_device_span(uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = atomic_load_explicit(&span_lo, memory_order_relaxed);
+    *hi = atomic_load_explicit(&span_hi, memory_order_relaxed);
+    return *lo < *hi;
 }
 
 int fgd_table_take(uintptr_t base, int kind, fgd_alloc *out)
@@ -93,11 +112,14 @@ int fgd_table_take(uintptr_t base, int kind, fgd_alloc *out)
         pthread_mutex_unlock(&lock);
         return -1;
     }
+    fgd_alloc a = allocs[i];
     if (out)
-        *out = allocs[i];
+        *out = a;
     memmove(&allocs[i], &allocs[i + 1], (nallocs - i - 1) * sizeof *allocs);
     nallocs--;
     pthread_mutex_unlock(&lock);
+    if (a.kind != FGD_HOST) /* the next allocation at these addresses starts with nothing written */
+        fgd_written_drop(a.base, a.size);
     return 0;
 }
 
@@ -116,12 +138,11 @@ static int joined(const fgd_alloc *a, const fgd_alloc *b) /* b continues a's map
 }
 
 /* The whole range p lies in: an allocation, or for VMM the run of adjacent mappings of one reservation (torch's
- * expandable segments map 2/20 MiB pieces side by side, and one tensor may straddle them). */
-static int lookup_range(const void *p, fgd_alloc *out)
+ * expandable segments map 2/20 MiB pieces side by side, and one tensor may straddle them). Caller holds lock. */
+static int lookup_range_locked(uintptr_t p, fgd_alloc *out)
 {
-    pthread_mutex_lock(&lock);
-    size_t i = nallocs ? find_floor((uintptr_t)p) : nallocs;
-    int hit = i < nallocs && (uintptr_t)p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1);
+    size_t i = nallocs ? find_floor(p) : nallocs;
+    int hit = i < nallocs && p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1);
     if (hit) {
         *out = allocs[i];
         size_t lo = i, hi = i;
@@ -132,8 +153,39 @@ static int lookup_range(const void *p, fgd_alloc *out)
         out->base = allocs[lo].base;
         out->size = allocs[hi].base + allocs[hi].size - allocs[lo].base;
     }
+    return hit;
+}
+
+static int lookup_range(const void *p, fgd_alloc *out)
+{
+    pthread_mutex_lock(&lock);
+    int hit = lookup_range_locked((uintptr_t)p, out);
     pthread_mutex_unlock(&lock);
     return hit;
+}
+
+void fgd_alloc_ends(const uintptr_t *p, size_t n, uintptr_t *end)
+{
+    fgd_alloc a;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < n; i++)
+        end[i] = lookup_range_locked(p[i], &a) && a.kind != FGD_HOST ? a.base + a.size : 0;
+    pthread_mutex_unlock(&lock);
+}
+
+size_t fgd_device_allocations(int device, uintptr_t **base, size_t **size)
+{
+    pthread_mutex_lock(&lock);
+    *base = malloc((nallocs + 1) * sizeof **base);
+    *size = malloc((nallocs + 1) * sizeof **size);
+    size_t n = 0;
+    for (size_t i = 0; *base && *size && i < nallocs; i++)
+        if (allocs[i].kind != FGD_HOST && allocs[i].device == device) {
+            (*base)[n] = allocs[i].base;
+            (*size)[n++] = allocs[i].size;
+        }
+    pthread_mutex_unlock(&lock);
+    return n;
 }
 
 void *fgd_reserve_pages(size_t bytes)
@@ -181,6 +233,7 @@ static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
     size_t charged = (bytes + FGD_PAGE - 1) / FGD_PAGE * FGD_PAGE;
     if (charged < bytes)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    fgd_activity(host ? "cuMemAllocHost" : "cuMemAlloc", NULL, bytes);
     if (!host) {
         CUresult rc = fgd_charge(c->device, charged);
         if (rc != CUDA_SUCCESS)
@@ -300,70 +353,153 @@ FGC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 
 /* ---- copies and fills: plain host operations, since device pointers are host addresses ---- */
 
-/* In accounting mode: is p inside a device allocation (not page-locked host memory)? */
-static int on_device(const void *p)
+/* Is p inside a device allocation (not page-locked host memory)? Caller holds lock. */
+static int on_device_locked(const void *p)
 {
-    fgd_alloc a;
-    return fgd_lookup(p, &a) && a.kind != FGD_HOST;
+    size_t i = nallocs ? find_floor((uintptr_t)p) : nallocs;
+    return i < nallocs && (uintptr_t)p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1) &&
+           allocs[i].kind != FGD_HOST;
 }
 
-CUresult fgd_copy(void *dst, const void *src, size_t n)
+static int on_device(const void *p)
+{
+    pthread_mutex_lock(&lock);
+    int hit = on_device_locked(p);
+    pthread_mutex_unlock(&lock);
+    return hit;
+}
+
+/* check_read 0: the caller has accounted for the read already (the rows of one 2D copy are one read). */
+static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api, int check_read)
 {
     FGD_INIT();
     if (n && (!dst || !src))
         return CUDA_ERROR_INVALID_VALUE;
     if (!n)
         return CUDA_SUCCESS;
+    fgd_activity(api, NULL, n);
+    pthread_mutex_lock(&lock);
+    int to_device = on_device_locked(dst), from_device = on_device_locked(src);
+    pthread_mutex_unlock(&lock);
+    if (from_device && !to_device) {
+        if (check_read) /* before the copy: the error policy ends the program here */
+            fgd_written_read((uintptr_t)src, n, api);
+    }
+    else if (from_device)
+        fgd_written_copy((uintptr_t)dst, (uintptr_t)src, n);
+    else if (to_device)
+        fgd_written_host((uintptr_t)dst, n);
     if (fgc_memory_accounting()) {
-        if (on_device(dst))
+        if (to_device)
             return CUDA_SUCCESS; /* the bytes are not kept: the destination pages stay untouched */
-        if (on_device(src)) {
+        if (from_device) {
             memset(dst, 0, n); /* device memory was never written, so it reads as zeros */
             return CUDA_SUCCESS;
         }
     }
-    memmove(dst, src, n);
+    if (dst != src) /* a collective's in-place buffer copied onto itself */
+        memmove(dst, src, n);
     return CUDA_SUCCESS;
 }
+
+CUresult fgd_copy(void *dst, const void *src, size_t n, const char *api) { return copy_bytes(dst, src, n, api, 1); }
 
 #define P(x) ((void *)(uintptr_t)(x))
 
 /* The stream-ordered copy: recorded when the stream is capturing a graph, done now otherwise. */
-static CUresult copy_on(CUstream s, void *dst, const void *src, size_t n)
+static CUresult copy_on(CUstream s, void *dst, const void *src, size_t n, const char *api)
 {
     CUresult rc;
-    return fgd_capture_copy(s, dst, src, n, &rc) ? rc : fgd_copy(dst, src, n);
+    return fgd_capture_copy(s, dst, src, n, &rc) ? rc : fgd_copy(dst, src, n, api);
 }
-FGC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return fgd_copy(P(dst), P(src), n); }
+FGC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return fgd_copy(P(dst), P(src), n, "cuMemcpy");
+}
 FGC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    return copy_on(s, P(dst), P(src), n);
+    return copy_on(s, P(dst), P(src), n, "cuMemcpyAsync");
 }
-FGC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return fgd_copy(P(dst), src, n); }
-FGC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return fgd_copy(dst, P(src), n); }
-FGC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return fgd_copy(P(dst), P(src), n); }
+FGC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    return fgd_copy(P(dst), src, n, "cuMemcpyHtoD");
+}
+FGC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    return fgd_copy(dst, P(src), n, "cuMemcpyDtoH");
+}
+FGC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    return fgd_copy(P(dst), P(src), n, "cuMemcpyDtoD");
+}
 FGC_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
-    return copy_on(s, P(dst), src, n);
+    return copy_on(s, P(dst), src, n, "cuMemcpyHtoDAsync");
 }
 FGC_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    return copy_on(s, dst, P(src), n);
+    return copy_on(s, dst, P(src), n, "cuMemcpyDtoHAsync");
 }
 FGC_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
-    return copy_on(s, P(dst), P(src), n);
+    return copy_on(s, P(dst), P(src), n, "cuMemcpyDtoDAsync");
 }
 FGC_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n)
 {
     (void)dc, (void)sc;
-    return fgd_copy(P(dst), P(src), n);
+    return fgd_copy(P(dst), P(src), n, "cuMemcpyPeer");
 }
 FGC_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n,
                                       CUstream s)
 {
     (void)dc, (void)sc;
-    return copy_on(s, P(dst), P(src), n);
+    return copy_on(s, P(dst), P(src), n, "cuMemcpyPeerAsync");
+}
+
+/* A 2D copy of host or device (unified) memory, row by row, as ONE read or write of the account: the rows of a
+ * device-to-host copy are one read of the program. Arrays (CU_MEMORYTYPE_ARRAY) do not exist here. */
+static CUresult copy2d(const CUDA_MEMCPY2D *c, CUstream s, int async, const char *api)
+{
+    FGD_INIT();
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->srcMemoryType == CU_MEMORYTYPE_ARRAY || c->dstMemoryType == CU_MEMORYTYPE_ARRAY)
+        return (CUresult)fgc_refuse("cuda", "cuMemcpy2D(CUDA arrays)", CUDA_ERROR_NOT_SUPPORTED);
+    const char *src = c->srcMemoryType == CU_MEMORYTYPE_HOST ? c->srcHost : P(c->srcDevice);
+    char *dst = c->dstMemoryType == CU_MEMORYTYPE_HOST ? c->dstHost : P(c->dstDevice);
+    size_t spitch = c->srcPitch ? c->srcPitch : c->WidthInBytes, dpitch = c->dstPitch ? c->dstPitch : c->WidthInBytes;
+    if (c->WidthInBytes > spitch || c->WidthInBytes > dpitch)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!c->WidthInBytes || !c->Height)
+        return CUDA_SUCCESS;
+    if (!src || !dst)
+        return CUDA_ERROR_INVALID_VALUE;
+    src += c->srcY * spitch + c->srcXInBytes;
+    dst += c->dstY * dpitch + c->dstXInBytes;
+    CUresult rc = CUDA_SUCCESS;
+    if (async && fgd_capture_copy(s, dst, src, c->WidthInBytes, &rc)) { /* recorded: each row a copy node */
+        for (size_t r = 1; r < c->Height && rc == CUDA_SUCCESS; r++)
+            fgd_capture_copy(s, dst + r * dpitch, src + r * spitch, c->WidthInBytes, &rc);
+        return rc;
+    }
+    pthread_mutex_lock(&lock);
+    int to_device = on_device_locked(dst), from_device = on_device_locked(src);
+    pthread_mutex_unlock(&lock);
+    if (from_device && !to_device) /* the rows' span: the pitch gaps are never copied, but are no host data */
+        fgd_written_read((uintptr_t)src, (c->Height - 1) * spitch + c->WidthInBytes, api);
+    for (size_t r = 0; r < c->Height && rc == CUDA_SUCCESS; r++)
+        rc = copy_bytes(dst + r * dpitch, src + r * spitch, c->WidthInBytes, api, 0);
+    return rc;
+}
+
+FGC_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy) { return copy2d(pCopy, NULL, 0, "cuMemcpy2D"); }
+FGC_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
+{
+    return copy2d(pCopy, NULL, 0, "cuMemcpy2DUnaligned");
+}
+FGC_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream s)
+{
+    return copy2d(pCopy, s, 1, "cuMemcpy2DAsync");
 }
 
 CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
@@ -371,7 +507,13 @@ CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
     FGD_INIT();
     if (n && !dst)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!n || (fgc_memory_accounting() && on_device(P(dst))))
+    if (!n)
+        return CUDA_SUCCESS;
+    fgd_activity("cuMemset", NULL, n * width);
+    int device = on_device(P(dst));
+    if (device)
+        fgd_written_host((uintptr_t)dst, n * width); /* a memset's value is the host's */
+    if (device && fgc_memory_accounting())
         return CUDA_SUCCESS; /* accounting mode: device memory stays untouched */
     if (width == 1) {
         memset(P(dst), (int)(value & 0xff), n);

@@ -11,7 +11,7 @@
 
 #include "fgc_env.h"
 #include "fgc_report.h"
-#include "fgd.h"
+#include "fgd_module.h"
 
 #define REPORT_SCHEMA "fakegpu.native-process/v1"
 
@@ -125,6 +125,8 @@ void fgd_report_merge(void)
     fgd_kernels_report(f, dir);
     fputs(",\n \"graphs\": ", f);
     fgd_graph_report(f);
+    fputs(",\n \"device_reads\": ", f);
+    fgd_written_report(f);
     fputs(",\n \"gemm\": ", f);
     gemm(f, dir);
     fputs(",\n \"collectives\": ", f);

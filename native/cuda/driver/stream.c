@@ -73,6 +73,7 @@ FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     (void)s;
     FGD_INIT();
+    fgd_activity("cuStreamSynchronize", NULL, 0);
     fgd_pools_synced(); /* where pools above their release threshold give memory back */
     fgd_sync_wait();
     return CUDA_SUCCESS;
@@ -192,6 +193,7 @@ FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     CUresult rc = cuEventQuery(e);
     if (rc == CUDA_SUCCESS) {
+        fgd_activity("cuEventSynchronize", NULL, 0);
         fgd_pools_synced();
         fgd_sync_wait();
     }

@@ -3,7 +3,17 @@
  * rank writes its part to its slot and reads what it needs from the others'. Without peers (other hosts, a
  * timeout, a dead peer, ncclCommInitAll) a collective is rank-local: every output from this rank's own input.
  * In accounting memory mode (FAKEGPU_MEMORY=accounting) device bytes are not kept, so nothing is moved or
- * written; calls and bytes are counted in every case. */
+ * written; calls and bytes are counted in every case.
+ *
+ * The driver keeps which device memory kernels may have written (driver/written.c: a host read of it warns, as
+ * its values are not a GPU's). A collective's output is computed from real inputs, so it is as host-known as they
+ * are: each output region first receives a device-to-device copy of this rank's corresponding input
+ * (cuMemcpyDtoD, which carries that account along), then the result. Other ranks' inputs are taken to be like
+ * this rank's (every rank runs the same program); a broadcast's non-root receive buffer keeps what it had. */
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#pragma GCC visibility pop
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +34,14 @@ static ncclResult_t done(fgn_coll k, size_t b, int exchanged)
     atomic_fetch_add_explicit(&bytes[k], b, memory_order_relaxed);
     atomic_fetch_add_explicit(exchanged ? &fgn_exchanged : &fgn_local, 1, memory_order_relaxed);
     return ncclSuccess;
+}
+
+/* Output region dst takes the account of this rank's input src (see the file comment); the bytes it copies are
+ * overwritten by the result. */
+static void like_input(void *dst, const void *src, size_t n)
+{
+    if (dst && src && dst != src && n)
+        cuMemcpyDtoD_v2((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, n);
 }
 
 static void copy_if(void *dst, const void *src, size_t n)
@@ -68,6 +86,8 @@ static ncclResult_t reduce(fgn_coll k, const void *s, void *r, size_t count, ncc
     if (!c || !ts)
         return ncclInvalidArgument;
     int out = root < 0 || c->rank == root, moved = exchange(c);
+    if (out)
+        like_input(r, s, count * ts);
     size_t per = moved ? c->chunk / ts : 0, off = 0;
     for (; moved && off < count; off += per) {
         size_t n = MIN(per, count - off);
@@ -113,6 +133,8 @@ FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, nccl
     if (!c || !ts || root < 0 || root >= c->nranks)
         return ncclInvalidArgument;
     int moved = exchange(c), me = c->rank == root;
+    if (me)
+        like_input(r, s, b);
     for (; moved && off < b; off += c->chunk) {
         size_t n = MIN(c->chunk, b - off);
         if (fgn_round_begin(c))
@@ -144,12 +166,9 @@ FGC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t count, nccl
     size_t ts = fgn_type_size(t), b = count * ts;
     if (!c || !ts)
         return ncclInvalidArgument;
-    int moved = 0;
-    if (exchange(c))
-        moved = fgn_allgather_bytes(c, s, r, b);
-    else if (!fgc_memory_accounting())
-        for (int i = 0; i < c->nranks; i++) /* every rank's slot holds this rank's input (rank-local) */
-            copy_if(CH(r, (size_t)i * b), s, b);
+    for (int i = 0; i < c->nranks; i++) /* rank-local, that is also the result: this rank's input everywhere */
+        like_input(CH(r, (size_t)i * b), s, b);
+    int moved = exchange(c) ? fgn_allgather_bytes(c, s, r, b) : 0;
     return done(FGN_ALLGATHER, b * (size_t)c->nranks, moved);
 }
 
@@ -162,6 +181,10 @@ static ncclResult_t scatter(fgn_coll k, const void *s, void *r, size_t count, nc
     if (!c || !ts)
         return ncclInvalidArgument;
     size_t nr = (size_t)c->nranks, per = c->chunk / (ts * nr), off = 0;
+    if (k == FGN_ALLTOALL)
+        like_input(r, s, count * ts * nr);
+    else
+        like_input(r, CCH(s, (size_t)c->rank * count * ts), count * ts);
     int moved = exchange(c) && per > 0;
     for (; moved && off < count; off += per) {
         size_t n = MIN(per, count - off);

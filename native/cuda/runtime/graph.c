@@ -45,7 +45,7 @@ static cudaError_t note_kernels(cudaGraphExec_t exec, cudaGraph_t graph)
         if (cuGraphNodeGetType(nodes[i], &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_KERNEL ||
             cuGraphKernelNodeGetParams_v2(nodes[i], &p) != CUDA_SUCCESS)
             continue;
-        const void *func = rt_kernel_of(p.func) ? (const void *)p.func : NULL;
+        const void *func = rt_kernel_of(p.func);
         size_t j = 0;
         while (j < x->n && x->k[j].func != func)
             j++;

@@ -2,7 +2,13 @@
  * __cudaRegisterVar) and how it launches (__cudaPushCallConfiguration/__cudaPopCallConfiguration, then
  * cudaLaunchKernel, or with CUDA 13 __cudaGetKernel + __cudaLaunchKernel). Device code is never run: a launch
  * is validated and counted per kernel name, and the counts go to the process report. Registered device
- * variables live at their host shadow's address, so cudaMemcpyToSymbol and cudaGetSymbolAddress work on it. */
+ * variables live at their host shadow's address, so cudaMemcpyToSymbol and cudaGetSymbolAddress work on it.
+ *
+ * As NVIDIA's runtime does, a registered fat binary becomes a driver module at the first launch of one of its
+ * kernels (cuModuleLoadData, cuModuleGetFunction), and the launch goes on to cuLaunchKernel with the program's
+ * arguments: the driver reads the kernel's parameter layout from the module and marks the device memory the
+ * arguments point at as written by it (driver/written.c), which is how a later host read of kernel output is told
+ * from a read of host-known data. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,9 +19,20 @@
 #include "fgc_report.h"
 #include "rt.h"
 
+/* What __cudaRegisterFatBinary returns: nvcc's code only hands it back; the wrapper it registered comes first. */
+typedef struct {
+    void *fat_cubin;
+    CUmodule module;
+    int state; /* 0: not loaded yet, 1: loaded, -1: the driver refused the image */
+} binary;
+
 typedef struct {
     const void *host_fun; /* the host stub's address: the key programs launch by */
     const char *name;     /* the device function's (mangled) name, in the registering binary's rodata */
+    const char *device_fun; /* the name to look up in the module (nvcc passes the same as name) */
+    binary *bin;
+    _Atomic(CUfunction) fn; /* the driver's function, once resolved */
+    atomic_int fn_state;    /* 0: not resolved yet, 1: fn, -1: the driver has none */
     atomic_ullong launches;
     unsigned magic; /* KERNEL_MAGIC: tells our entries from other CUfunctions found in a graph */
 } kernel;
@@ -63,11 +80,12 @@ static kernel *find(const void *host_fun)
 
 FGC_EXPORT void **__cudaRegisterFatBinary(void *fatCubin)
 {
-    /* The handle only has to be unique and stable; the fat binary itself is never read. */
-    void **handle = calloc(1, sizeof *handle);
-    if (handle)
-        *handle = fatCubin;
-    return handle;
+    /* Loaded as a module when one of its kernels is first launched (CUDA's lazy loading): a libtorch_cuda
+     * registers hundreds of binaries and a program launches kernels of a few. */
+    binary *b = calloc(1, sizeof *b);
+    if (b)
+        b->fat_cubin = fatCubin;
+    return (void **)b;
 }
 
 FGC_EXPORT void __cudaRegisterFatBinaryEnd(void **handle) { (void)handle; }
@@ -82,12 +100,14 @@ FGC_EXPORT void __cudaUnregisterFatBinary(void **handle)
 FGC_EXPORT void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun, const char *deviceName,
                                        int thread_limit, uint3 *tid, uint3 *bid, dim3 *bDim, dim3 *gDim, int *wSize)
 {
-    (void)handle, (void)deviceFun, (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+    (void)thread_limit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
     kernel *k = calloc(1, sizeof *k);
     if (!k)
         return;
     k->host_fun = hostFun;
     k->name = deviceName ? deviceName : deviceFun;
+    k->device_fun = deviceFun ? deviceFun : deviceName;
+    k->bin = (binary *)handle;
     k->magic = KERNEL_MAGIC;
     pthread_rwlock_wrlock(&table_lock);
     if ((table_n + 1) * 2 > table_cap) {
@@ -132,6 +152,83 @@ FGC_EXPORT char __cudaInitModule(void **handle)
     return 1;
 }
 
+/* ---- the driver's function of a kernel ---- */
+
+static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Driver function -> kernel, for graphs: their kernel nodes hold the driver's function (runtime/graph.c counts
+ * replays per kernel). Open addressing, filled as kernels are resolved, under resolve_lock. */
+static kernel **by_fn;
+static size_t by_fn_cap, by_fn_n;
+
+static void by_fn_put(kernel *k)
+{
+    if ((by_fn_n + 1) * 2 > by_fn_cap) {
+        size_t cap = by_fn_cap ? by_fn_cap * 2 : 1024;
+        kernel **grown = calloc(cap, sizeof *grown);
+        if (!grown)
+            return;
+        for (size_t i = 0; i < by_fn_cap; i++)
+            if (by_fn[i]) {
+                size_t j = slot_of(atomic_load(&by_fn[i]->fn), cap);
+                while (grown[j])
+                    j = (j + 1) & (cap - 1);
+                grown[j] = by_fn[i];
+            }
+        free(by_fn);
+        by_fn = grown;
+        by_fn_cap = cap;
+    }
+    size_t j = slot_of(atomic_load(&k->fn), by_fn_cap);
+    while (by_fn[j])
+        j = (j + 1) & (by_fn_cap - 1);
+    by_fn[j] = k;
+    by_fn_n++;
+}
+
+static kernel *by_fn_find(const void *fn)
+{
+    kernel *k = NULL;
+    pthread_mutex_lock(&resolve_lock);
+    if (by_fn_cap) {
+        size_t j = slot_of(fn, by_fn_cap);
+        while (by_fn[j] && (const void *)atomic_load(&by_fn[j]->fn) != fn)
+            j = (j + 1) & (by_fn_cap - 1);
+        k = by_fn[j];
+    }
+    pthread_mutex_unlock(&resolve_lock);
+    return k;
+}
+
+/* The kernel's function in the driver's module of its fat binary, loading the module first; NULL when the
+ * driver has none (the binary was not one the driver reads: the launch is then counted only). */
+static CUfunction function_of(kernel *k)
+{
+    int st = atomic_load_explicit(&k->fn_state, memory_order_acquire);
+    if (st)
+        return st > 0 ? atomic_load_explicit(&k->fn, memory_order_relaxed) : NULL;
+    pthread_mutex_lock(&resolve_lock);
+    if (!atomic_load(&k->fn_state)) {
+        binary *b = k->bin;
+        if (b && !b->state) {
+            CUresult rc = cuModuleLoadData(&b->module, b->fat_cubin);
+            b->state = rc == CUDA_SUCCESS ? 1 : -1;
+            if (rc != CUDA_SUCCESS)
+                fg_debug("libcudart: the driver refused the fat binary of %s (error %d): its kernels' writes are "
+                         "not tracked", k->name ? k->name : "?", (int)rc);
+        }
+        CUfunction fn = NULL;
+        if (b && b->state > 0 && k->device_fun && cuModuleGetFunction(&fn, b->module, k->device_fun) != CUDA_SUCCESS)
+            fn = NULL;
+        atomic_store(&k->fn, fn);
+        if (fn)
+            by_fn_put(k);
+        atomic_store_explicit(&k->fn_state, fn ? 1 : -1, memory_order_release);
+    }
+    pthread_mutex_unlock(&resolve_lock);
+    return atomic_load(&k->fn);
+}
+
 /* ---- launch configuration: a small per-thread stack, pushed by <<<>>> and popped by the launch stub ---- */
 
 typedef struct {
@@ -170,18 +267,21 @@ FGC_EXPORT cudaError_t __cudaPopCallConfiguration(dim3 *grid, dim3 *block, size_
     return cudaSuccess;
 }
 
-/* A launch into a capturing stream becomes a kernel node of the driver's graph (its function: our registry
- * entry), counted as captured; graph launches count it as executed (rt_graph_replayed). */
-static int captured(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, cudaError_t *err)
+/* A launch into a capturing stream becomes a kernel node of the driver's graph (its function: the driver's, with
+ * the arguments, which the driver copies; else our registry entry), counted as captured; graph launches count it
+ * as executed (rt_graph_replayed). */
+static int captured(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, void **args,
+                    cudaError_t *err)
 {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
     CUgraph graph = NULL;
     if (cuStreamGetCaptureInfo_v3(stream, &status, NULL, &graph, NULL, NULL, NULL) != CUDA_SUCCESS ||
         status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
         return 0;
-    CUDA_KERNEL_NODE_PARAMS p = {.func = (CUfunction)k, .gridDimX = grid.x, .gridDimY = grid.y, .gridDimZ = grid.z,
-                                 .blockDimX = block.x, .blockDimY = block.y, .blockDimZ = block.z,
-                                 .sharedMemBytes = (unsigned)shmem};
+    CUfunction fn = k ? function_of(k) : NULL;
+    CUDA_KERNEL_NODE_PARAMS p = {.func = fn ? fn : (CUfunction)k, .gridDimX = grid.x, .gridDimY = grid.y,
+                                 .gridDimZ = grid.z, .blockDimX = block.x, .blockDimY = block.y, .blockDimZ = block.z,
+                                 .sharedMemBytes = (unsigned)shmem, .kernelParams = fn ? args : NULL};
     CUgraphNode node;
     *err = RT(cuGraphAddKernelNode_v2(&node, graph, NULL, 0, &p));
     if (*err == cudaSuccess)
@@ -189,10 +289,12 @@ static int captured(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t
     return 1;
 }
 
-int rt_kernel_of(const void *func)
+const void *rt_kernel_of(const void *func)
 {
     const kernel *k = func;
-    return k && k->magic == KERNEL_MAGIC && find(k->host_fun) == k;
+    if (k && k->magic == KERNEL_MAGIC && find(k->host_fun) == k)
+        return k;
+    return func ? by_fn_find(func) : NULL;
 }
 
 void rt_graph_replayed(const void *func, unsigned long long n)
@@ -204,7 +306,7 @@ void rt_graph_replayed(const void *func, unsigned long long n)
         atomic_fetch_add_explicit(&unknown_launches, n, memory_order_relaxed);
 }
 
-static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream)
+static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaStream_t stream, void **args)
 {
     RT_CONTEXT();
     int max_threads = 0, max_smem = 0, dev = rt_device();
@@ -216,8 +318,15 @@ static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaSt
         grid.z > 65535 || block.z > 64 || shmem > (size_t)max_smem)
         return rt_ret(cudaErrorInvalidConfiguration);
     cudaError_t err;
-    if (captured(k, grid, block, shmem, stream, &err))
+    if (captured(k, grid, block, shmem, stream, args, &err))
         return err;
+    CUfunction fn = k ? function_of(k) : NULL;
+    if (fn) {
+        err = RT(cuLaunchKernel(fn, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, stream, args,
+                                NULL));
+        if (err != cudaSuccess)
+            return err;
+    }
     atomic_fetch_add_explicit(&total_launches, 1, memory_order_relaxed);
     if (k)
         atomic_fetch_add_explicit(&k->launches, 1, memory_order_relaxed);
@@ -229,10 +338,9 @@ static cudaError_t launch(kernel *k, dim3 grid, dim3 block, size_t shmem, cudaSt
 FGC_EXPORT cudaError_t cudaLaunchKernel(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
                                         cudaStream_t stream)
 {
-    (void)args;
     if (!func)
         return rt_ret(cudaErrorInvalidDeviceFunction);
-    return launch(find(func), grid, block, shmem, stream);
+    return launch(find(func), grid, block, shmem, stream, args);
 }
 
 FGC_EXPORT cudaError_t cudaLaunchCooperativeKernel(const void *func, dim3 grid, dim3 block, void **args,
@@ -262,10 +370,9 @@ FGC_EXPORT cudaError_t __cudaGetKernel(cudaKernel_t *out, const void *hostFun)
 FGC_EXPORT cudaError_t __cudaLaunchKernel(cudaKernel_t kern, dim3 grid, dim3 block, void **args, size_t shmem,
                                           cudaStream_t stream)
 {
-    (void)args;
     if (!kern)
         return rt_ret(cudaErrorInvalidDeviceFunction);
-    return launch((kernel *)kern, grid, block, shmem, stream);
+    return launch((kernel *)kern, grid, block, shmem, stream, args);
 }
 
 FGC_EXPORT cudaError_t __cudaLaunchKernel_ptsz(cudaKernel_t kern, dim3 grid, dim3 block, void **args, size_t shmem,

@@ -202,17 +202,19 @@ FGC_EXPORT cudaError_t cudaMemcpyPeerAsync(void *dst, int dd, const void *src, i
     return copy(dst, src, n, cudaMemcpyDeviceToDevice, 1, s);
 }
 
+/* 2D copies are the driver's (one read of device memory, not one per row); pointers are unified addresses. */
 static cudaError_t copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                           enum cudaMemcpyKind kind, int async, cudaStream_t stream)
 {
+    if ((unsigned)kind > cudaMemcpyDefault)
+        return rt_ret(cudaErrorInvalidMemcpyDirection);
     if (width > dpitch || width > spitch)
         return rt_ret(cudaErrorInvalidPitchValue);
-    for (size_t r = 0; r < height; r++) {
-        cudaError_t e = copy((char *)dst + r * dpitch, (const char *)src + r * spitch, width, kind, async, stream);
-        if (e != cudaSuccess)
-            return e;
-    }
-    return cudaSuccess;
+    CUDA_MEMCPY2D c = {.srcMemoryType = CU_MEMORYTYPE_UNIFIED, .srcDevice = (CUdeviceptr)(uintptr_t)src,
+                       .srcPitch = spitch, .dstMemoryType = CU_MEMORYTYPE_UNIFIED,
+                       .dstDevice = (CUdeviceptr)(uintptr_t)dst, .dstPitch = dpitch, .WidthInBytes = width,
+                       .Height = height};
+    return RT(async ? cuMemcpy2DAsync_v2(&c, stream) : cuMemcpy2D_v2(&c));
 }
 
 FGC_EXPORT cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,

@@ -21,9 +21,10 @@ FG_HIDDEN cudaError_t rt_err(CUresult rc);
 FG_HIDDEN cudaError_t rt_context(void);
 FG_HIDDEN int rt_device(void);
 
-/* Graph replays (runtime/graph.c) count as executions of the kernels they hold (runtime/launch.c): is `func`
- * (a kernel node's function) one of our registry entries, and count n launches of it. */
-FG_HIDDEN int rt_kernel_of(const void *func);
+/* Graph replays (runtime/graph.c) count as executions of the kernels they hold (runtime/launch.c): the registry
+ * entry of `func` (a kernel node's function: an entry itself, or the driver's function of one), NULL if none, and
+ * count n launches of it. */
+FG_HIDDEN const void *rt_kernel_of(const void *func);
 FG_HIDDEN void rt_graph_replayed(const void *func, unsigned long long n);
 
 /* The runtime version we answer: the CUDA version of the headers we were built against (13.x). */
