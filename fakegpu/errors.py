@@ -9,6 +9,10 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_CHECK_FAILED = 3
+# `fakegpu run`: the program read kernel-written device memory under --on-device-read error (native/cuda/driver/
+# written.c exits with it: FGD_EXIT_DEVICE_READ), and the run outlived --timeout (as coreutils' timeout).
+EXIT_DEVICE_READ = 86
+EXIT_TIMEOUT = 124
 
 
 SHOWN_CHARACTERS = 80

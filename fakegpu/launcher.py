@@ -15,28 +15,46 @@ NVIDIA library is mapped at all.
 
 fakecuda: FAKEGPU_RUNTIME=fakecuda and an interpreter-start hook (sitecustomize.py importing
 fakegpu.fakecuda.envhook, chaining to any sitecustomize already on the path), made by `python_hook_dir()`.
+
+native mode's device reads: kernels do not run, so a host read of memory a kernel would have written returns
+values no GPU gives; libcuda tells such reads from reads of host-known data and applies
+FAKEGPU_ON_DEVICE_READ=warn|error|ignore (`--on-device-read`; error exits with EXIT_DEVICE_READ).
+
+--timeout: the command runs in a process group of its own (as coreutils' timeout runs it); past the limit the
+group and every descendant get SIGTERM, then SIGKILL after a grace period, and RunTimedOut names the program's
+last CUDA activity, which libcuda keeps in a page shared with <run folder>/activity/<pid>.activity
+(native/cuda/driver/activity.c).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shutil
+import signal
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakegpu.devices import DEFAULT_DEVICES, effective_seed, resolve_devices
 from fakegpu.devices.table import write_table
-from fakegpu.errors import EXIT_USAGE, FakeGPUError, shorten
+from fakegpu.errors import EXIT_TIMEOUT, EXIT_USAGE, FakeGPUError, shorten
 
 MODES = ("native", "fakecuda")
 # native mode's device memory: "full" keeps the bytes written to the device; "accounting" reserves address
 # space and counts, but drops writes (device memory reads as zeros), so loading a model costs no host RAM.
 MEMORY_MODES = ("full", "accounting")
+# native mode, a host read of device memory a kernel may have written (its values are not a GPU's): print one
+# warning at the first (default), stop the program (exit status EXIT_DEVICE_READ), or only count it in the report.
+DEVICE_READ_POLICIES = ("warn", "error", "ignore")
+# --timeout: how long the command gets after SIGTERM before SIGKILL.
+TIMEOUT_GRACE_S = 2.0
 
 # Our libraries, in the order they are preloaded (a library before the ones that link it), and where the
 # nvidia-* wheels put the real ones (torch's preloader layout: nvidia/<folder>/lib/<file>; CUDA 13 wheels share
@@ -107,6 +125,26 @@ class LaunchUsageError(LaunchError):
 
     exit_code = EXIT_USAGE
     code = "usage"
+
+
+class RunTimedOut(FakeGPUError):
+    """The command ran past `fakegpu run --timeout` and was ended; the message names its last CUDA activity."""
+
+    exit_code = EXIT_TIMEOUT
+    code = "timeout"
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smh]?)")
+
+
+def parse_timeout(value: str) -> float:
+    """Seconds of a --timeout value: a positive number, optionally with unit s, m or h (30, 1.5, 90s, 10m, 2h)."""
+    m = _DURATION.fullmatch(value.strip())
+    seconds = float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[m[2]] if m else 0.0
+    if not seconds > 0:
+        raise LaunchUsageError(f"--timeout {shorten(value)} is not a duration; expected a positive number of seconds, "
+                               "optionally with unit s, m or h (30, 1.5, 90s, 10m, 2h)")
+    return seconds
 
 
 @dataclass
@@ -203,9 +241,13 @@ def prepare(
     memory: str | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     driver: str | None = None,
+    on_device_read: str | None = None,
+    record_activity: bool = False,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
 
+    `on_device_read` is native mode's policy for host reads of kernel-written memory (DEVICE_READ_POLICIES);
+    `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout).
     Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
     """
     if driver is not None and not DRIVER_VERSION.fullmatch(driver):
@@ -215,8 +257,11 @@ def prepare(
         raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")
     if memory is not None and memory not in MEMORY_MODES:
         raise LaunchUsageError(f"unknown memory mode {memory!r}; expected one of: {', '.join(MEMORY_MODES)}")
-    if (memory is not None or report_dir is not None) and mode != "native":
-        raise LaunchUsageError("--memory and --report-dir apply to native mode only")
+    if on_device_read is not None and on_device_read not in DEVICE_READ_POLICIES:
+        raise LaunchUsageError(f"--on-device-read {shorten(on_device_read)} is not a policy; expected one of: "
+                               f"{', '.join(DEVICE_READ_POLICIES)}")
+    if (memory is not None or report_dir is not None or on_device_read is not None) and mode != "native":
+        raise LaunchUsageError("--memory, --report-dir and --on-device-read apply to native mode only")
     env = dict(os.environ if base_env is None else base_env)
     spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
@@ -248,6 +293,11 @@ def prepare(
             if report_dir is not None:  # one fakegpu-native-<pid>.json per process (reports: native-process)
                 Path(report_dir).mkdir(parents=True, exist_ok=True)
                 env["FAKEGPU_REPORT_DIR"] = str(Path(report_dir).resolve())
+            if on_device_read is not None:
+                env["FAKEGPU_ON_DEVICE_READ"] = on_device_read
+            if record_activity:
+                (root / "activity").mkdir()
+                env["FAKEGPU_ACTIVITY_DIR"] = str(root / "activity")
             lib_folder = str(libs[0].parent.resolve())
             _prepend(env, "LD_PRELOAD", *(str(p.resolve()) for p in libs), sep=":")
             _prepend(env, "LD_LIBRARY_PATH", lib_folder, sep=":")
@@ -269,24 +319,191 @@ def run(
     memory: str | None = None,
     report_dir: str | os.PathLike[str] | None = None,
     driver: str | None = None,
+    on_device_read: str | None = None,
+    timeout: str | float | None = None,
 ) -> int:
-    """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do)."""
+    """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do).
+
+    `timeout` (seconds, or a --timeout string such as "90s"): past it the command's whole process tree is ended
+    and RunTimedOut raised, naming the last CUDA activity (native mode)."""
     if not command:
         raise LaunchUsageError("no command given: fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...")
-    launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver)
+    limit = None if timeout is None else parse_timeout(str(timeout))
+    launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver,
+                     on_device_read=on_device_read, record_activity=limit is not None and mode == "native")
     try:
         if mode == "native":
             _refuse_a_static_cuda_runtime(command[0], launch.env)
         try:
-            proc = subprocess.run(list(command), env=launch.env, check=False)
+            if limit is None:
+                rc = subprocess.run(list(command), env=launch.env, check=False).returncode
+            else:
+                rc = _run_with_timeout(list(command), launch, limit, mode)
         except FileNotFoundError as exc:
             raise LaunchError(f"command not found: {command[0]}") from exc
         except PermissionError as exc:
             raise LaunchError(f"cannot execute {command[0]}: permission denied") from exc
-        rc = proc.returncode
         return 128 - rc if rc < 0 else rc
     finally:
         launch.cleanup()
+
+
+def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode: str) -> int:
+    group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    proc = subprocess.Popen(command, env=launch.env, **group)
+    forwarded = _forward_signals(proc.pid)
+    try:
+        try:
+            return proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            pass
+        ended_at = time.monotonic_ns()
+        ended = _end_tree(proc)
+        last = last_cuda_activity(launch.root / "activity", ended_at) if mode == "native" else (
+            "not recorded (fakecuda mode; native mode records it)")
+        others = f" and {ended - 1} process{'es' if ended != 2 else ''} it started" if ended > 1 else ""
+        raise RunTimedOut(f"{shorten(command[0])} ran past --timeout {limit:g} s; ended it (pid {proc.pid}{others}: "
+                          f"SIGTERM, SIGKILL after {TIMEOUT_GRACE_S:g} s); its last CUDA activity: {last}")
+    finally:
+        for sig, handler in forwarded.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # the launcher itself was interrupted: leave nothing behind
+            _end_tree(proc)
+
+
+def _forward_signals(pgid: int) -> dict[int, object]:
+    """While the command runs in its own process group, what the terminal or a supervisor sends the launcher goes
+    to the group too. Returns the handlers to restore (none outside the main thread, where Python cannot set them)."""
+    def forward(sig: int, _frame: object) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    old: dict[int, object] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, forward)
+    except ValueError:  # not the main thread
+        pass
+    return old
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (children, their children, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])  # after "pid (comm) state"
+        children.setdefault(ppid, []).append(int(entry))
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _signal_tree(proc: subprocess.Popen, pids: set[int], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)  # the group, which a process that left it does not belong to: hence pids too
+    except ProcessLookupError:
+        pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _end_tree(proc: subprocess.Popen) -> int:
+    """SIGTERM to the command's group and every descendant, SIGKILL to what is left after the grace period; waits
+    for them to be gone. Returns how many processes there were."""
+    pids = _descendants(proc.pid)
+    _signal_tree(proc, pids, signal.SIGTERM)
+    try:
+        proc.wait(timeout=TIMEOUT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    pids |= _descendants(proc.pid)
+    _signal_tree(proc, pids, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5.0  # orphans are reaped by init, not by us: wait until they are gone
+    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in pids):
+        time.sleep(0.01)
+    return 1 + len(pids)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"Z"
+
+
+# native/cuda/driver/activity.c's page: magic, sequence, CLOCK_MONOTONIC ns, bytes, api[48], detail[432].
+_ACTIVITY = struct.Struct("<8sQqQ48s432s")
+
+
+def last_cuda_activity(folder: Path, now_ns: int | None = None) -> str:
+    """The most recent CUDA call any process of the run recorded in `folder` (native mode, --timeout), in words."""
+    latest: tuple[int, int, str, str, int] | None = None
+    for path in folder.glob("*.activity") if folder.is_dir() else ():
+        try:
+            magic, seq, t_ns, nbytes, api, detail = _ACTIVITY.unpack(path.read_bytes()[: _ACTIVITY.size])
+        except (OSError, struct.error):
+            continue
+        if magic != b"FGACT1\0\0" or not seq:
+            continue
+        entry = (t_ns, int(path.stem), _cstr(api), _cstr(detail), nbytes)
+        if latest is None or entry > latest:
+            latest = entry
+    if latest is None:
+        return "none recorded (the program never called FakeGPU's CUDA libraries)"
+    t_ns, pid, api, detail, nbytes = latest
+    what = api + (f" of {_kernel_name(detail)}" if detail else "") + (f", {nbytes} bytes" if nbytes else "")
+    age = "" if now_ns is None else f", {max(0, now_ns - t_ns) / 1e9:.2f} s before it was ended"
+    return f"{what} (pid {pid}{age})"
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+
+
+def _kernel_name(name: str, keep: int = 160) -> str:
+    """A kernel's name as a person reads it: demangled (libstdc++'s __cxa_demangle, when there is one), without
+    its return type and parameter list, cut to `keep` characters."""
+    shown = name
+    if name.startswith("_Z"):
+        try:
+            lib = ctypes.CDLL("libstdc++.so.6")
+            demangle = lib.__cxa_demangle
+            demangle.restype = ctypes.c_void_p
+            status = ctypes.c_int()
+            out = demangle(name.encode(), None, None, ctypes.byref(status))
+            if out and status.value == 0:
+                shown = ctypes.string_at(out).decode("utf-8", "replace")
+                ctypes.CDLL(None).free(ctypes.c_void_p(out))
+        except (OSError, AttributeError):
+            pass
+    shown = shown.removeprefix("void ")
+    if shown != name and shown.endswith(")"):
+        depth = 0
+        for i in range(len(shown) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(shown[i], 0)
+            if depth == 0:
+                shown = shown[:i]
+                break
+    return shown if len(shown) <= keep else shown[: keep - 3] + "..."
 
 
 def _refuse_a_static_cuda_runtime(program: str, env: dict[str, str]) -> None:

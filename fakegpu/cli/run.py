@@ -1,4 +1,5 @@
-"""`fakegpu run [--devices SPEC] [--mode native|fakecuda] [--memory full|accounting] -- CMD ...`."""
+"""`fakegpu run [--devices SPEC] [--mode native|fakecuda] [--memory full|accounting] [--on-device-read POLICY]
+[--timeout DURATION] -- CMD ...`."""
 
 from __future__ import annotations
 
@@ -40,12 +41,27 @@ def run(
         "$FAKEGPU_DRIVER_VERSION); its branch decides the CUDA version, so a CUDA 13 build refuses a 550 driver "
         "as on a real host.",
     ),
+    on_device_read: str | None = typer.Option(
+        None,
+        "--on-device-read",
+        help="native mode, when the program reads on the host device memory a kernel may have written (values no "
+        "GPU gives: kernels do not run): warn (default, $FAKEGPU_ON_DEVICE_READ) prints one warning at the first; "
+        "error stops the program there with exit status 86; ignore only counts them in the process report.",
+    ),
+    timeout: str | None = typer.Option(
+        None,
+        "--timeout",
+        help="End the command (its whole process tree: SIGTERM, then SIGKILL) if it runs longer than this many "
+        "seconds (units s, m, h accepted: 90s, 10m), exit status 124, naming its last CUDA activity. The command "
+        "then runs in a process group of its own.",
+    ),
 ) -> None:
     """Run CMD seeing fake GPUs; exits with CMD's status."""
     from fakegpu.launcher import run as launch
 
     try:
-        rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver)
+        rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver,
+                    on_device_read=on_device_read, timeout=timeout)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     raise typer.Exit(rc)
