@@ -116,9 +116,16 @@ def test_the_exit_status_is_one_value_in_c_and_python() -> None:
 # ---- PyTorch ----
 
 
+def _require_transformers() -> None:
+    try:
+        import transformers  # noqa: F401  (a test dependency: pyproject's [test] extra)
+    except ImportError:
+        _require("transformers is not installed (pip install -e '.[test]')", False)
+
+
 @pytest.mark.torch
 def test_gpt2_generate_warns_within_its_first_step(cuda_build, cuda_torch) -> None:
-    pytest.importorskip("transformers")
+    _require_transformers()
     # Stopped after 3 forward passes: left alone, this loop never ends under native mode.
     proc = run_fakegpu(["--devices", "a100", "--", sys.executable, str(SCRIPTS / "gpt2_generate.py"), "3"],
                        timeout=180)
@@ -130,7 +137,7 @@ def test_gpt2_generate_warns_within_its_first_step(cuda_build, cuda_torch) -> No
 
 @pytest.mark.torch
 def test_gpt2_generate_with_error_policy_exits_at_once(cuda_build, cuda_torch, tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
+    _require_transformers()
     rep = tmp_path / "rep"
     started = time.monotonic()
     proc = run_fakegpu(["--devices", "a100", "--report-dir", str(rep), "--on-device-read", "error", "--",
