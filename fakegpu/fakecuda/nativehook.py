@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from fakegpu.fakecuda.report import PROCESS_SCHEMA
-from fakegpu.fakecuda.state import process_name
+from fakegpu.shared_state import process_name
 
 _REQUESTED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB)")
 _UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}

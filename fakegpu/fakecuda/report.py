@@ -22,8 +22,8 @@ from typing import Any
 
 from fakegpu.fakecuda.fidelity import uncertainty
 from fakegpu.fakecuda.runtime import Runtime
-from fakegpu.fakecuda.state import process_name
 from fakegpu.reports import schema_id
+from fakegpu.shared_state import process_name
 
 PROCESS_SCHEMA = schema_id("fakecuda-process")
 ACTIVITY_SCHEMA = schema_id("fakecuda-activity")

@@ -16,8 +16,6 @@ import threading
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.shared_state import SUFFIX, StateFile, process_name, state_dir
 
-__all__ = ["Publisher", "process_name", "state_dir"]
-
 
 class Publisher:
     def __init__(self, runtime: Runtime, directory: str | None = None) -> None:

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from fakegpu.fakecuda.runtime import Runtime
-from fakegpu.fakecuda.state import Publisher, state_dir
-from fakegpu.shared_state import read_file
+from fakegpu.fakecuda.state import Publisher
+from fakegpu.shared_state import read_file, state_dir
 from tests.conftest import IN_CI, REPO
 
 MiB = 1 << 20
