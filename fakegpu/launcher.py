@@ -44,6 +44,7 @@ from pathlib import Path
 
 from fakegpu.devices import DEFAULT_DEVICES, effective_seed, resolve_devices
 from fakegpu.devices.table import write_table
+from fakegpu.driver import default_driver_version, driver_version_problem, is_driver_version
 from fakegpu.errors import EXIT_TIMEOUT, EXIT_USAGE, FakeGPUError, shorten
 
 MODES = ("native", "fakecuda")
@@ -112,8 +113,6 @@ del _chain
 '''
 
 
-# What NVIDIA's driver versions look like: branch.minor[.patch] (535.104.05, 550.127.08, 580.95.05).
-DRIVER_VERSION = re.compile(r"[1-9]\d{2}\.\d{1,3}(\.\d{1,3})?")
 
 
 class LaunchError(FakeGPUError):
@@ -250,9 +249,8 @@ def prepare(
     `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout).
     Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
     """
-    if driver is not None and not DRIVER_VERSION.fullmatch(driver):
-        raise LaunchUsageError(f"--driver {shorten(driver)} is not a driver version; expected one like 580.95.05 or "
-                               "550.127.08 (its branch decides the CUDA version it supports)")
+    if driver is not None and not is_driver_version(driver):
+        raise LaunchUsageError(f"--driver: {driver_version_problem(driver)}")
     if mode not in MODES:
         raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")
     if memory is not None and memory not in MEMORY_MODES:
@@ -275,7 +273,10 @@ def prepare(
         state = root / "state"
         state.mkdir()
         table = root / "devices.tbl"
-        write_table(table, resolved, spec, seed)
+        # The table names the driver too, for the readers that do not see this environment (fakegpu-procfs).
+        chosen = driver or env.get("FAKEGPU_DRIVER_VERSION") or ""
+        write_table(table, resolved, spec, seed, driver=chosen if is_driver_version(chosen) else
+                    default_driver_version())
         env.update(
             FAKEGPU_DEVICES=spec,
             FAKEGPU_SEED=seed,

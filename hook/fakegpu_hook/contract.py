@@ -30,6 +30,10 @@ SETTINGS = {
     "hook_path": ("FAKEGPU_HOOK_PATH", ""),
     "hook_stage": ("FAKEGPU_HOOK_STAGE", "createContainer"),
     "injection": ("FAKEGPU_INJECTION", "runtime"),
+    # The host's driver version (NVML, nvidia-smi, cuDriverGetVersion, /proc/driver/nvidia, the libraries' file
+    # names). Empty: the native build's default (fakegpu/data/native_versions.json). A container's own
+    # FAKEGPU_DRIVER_VERSION wins, as one-off rehearsal of another host.
+    "driver_version": ("FAKEGPU_DRIVER_VERSION", ""),
 }
 FLAG_SETTINGS = ("honour_nvidia_env",)
 # A flag given as a string is on when, stripped and lowercased, it is one of these.
@@ -47,6 +51,7 @@ RUNC_OPTIONS_WITH_VALUE = ("root", "log", "log-format", "criu", "rootless", "cgr
 # What a container asks with (its own environment).
 DEVICES_VARIABLE = "FAKEGPU_DEVICES"
 SEED_VARIABLE = "FAKEGPU_SEED"
+DRIVER_VARIABLE = "FAKEGPU_DRIVER_VERSION"
 NVIDIA_DEVICES_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 # A FAKEGPU_DEVICES that, stripped and lowercased, is one of these asks for nothing: hands off (unset counts
 # the same).
@@ -71,6 +76,10 @@ DEFAULT_DRIVER_CAPABILITIES = (UTILITY, COMPUTE)
 CAPABILITIES_ALL = "all"
 # Library names (the part before the version) that come with utility; every other library is compute's.
 UTILITY_LIBRARIES = ("libnvidia-ml.so",)
+# The driver's own libraries (the rest of the native build stands in for the CUDA toolkit's): programs open them
+# by their development names too, and a real driver installs each as <name>.<driver version> behind its soname
+# link (libcuda.so.1 -> libcuda.so.580.95.05), which tools read the driver version from.
+DRIVER_LIBRARIES = ("libcuda.so", "libnvidia-ml.so")
 # Input bounds, checked before any other work: 64 UUIDs fit in the first.
 MAX_VISIBLE_DEVICES_LENGTH = 4096
 MAX_CAPABILITIES_LENGTH = 256

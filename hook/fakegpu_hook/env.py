@@ -16,6 +16,7 @@ from fakegpu_hook.contract import (
     DEFAULT_DRIVER_CAPABILITIES,
     DEVICES_VARIABLE,
     DRIVER_CAPABILITIES,
+    DRIVER_VARIABLE,
     MAX_CAPABILITIES_LENGTH,
     MAX_VISIBLE_DEVICES_LENGTH,
     NVIDIA_ALL,
@@ -153,6 +154,24 @@ def device_request(env: Iterable[str] | None, honour_nvidia: bool = True,
         visible = None
     capabilities = driver_capabilities(env_lookup(env, NVIDIA_CAPABILITIES_VARIABLE), legacy)
     return DeviceRequest(inventory, seed, NVIDIA_DEVICES_VARIABLE, visible, capabilities)
+
+
+def requested_driver(env: Iterable[str] | None, host_driver: str) -> str:
+    """The driver a container's processes see: its own FAKEGPU_DRIVER_VERSION (the last occurrence, as
+    everywhere), else the host's setting (`driver_version`), else the native build's default. Raises
+    RequestError for a value that is not a driver version."""
+    value = env_lookup(list(env or ()), DRIVER_VARIABLE)
+    if value:
+        from fakegpu.driver import driver_version_problem, is_driver_version
+
+        if not is_driver_version(value):
+            raise RequestError(f"{DRIVER_VARIABLE}: {driver_version_problem(value)}")
+        return value
+    if host_driver:
+        return host_driver
+    from fakegpu.driver import default_driver_version
+
+    return default_driver_version()
 
 
 def resolve_request(request: DeviceRequest, seed: str) -> list[Device]:

@@ -28,7 +28,7 @@ def _scrub_environment() -> None:
 
 # The hook's options: the runtime (or a hooks.d/CDI file) writes them, so the set is small and fixed.
 _VALUE_OPTIONS = {"--native-dir": "native_dir", "--nvidia-smi": "nvidia_smi", "--state-root": "state_root",
-                  "--inventory": "inventory", "--nvidia-profile": "nvidia_profile"}
+                  "--inventory": "inventory", "--nvidia-profile": "nvidia_profile", "--driver": "driver"}
 # Only a prestart hook runs in the host's mount namespace; a createContainer hook is already inside the
 # container's, where the state's pid is the container's own pid 1 and names nothing on the host's /proc.
 # --prepared: the runtime has resolved the devices and written <state root>/<id>/devices.tbl.
@@ -47,6 +47,7 @@ class HookArgs:
         self.state_root = DEFAULTS["state_root"]
         self.inventory = DEFAULTS["inventory"]
         self.nvidia_profile = DEFAULTS["nvidia_profile"]
+        self.driver = DEFAULTS["driver_version"]  # the host's setting; empty: the default
         self.honour_nvidia_env = DEFAULTS["honour_nvidia_env"]
         self.join_mount_ns = False
         self.prepared = False
@@ -116,8 +117,8 @@ def _fields(line: str) -> dict[str, str]:
     return dict(p.partition("=")[::2] for p in line.rstrip("\n").split("\t")[1:])
 
 
-def prepared_table(path: str, spec: str, seed: str | None,
-                   visible: tuple[str, ...] | None = None) -> tuple[list[int], str] | None:
+def prepared_table(path: str, spec: str, seed: str | None, visible: tuple[str, ...] | None = None,
+                   driver: str | None = None) -> tuple[list[int], str] | None:
     """(the devices' minor numbers, seed) of a table the runtime wrote for this very request, else None."""
     try:
         with open(path, encoding="utf-8") as f:
@@ -129,6 +130,11 @@ def prepared_table(path: str, spec: str, seed: str | None,
             return None
         if fields.get("visible") != (None if visible is None else ",".join(visible)):
             return None
+        if driver is not None:
+            from fakegpu.driver import default_driver_version
+
+            if fields.get("driver", default_driver_version()) != driver:  # a table without one: the default's
+                return None
         minors = [int(_fields(line)["minor_number"]) for line in lines[1:] if line.startswith("device\t")]
         if len(minors) != int(fields["count"]):
             return None
@@ -140,7 +146,7 @@ def prepared_table(path: str, spec: str, seed: str | None,
 def run(state_text: str, args: HookArgs, log: HookLog) -> None:
     from fakegpu.locations import COMPILED_CATALOG_TABLE
     from fakegpu_hook.contract import DEVICE_TABLE_NAME
-    from fakegpu_hook.env import device_request, resolve_request
+    from fakegpu_hook.env import device_request, requested_driver, resolve_request
     from fakegpu_hook.inject import Injection, plan_injection
     from fakegpu_hook.oci import Spec, read_state
     from fakegpu_hook.rootfs import Root
@@ -155,10 +161,12 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
         log("the container asks for no devices; nothing to do")
         return
     settings = Settings(native_lib_dir=args.native_dir, nvidia_smi=args.nvidia_smi).resolved()
+    driver = requested_driver(spec.env, args.driver)
 
     host_dir = os.path.join(args.state_root, state["id"])
     table = os.path.join(host_dir, DEVICE_TABLE_NAME)
-    prepared = prepared_table(table, request.spec, request.seed, request.visible) if args.prepared else None
+    prepared = (prepared_table(table, request.spec, request.seed, request.visible, driver) if args.prepared
+                else None)
     if prepared is not None:
         minors, seed = prepared
         log(f"{request.summary(len(minors), seed)} (table by the runtime)")
@@ -170,14 +178,14 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
         devices = resolve_request(request, seed)
         minors = [d.minor_number for d in devices]
         make_container_dir(args.state_root, state["id"], may_mount=False)
-        write_table(table, devices, request.spec, seed, request.visible)
+        write_table(table, devices, request.spec, seed, request.visible, driver)
         log(request.summary(len(minors), seed))
 
     if args.join_mount_ns:
         _enter_mount_namespace(state.get("pid"))
     with Root(spec.root_path(bundle)) as root:
         plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table, COMPILED_CATALOG_TABLE,
-                              shared_state_dir(host_dir), minors, request.capabilities)
+                              shared_state_dir(host_dir), minors, request.capabilities, driver)
         for note in plan.notes:
             log(note)
         log(f"libraries go to {plan.lib_dir}")

@@ -14,6 +14,7 @@ from fakegpu_hook.contract import (
     CONTAINER_DIR,
     CONTAINER_NVIDIA_SMI,
     DRIVER_CAPABILITIES,
+    DRIVER_LIBRARIES,
     UTILITY,
     UTILITY_LIBRARIES,
 )
@@ -31,8 +32,6 @@ _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 # Where a glibc image's own libc lives is, by construction, a directory its loader searches by default.
 # The folder in the image's library folder onto which the native build's folder is mounted.
 LIB_SUBDIR = "fakegpu"
-# The driver's libraries, which programs open by their development names too.
-DEVELOPMENT_LINKS = ("libcuda.so", "libnvidia-ml.so")
 _GLIBC_DIRS = ("usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu",
                "lib/aarch64-linux-gnu", "usr/lib64", "lib64", "usr/lib", "lib")
 
@@ -81,14 +80,16 @@ def _capability(name: str) -> str:
 
 def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str, catalog: str,
                    state_dir: str, minors: Sequence[int],
-                   capabilities: Collection[str] = DRIVER_CAPABILITIES) -> Plan:
+                   capabilities: Collection[str] = DRIVER_CAPABILITIES, driver: str = "") -> Plan:
     """The native build's folder is bind-mounted once, read-only, onto `<libdir>/fakegpu` (LIB_SUBDIR), and
     every library name the loader looks up is a link in `<libdir>` into it: one mount instead of one per
     library (each mount and each mount target costs runc and the image's storage driver a round trip). A
     library the build folder only links to from elsewhere cannot be reached through that mount: it gets its own
     file mount, as before. `minors` are the GPUs' /dev/nvidiaN numbers (the host's, for a selection);
     `capabilities` (NVIDIA_DRIVER_CAPABILITIES) decide which libraries come: utility NVML and nvidia-smi,
-    compute the CUDA libraries and the UVM nodes, as NVIDIA's runtime splits its driver's files."""
+    compute the CUDA libraries and the UVM nodes, as NVIDIA's runtime splits its driver's files. With a
+    `driver` version, the driver's own libraries (contract.DRIVER_LIBRARIES) take a real driver's names:
+    `libcuda.so.<driver>` is the link into the folder and the soname links to it."""
     plan = Plan(library_dir(root))
     utility, compute = UTILITY in capabilities, COMPUTE in capabilities
     libs = sorted(os.listdir(native_lib_dir)) if os.path.isdir(native_lib_dir) else []
@@ -97,11 +98,19 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
     native = os.path.realpath(native_lib_dir) if libs else ""
     sub = f"{plan.lib_dir}/{LIB_SUBDIR}"
     inside: list[str] = []  # names reachable through the folder mount
+    soname_of: dict[str, str] = {}  # a driver library's versioned path -> its soname, what development links name
 
     def place(name: str, mode: int) -> None:
         if stat.S_ISREG(mode):  # a file of the folder itself: reached through the folder mount
             inside.append(name)
-            plan.links.append((f"{plan.lib_dir}/{name}", f"{LIB_SUBDIR}/{name}"))
+            split = _split_shared_object(name)
+            if driver and split and split[1] and split[0] in DRIVER_LIBRARIES:
+                real = f"{split[0]}.{driver}"
+                plan.links.append((f"{plan.lib_dir}/{real}", f"{LIB_SUBDIR}/{name}"))
+                plan.links.append((f"{plan.lib_dir}/{name}", real))
+                soname_of[f"{plan.lib_dir}/{real}"] = name
+            else:
+                plan.links.append((f"{plan.lib_dir}/{name}", f"{LIB_SUBDIR}/{name}"))
         elif os.path.isfile(os.path.join(native_lib_dir, name)):  # a link out of the folder
             plan.files.append((os.path.realpath(os.path.join(native_lib_dir, name)), f"{plan.lib_dir}/{name}"))
 
@@ -127,8 +136,8 @@ def plan_injection(root: Root, native_lib_dir: str, nvidia_smi: str, table: str,
         folder, _, name = dest.rpartition("/")
         split = _split_shared_object(name)
         base = f"{folder}/{split[0]}" if split and split[1] else dest
-        if base != dest and base not in taken and os.path.basename(base) in DEVELOPMENT_LINKS:
-            plan.links.append((base, os.path.basename(dest)))
+        if base != dest and base not in taken and os.path.basename(base) in DRIVER_LIBRARIES:
+            plan.links.append((base, soname_of.get(dest, name)))
             taken.add(base)
     # The shims' installed layout keeps the catalog beside libnvidia-ml.so.1; they resolve FAKEGPU_DEVICES
     # with it in processes that have no FAKEGPU_DEVICE_TABLE (those started by `docker exec`).

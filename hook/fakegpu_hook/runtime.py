@@ -119,7 +119,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
     """Validate the request, write the device table, then either prepare the root and add the mounts and
     device nodes (injection "runtime") or add the hook (injection "hook"); raises with a message meant for
     the `docker run` user."""
-    from fakegpu_hook.env import RequestError, device_request, resolve_request
+    from fakegpu_hook.env import RequestError, device_request, requested_driver, resolve_request
     from fakegpu_hook.oci import Spec
 
     spec = Spec.load(os.path.join(bundle, "config.json"))
@@ -133,6 +133,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
         # The hook runs with a minimal environment, so FAKEGPU_SEED from dockerd's environment is not used here.
         seed = request.seed if request.seed is not None else DEFAULT_SEED
         devices = resolve_request(request, seed)
+        driver = requested_driver(spec.env, settings.driver_version)
     except RequestError as exc:
         raise RuntimeError_(str(exc)) from exc
     settings = settings.resolved()
@@ -145,7 +146,8 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
 
         try:
             host_dir = make_container_dir(settings.state_root, container_id)
-            write_table(os.path.join(host_dir, DEVICE_TABLE_NAME), devices, request.spec, seed, request.visible)
+            write_table(os.path.join(host_dir, DEVICE_TABLE_NAME), devices, request.spec, seed, request.visible,
+                        driver)
         except (OSError, StateRootError) as exc:
             cleanup_state(container_id, settings.state_root)  # a folder made half-way goes too
             raise RuntimeError_(f"cannot write the device table: {exc}" if host_dir else str(exc)) from exc
@@ -154,7 +156,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
         # the hook makes stand-ins there.
         if settings.injection == "runtime" and host_dir and not _user_namespace(spec):
             _inject_by_runtime(spec, bundle, settings, host_dir, [d.minor_number for d in devices],
-                               request.capabilities, request.summary(len(devices), seed))
+                               request.capabilities, request.summary(len(devices), seed), driver)
         else:
             _add_hook(spec, settings, prepared=bool(host_dir))
         spec.flush()
@@ -165,7 +167,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
 
 
 def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, minors: list[int], capabilities,
-                       summary: str) -> None:
+                       summary: str, driver: str) -> None:
     """Everything the hook would do, minus its process: the targets are made in the container root from here
     (the root is mounted at create, and no container process exists yet), and runc bind-mounts onto them and
     makes the device nodes from config.json. One Python process per container start instead of two."""
@@ -182,7 +184,7 @@ def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, minors: list[
         with Root(spec.root_path(bundle), cache_dirs=True) as root:
             plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi,
                                   os.path.join(host_dir, DEVICE_TABLE_NAME), COMPILED_CATALOG_TABLE,
-                                  shared_state_dir(host_dir), minors, capabilities)
+                                  shared_state_dir(host_dir), minors, capabilities, driver)
             check_covering_mounts(root, plan, spec.data.get("mounts"))
             prepare_targets(root, plan)
     except (OSError, RootfsError) as exc:
@@ -208,6 +210,8 @@ def _add_hook(spec, settings, prepared: bool) -> None:
             "--state-root", settings.state_root, "--inventory", settings.inventory_spec()]
     if not settings.honour_nvidia_env:
         args.append("--ignore-nvidia-env")
+    if settings.driver_version:
+        args += ["--driver", settings.driver_version]
     if settings.hook_stage == "prestart":
         args.append("--join-mount-ns")
     if prepared:

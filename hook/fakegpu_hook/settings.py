@@ -40,6 +40,7 @@ class Settings:
     hook_path: str
     hook_stage: str
     injection: str
+    driver_version: str
 
     def __init__(self, **values: object) -> None:
         unknown = set(values) - set(DEFAULTS)
@@ -138,6 +139,11 @@ def load_settings(environ: dict[str, str] | None = None) -> Settings:
         raise SettingsError(f"hook_stage {settings.hook_stage!r} is not one of {HOOK_STAGES}")
     if settings.injection not in INJECTIONS:
         raise SettingsError(f"injection {settings.injection!r} is not one of {INJECTIONS}")
+    if settings.driver_version:
+        from fakegpu.driver import driver_version_problem, is_driver_version
+
+        if not is_driver_version(settings.driver_version):
+            raise SettingsError(f"driver_version: {driver_version_problem(settings.driver_version)}")
     return settings
 
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py */
+#include "fg_driver.h"
 #include "fg_sha256.h"
 #include "fg_table.h"
 
@@ -250,6 +251,9 @@ static int read_device_table(const char *path, fg_devset *out, char *err, size_t
             const char *seed = fg_record_get(&t.header, "seed");
             fg_strlcpy(out->spec, spec ? spec : "", sizeof out->spec);
             fg_strlcpy(out->seed, seed ? seed : "", sizeof out->seed);
+            const char *driver = fg_record_get(&t.header, "driver");
+            if (driver && fg_is_driver_version(driver))
+                fg_strlcpy(out->driver, driver, sizeof out->driver);
         }
     }
     fg_table_free(&t);
@@ -499,6 +503,43 @@ static int spec_is_none(const char *spec)
         if (strcmp(norm, off[i]) == 0)
             return 1;
     return 0;
+}
+
+/* The table fg_devices_load reads, or NULL when it resolves FAKEGPU_DEVICES (or nothing). */
+static const char *table_path(void)
+{
+    const char *table = getenv("FAKEGPU_DEVICE_TABLE");
+    if (table && *table)
+        return table;
+    if (!getenv("FAKEGPU_DEVICES") && access(FG_CONTAINER_DEVICE_TABLE, R_OK) == 0)
+        return FG_CONTAINER_DEVICE_TABLE;
+    return NULL;
+}
+
+int fg_devices_table_driver(char *buf, size_t len)
+{
+    const char *path = table_path();
+    FILE *f = path ? fopen(path, "re") : NULL;
+    if (!f)
+        return 0;
+    char line[4096];
+    int found = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#')
+            continue;
+        if (strncmp(line, "fakegpu-device-table\t", 21))
+            break;
+        line[strcspn(line, "\n")] = '\0';
+        char *save = NULL;
+        for (char *field = strtok_r(line, "\t", &save); field; field = strtok_r(NULL, "\t", &save))
+            if (!strncmp(field, "driver=", 7) && fg_is_driver_version(field + 7) && strlen(field + 7) < len) {
+                fg_strlcpy(buf, field + 7, len);
+                found = 1;
+            }
+        break;
+    }
+    fclose(f);
+    return found;
 }
 
 int fg_devices_load(fg_devset *out, char *err, size_t errlen)

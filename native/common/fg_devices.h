@@ -52,6 +52,7 @@ typedef struct {
     fg_device dev[FG_MAX_DEVICES];
     char spec[FG_MAX_SPEC_LENGTH + 1];
     char seed[FG_MAX_SEED_LENGTH + 1];
+    char driver[16]; /* the table's driver= (fakegpu/devices/table.py), else empty */
     char source[512]; /* which file or spec the devices came from, for diagnostics */
 } fg_devset;
 
@@ -72,6 +73,11 @@ FG_HIDDEN int fg_devices_from_spec(const char *spec, const char *seed, const cha
 
 /* Identity fields exactly as Device.create computes them. */
 FG_HIDDEN void fg_identity(const char *seed, unsigned index, const char *profile_id, fg_device *d);
+
+/* The driver version the device table this process reads names (its header's driver=, written by the container
+ * runtime and `fakegpu run`): 1 with buf filled, else 0 (no table, no driver= or not a driver version). Reads
+ * the header line only. */
+FG_HIDDEN int fg_devices_table_driver(char *buf, size_t len);
 
 /* The catalog path this process would use (env, baked-in path, next to the library). */
 FG_HIDDEN const char *fg_catalog_path(char *buf, size_t len);

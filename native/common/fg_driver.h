@@ -1,12 +1,16 @@
 /* The one driver FakeGPU stands in for, asked by NVML (and so nvidia-smi) and by libcuda alike, so every
- * surface of a host reports the same driver: fakegpu/data/native_versions.json's unless FAKEGPU_DRIVER_VERSION
- * and FAKEGPU_CUDA_VERSION say otherwise. */
+ * surface of a host reports the same driver: the process's FAKEGPU_DRIVER_VERSION, else the driver its device
+ * table names (the container runtime resolves one per container: hook/fakegpu_hook/env.py requested_driver),
+ * else fakegpu/data/native_versions.json's; FAKEGPU_CUDA_VERSION overrides the CUDA version. */
 #ifndef FG_DRIVER_H
 #define FG_DRIVER_H
 
 #include <stddef.h>
 
 #include "fg_log.h"
+
+/* Whether text has NVIDIA's form: fakegpu/driver.py's is_driver_version. */
+FG_HIDDEN int fg_is_driver_version(const char *text);
 
 /* The driver version string ("580.95.05"). */
 FG_HIDDEN const char *fg_driver_version(char *buf, size_t len);

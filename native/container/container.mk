@@ -3,11 +3,12 @@
 CT_SRC  := $(wildcard container/*.c)
 CT_OBJ  := $(CT_SRC:%.c=$(OBJ)/%.o)
 CT_BIN  := $(B)/bin/fakegpu-create
-CT_COMMON_OBJ := $(OBJ)/common/fg_devices.o $(OBJ)/common/fg_table.o $(OBJ)/common/fg_sha256.o $(OBJ)/common/fg_log.o
+CT_COMMON_OBJ := $(OBJ)/common/fg_devices.o $(OBJ)/common/fg_driver.o $(OBJ)/common/fg_table.o \
+                 $(OBJ)/common/fg_sha256.o $(OBJ)/common/fg_log.o
 
 all: $(CT_BIN)
 
-$(OBJ)/container/%.o: container/%.c | $(GEN)/fg_contract.h
+$(OBJ)/container/%.o: container/%.c | $(GEN)/fg_contract.h $(GEN)/fg_versions.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icontainer -c $< -o $@
 

@@ -200,7 +200,7 @@ int main(int argc, char **argv)
     if (fg_table_read(catalog, &cat, err, sizeof err) != FG_TABLE_OK)
         fg_defer("catalog: %s", err);
     buf_t table = {0};
-    if (render_table(&table, &set, &cat, req.spec, seed, req.visible) != 0)
+    if (render_table(&table, &set, &cat, req.spec, seed, req.visible, req.driver) != 0)
         fg_defer("a profile missing from the catalog");
     char *low = which(s.low_level_runtime);
     if (!low)
@@ -240,8 +240,8 @@ int main(int argc, char **argv)
     if (no2 && *no2)
         r.use_openat2 = 0;
     if (opened != 0 ||
-        fg_plan_make(&plan, &r, lib, smi, table_path, catalog, shared_dir, minors, set.count, req.caps, err,
-                     sizeof err) != 0 ||
+        fg_plan_make(&plan, &r, lib, smi, table_path, catalog, shared_dir, minors, set.count, req.caps,
+                     req.driver, err, sizeof err) != 0 ||
         fg_plan_prepare(&plan, &r, err, sizeof err) != 0) {
         remove_tree(host_dir);
         report_error("cannot prepare the container root: %s", err);

@@ -8,6 +8,6 @@
 
 /* 0, or -1 when a device's profile is missing from the catalog. visible: NULL, or the header's visible=. */
 int render_table(buf_t *b, const fg_devset *set, const fg_table *cat, const char *spec, const char *seed,
-                 const char *visible);
+                 const char *visible, const char *driver);
 
 #endif

@@ -113,15 +113,37 @@ static mode_t lstat_mode(const char *dir, const char *name)
     return lstat(path, &st) == 0 ? st.st_mode : 0;
 }
 
+/* Whether the 'libX.so' part (base_len bytes of name) is one of contract.DRIVER_LIBRARIES. */
+static int driver_library(const char *name, size_t base_len)
+{
+    static const char *const names[] = {FG_DRIVER_LIBRARIES};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strlen(names[i]) == base_len && !strncmp(name, names[i], base_len))
+            return 1;
+    return 0;
+}
+
 /* place() of plan_injection: a file of the folder is reached through the folder mount, a link out of it gets
- * its own file mount. */
+ * its own file mount. With a driver version, a driver library's link into the folder takes the real driver's
+ * name (libcuda.so.<driver>) and the soname links to that; soname_of records (versioned path, soname). */
 static int place(fg_plan *p, const char *dir, const char *name, mode_t mode, char **inside, size_t *ninside,
-                 char *err, size_t errlen)
+                 const char *driver, fg_pair *soname_of, size_t *nsoname, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (S_ISREG(mode)) {
         inside[(*ninside)++] = (char *)name;
+        int versioned = 0;
+        size_t base_len = split_so(name, &versioned);
+        if (driver && *driver && base_len && versioned && driver_library(name, base_len) && *nsoname < 8) {
+            char real[256];
+            snprintf(real, sizeof real, "%.*s.%s", (int)base_len, name, driver);
+            soname_of[*nsoname].a = fmt("%s/%s", p->lib_dir, real);
+            soname_of[(*nsoname)++].b = (char *)name;
+            return add(p->links, &p->nlinks, fmt("%s/%s", p->lib_dir, real), fmt("%s/%s", LIB_SUBDIR, name), err,
+                       errlen) ||
+                   add(p->links, &p->nlinks, fmt("%s/%s", p->lib_dir, name), strdup(real), err, errlen);
+        }
         return add(p->links, &p->nlinks, fmt("%s/%s", p->lib_dir, name), fmt("%s/%s", LIB_SUBDIR, name), err,
                    errlen);
     }
@@ -148,8 +170,10 @@ static unsigned library_capability(const char *name)
 
 int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const char *nvidia_smi, const char *table,
                  const char *catalog, const char *state_dir, const unsigned *minors, unsigned device_count,
-                 unsigned caps, char *err, size_t errlen)
+                 unsigned caps, const char *driver, char *err, size_t errlen)
 {
+    fg_pair soname_of[8];
+    size_t nsoname = 0;
     int utility = !!(caps & capability_bit(FG_UTILITY)), compute = !!(caps & capability_bit(FG_COMPUTE));
     snprintf(p->lib_dir, sizeof p->lib_dir, "/usr/lib");
     for (size_t i = 0; i < sizeof GLIBC_DIRS / sizeof GLIBC_DIRS[0]; i++) {
@@ -212,7 +236,7 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
                 continue;
             }
         }
-        if (place(p, native_lib_dir, libs[i], mode, inside, &ninside, err, errlen))
+        if (place(p, native_lib_dir, libs[i], mode, inside, &ninside, driver, soname_of, &nsoname, err, errlen))
             goto out;
     }
     /* Development links (libnvidia-ml.so, libcuda.so) for sonames reached through the folder mount or mounted
@@ -236,20 +260,25 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
             continue;
         char base_name[256];
         snprintf(base_name, sizeof base_name, "%.*s", (int)base_len, name);
-        if (strcmp(base_name, "libcuda.so") && strcmp(base_name, "libnvidia-ml.so"))
+        if (!driver_library(name, base_len))
             continue;
         char base[PATH_MAX];
         snprintf(base, sizeof base, "%.*s/%s", (int)(slash - cand[i]), cand[i], base_name);
         if (taken(p, base))
             continue;
-        if (add(p->links, &p->nlinks, strdup(base), strdup(name), err, errlen)) {
+        const char *target = name;
+        for (size_t k = 0; k < nsoname; k++)
+            if (!strcmp(soname_of[k].a, cand[i]))
+                target = soname_of[k].b;
+        if (add(p->links, &p->nlinks, strdup(base), strdup(target), err, errlen)) {
             free(cand);
             goto out;
         }
     }
     free(cand);
-    if (has_catalog && (utility || compute) && place(p, native_lib_dir, FG_CATALOG_TABLE_NAME, lstat_mode(native_lib_dir, FG_CATALOG_TABLE_NAME), inside,
-                             &ninside, err, errlen))
+    if (has_catalog && (utility || compute) &&
+        place(p, native_lib_dir, FG_CATALOG_TABLE_NAME, lstat_mode(native_lib_dir, FG_CATALOG_TABLE_NAME), inside,
+              &ninside, NULL, soname_of, &nsoname, err, errlen))
         goto out;
     if (ninside && add(p->lib_dirs, &p->nlib_dirs, strdup(native), strdup(sub), err, errlen))
         goto out;
@@ -293,6 +322,8 @@ int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const ch
     }
     rc = 0;
 out:
+    for (size_t k = 0; k < nsoname; k++)
+        free(soname_of[k].a);
     free(inside);
     for (size_t i = 0; i < nlibs; i++)
         free(libs[i]);

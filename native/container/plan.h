@@ -39,10 +39,11 @@ typedef struct {
 void fg_plan_init(fg_plan *p);
 
 /* 0, or -1 with err (too many entries for the plan's fixed tables). minors: the devices' /dev/nvidiaN numbers;
- * caps: the granted driver capabilities (request.h's mask), which decide the libraries and the UVM nodes. */
+ * caps: the granted driver capabilities (request.h's mask), which decide the libraries and the UVM nodes;
+ * driver: the driver version the driver's own libraries are named after (NULL or empty: sonames only). */
 int fg_plan_make(fg_plan *p, fg_root *root, const char *native_lib_dir, const char *nvidia_smi, const char *table,
                  const char *catalog, const char *state_dir, const unsigned *minors, unsigned device_count,
-                 unsigned caps, char *err, size_t errlen);
+                 unsigned caps, const char *driver, char *err, size_t errlen);
 
 /* Make every mount target and link in the container root; 0, or -1 with err. */
 int fg_plan_prepare(const fg_plan *p, fg_root *root, char *err, size_t errlen);

@@ -6,6 +6,8 @@
 
 #include "files.h"
 #include "fg_devices.h" /* FG_MAX_SPEC_LENGTH */
+#include "fg_driver.h"
+#include "fg_versions.h" /* FG_NATIVE_DRIVER_VERSION */
 #include "fg_json.h"
 
 /* The string setting a config key names, NULL when it names none (flags: flag_slot). */
@@ -263,8 +265,26 @@ static unsigned capabilities(const char *v, int legacy)
 
 /* 1 with a request, 0 when the container asks for nothing. Non-ASCII values go to Python, whose strip() and
  * lower() know all of Unicode. */
+/* env.py's requested_driver; a value it would refuse goes to Python, which words the error. */
+static const char *requested_driver(char **env, int n, const settings *s)
+{
+    const char *v = env_lookup(env, n, FG_DRIVER_VARIABLE);
+    if (v && *v) {
+        if (!fg_is_driver_version(v))
+            fg_defer(FG_DRIVER_VARIABLE " is not a driver version");
+        return v;
+    }
+    if (*s->driver_version) {
+        if (!fg_is_driver_version(s->driver_version))
+            fg_defer("the driver_version setting is not a driver version");
+        return s->driver_version;
+    }
+    return FG_NATIVE_DRIVER_VERSION;
+}
+
 int device_request(char **env, int n, const settings *s, request *r)
 {
+    r->driver = NULL;
     const char *seed = env_lookup(env, n, FG_SEED_VARIABLE);
     r->seed = seed && *seed ? seed : NULL;
     r->visible = NULL;
@@ -277,6 +297,7 @@ int device_request(char **env, int n, const settings *s, request *r)
             return 0;
         r->spec = strdup(value);
         r->source = FG_DEVICES_VARIABLE;
+        r->driver = requested_driver(env, n, s);
         return 1;
     }
     if (!s->honour_nvidia_env)
@@ -313,5 +334,6 @@ int device_request(char **env, int n, const settings *s, request *r)
     else
         fg_defer("nvidia_profile past its length limit");
     r->source = FG_NVIDIA_DEVICES_VARIABLE;
+    r->driver = requested_driver(env, n, s);
     return 1;
 }

@@ -23,6 +23,7 @@ typedef struct {
      * none (env.py's DeviceRequest.visible). */
     char *visible;
     unsigned caps; /* bit i: FG_DRIVER_CAPABILITIES[i] granted */
+    const char *driver; /* env.py's requested_driver: the container's, the setting's, or the default */
 } request;
 
 /* Hand the create to the Python runtime (exec; does not return). */

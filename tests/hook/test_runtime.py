@@ -202,12 +202,16 @@ def test_runtime_injection_adds_mounts_and_devices(bundle, runtime_env, tmp_path
     assert "FAKEGPU_DEVICE_TABLE=/run/fakegpu/devices.tbl" in got["process"]["env"]
     # Mount targets and the development link exist in the root, made from the host before runc runs.
     root = b / "rootfs"
-    assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") == "fakegpu/libnvidia-ml.so.1"
+    # As a real driver installs it: the soname links to the file named after the driver version.
+    driver = json.loads((REPO / "fakegpu" / "data" / "native_versions.json").read_text())["driver_version"]
+    assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1") == f"libnvidia-ml.so.{driver}"
+    assert os.readlink(root / f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{driver}") == "fakegpu/libnvidia-ml.so.1"
     assert os.readlink(root / "usr/lib/x86_64-linux-gnu/catalog.tbl") == "fakegpu/catalog.tbl"
     assert (root / "usr/lib/x86_64-linux-gnu/fakegpu").is_dir()
     assert os.readlink(root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so") == "libnvidia-ml.so.1"
     assert (root / "usr/bin/nvidia-smi").is_file() and (root / "run/fakegpu").is_dir()
     assert "count=2" in (state / "devices.tbl").read_text()
+    assert f"\tdriver={driver}\n" in (state / "devices.tbl").read_text()
     log = (state / "inject.log").read_text()
     assert "2 devices from FAKEGPU_DEVICES='a100:2'" in log and "made by runc" in log
     # A retried create on the same bundle adds nothing twice.
@@ -272,3 +276,55 @@ def test_the_last_of_a_repeated_variable_wins_as_under_cri(bundle, runtime_env, 
     assert "\tcount=2\tspec=h100:2\t" in table
     devices = json.loads((b / "config.json").read_text())["linux"]["devices"]
     assert [d["path"] for d in devices][-2:] == ["/dev/nvidia0", "/dev/nvidia1"]
+
+
+def _with_env(b: Path, *entries: str) -> None:
+    data = json.loads((b / "config.json").read_text())
+    data["process"]["env"].extend(entries)
+    (b / "config.json").write_text(json.dumps(data, indent=2))
+
+
+@pytest.mark.parametrize(("entries", "setting", "want"), [
+    ((), None, None), (("FAKEGPU_DRIVER_VERSION=550.127.08",), None, "550.127.08"),
+    ((), "535.104.05", "535.104.05"), (("FAKEGPU_DRIVER_VERSION=570.86.15",), "535.104.05", "570.86.15")])
+def test_one_driver_names_the_table_and_the_libraries(entries, setting, want, bundle, runtime_env, tmp_path,
+                                                      native):
+    # The container's own choice, else the host's setting, else the default: the table tells every process in the
+    # container (docker exec ones too), and the driver's library file is named after it as a real driver's is.
+    want = want or json.loads((REPO / "fakegpu" / "data" / "native_versions.json").read_text())["driver_version"]
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)}
+    if setting:
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps({"driver_version": setting}))
+        env["FAKEGPU_CONFIG"] = str(config)
+    b = bundle("gpu")
+    _with_env(b, *entries)
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    assert result.returncode == 0, result.stderr
+    header = (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "devices.tbl").read_text().splitlines()[1]
+    assert header.endswith(f"\tdriver={want}")
+    lib = b / "rootfs" / "usr/lib/x86_64-linux-gnu"
+    assert os.readlink(lib / "libnvidia-ml.so.1") == f"libnvidia-ml.so.{want}"
+    assert os.readlink(lib / f"libnvidia-ml.so.{want}") == "fakegpu/libnvidia-ml.so.1"
+
+
+@pytest.mark.parametrize("value", ["latest", "58", "580.95.05.1", "5" * 100_000])
+def test_a_driver_that_is_not_a_version_fails_the_create_clearly(value, bundle, runtime_env, tmp_path):
+    b = bundle("gpu")
+    _with_env(b, f"FAKEGPU_DRIVER_VERSION={value}")
+    before = (b / "config.json").read_bytes()
+    result = run_runtime(create_args(b, tmp_path / "log.json"), runtime_env)
+    assert result.returncode != 0
+    assert "FAKEGPU_DRIVER_VERSION" in result.stderr and "expected one like 580.95.05" in result.stderr
+    assert len(result.stderr) < 600  # a huge value is never echoed whole
+    assert (b / "config.json").read_bytes() == before
+    assert not (Path(runtime_env["FAKEGPU_STATE_ROOT"]) / "ctr-1").exists()
+    assert runc_calls(runtime_env) == []
+
+
+def test_a_driver_setting_that_is_not_a_version_is_refused(bundle, runtime_env, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"driver_version": "r580"}))
+    result = run_runtime(create_args(bundle("gpu"), tmp_path / "log.json"),
+                         {**runtime_env, "FAKEGPU_CONFIG": str(config)})
+    assert result.returncode != 0 and "driver_version: 'r580' is not a driver version" in result.stderr

@@ -95,6 +95,40 @@ print(buf.value.decode(), v.value, n.value)
                     "550.127.08": ["550.127.08", "12040", "12040"], "570.133.20": ["570.133.20", "12080", "12080"]}
 
 
+def test_the_device_table_names_the_driver_for_processes_without_the_variable(cuda_env: dict[str, str],
+                                                                             tmp_path: Path) -> None:
+    # In a container the runtime resolves the driver once and writes it into the table, which every process
+    # there reads (docker exec ones too, whose environment is the image's); a process's own variable still wins.
+    from fakegpu.devices import resolve_devices
+    from fakegpu.devices.table import write_table
+
+    code = """
+import ctypes, os
+lib = os.environ["FAKEGPU_LIB"]
+cuda = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
+nvml = ctypes.CDLL(os.path.join(lib, "libnvidia-ml.so.1"))
+v, n = ctypes.c_int(), ctypes.c_int()
+buf = ctypes.create_string_buffer(80)
+assert cuda.cuDriverGetVersion(ctypes.byref(v)) == 0 and nvml.nvmlInit_v2() == 0
+assert nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(n)) == 0
+assert nvml.nvmlSystemGetDriverVersion(buf, 80) == 0
+print(buf.value.decode(), v.value, n.value)
+"""
+    seen = {}
+    for table_driver, variable in (("550.127.08", None), ("550.127.08", "570.133.20"), ("r550", None)):
+        table = tmp_path / f"devices-{table_driver}-{variable}.tbl"
+        write_table(table, resolve_devices("a100:1", seed="0"), "a100:1", "0", driver=table_driver)
+        env = dict(cuda_env, FAKEGPU_DEVICE_TABLE=str(table),
+                   **({"FAKEGPU_DRIVER_VERSION": variable} if variable else {}))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        seen[table_driver, variable] = out.stdout.split()
+    assert seen == {("550.127.08", None): ["550.127.08", "12040", "12040"],
+                    ("550.127.08", "570.133.20"): ["570.133.20", "12080", "12080"],
+                    # not a driver version: ignored, the default stands
+                    ("r550", None): [NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION, NATIVE_CUDA_VERSION]}
+
+
 def test_one_copy_of_the_native_versions(cuda_env: dict[str, str], tmp_path: Path) -> None:
     # fakegpu/data/native_versions.json is compiled into libcuda and NVML (tools/gen_cuda_versions.py).
     data = json.loads((REPO / "fakegpu" / "data" / "native_versions.json").read_text())

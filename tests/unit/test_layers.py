@@ -87,8 +87,8 @@ def test_the_check_sees_a_planted_cycle(tmp_path, monkeypatch):
 # The container integration (hook/, package fakegpu_hook) stands beside fakegpu's rooms: the CLI drives it, and it
 # uses this small part of fakegpu only, all of it standard library on import (hook/README.md says the same).
 HOOK = PACKAGE.parent / "hook" / "fakegpu_hook"
-HOOK_USES = {"fakegpu", "fakegpu.atomic_file", "fakegpu.devices", "fakegpu.devices.table", "fakegpu.errors",
-             "fakegpu.locations"}
+HOOK_USES = {"fakegpu", "fakegpu.atomic_file", "fakegpu.devices", "fakegpu.devices.table", "fakegpu.driver",
+             "fakegpu.errors", "fakegpu.locations"}
 
 
 def test_only_the_cli_drives_the_container_integration():
@@ -106,7 +106,8 @@ def test_the_container_integration_imports_the_standard_library_only():
     # What a create, the hook and the install commands import, in an interpreter as isolated as the sh front's.
     code = ("import sys; sys.path[:0] = sys.argv[1:]\n"
             "import fakegpu_hook.runtime, fakegpu_hook.hook, fakegpu_hook.front, fakegpu_hook.cdi, "
-            "fakegpu_hook.daemon_json, fakegpu_hook.inject, fakegpu_hook.settings, fakegpu.devices.table\n"
+            "fakegpu_hook.daemon_json, fakegpu_hook.inject, fakegpu_hook.settings, fakegpu.devices.table, "
+            "fakegpu.driver\n"
             "from fakegpu.devices import resolve_devices; resolve_devices('a100:2')\n"
             "names = {m.split('.')[0] for m in sys.modules}\n"
             "print(sorted(names - set(sys.stdlib_module_names) - {'__main__', 'fakegpu', 'fakegpu_hook'}))")
