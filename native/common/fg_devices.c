@@ -465,6 +465,23 @@ int fg_devices_from_spec(const char *spec, const char *seed, const char *catalog
 }
 
 
+const char *fg_vbios_version(const fg_device *d, int upper, char *buf, size_t len)
+{
+    /* VBIOS majors by generation as real boards report them (A100 92.00..., H100 96.00...). */
+    static const struct {
+        const char *arch;
+        unsigned major;
+    } majors[] = {{"maxwell", 0x84}, {"pascal", 0x86}, {"volta", 0x88}, {"turing", 0x90},
+                  {"ampere", 0x92},  {"ada", 0x95},    {"hopper", 0x96}, {"blackwell", 0x97}};
+    unsigned major = 0x92;
+    for (size_t i = 0; i < sizeof majors / sizeof majors[0]; i++)
+        if (!strcmp(d->architecture, majors[i].arch))
+            major = majors[i].major;
+    snprintf(buf, len, upper ? "%02X.00.%02X.00.%02X" : "%02x.00.%02x.00.%02x", major,
+             (d->pci_device_id >> 4) & 0xFF, d->pci_device_id & 0x0F);
+    return buf;
+}
+
 const char *fg_catalog_path(char *buf, size_t len)
 {
     const char *env = getenv("FAKEGPU_CATALOG_TABLE");

@@ -79,6 +79,10 @@ FG_HIDDEN void fg_identity(const char *seed, unsigned index, const char *profile
  * the header line only. */
 FG_HIDDEN int fg_devices_table_driver(char *buf, size_t len);
 
+/* The board's VBIOS version, "92.00.2B.00.02" (upper: as NVML and nvidia-smi print it) or "92.00.2b.00.02"
+ * (the kernel driver's /proc/driver/nvidia spelling): one source, so every surface names the same VBIOS. */
+FG_HIDDEN const char *fg_vbios_version(const fg_device *d, int upper, char *buf, size_t len);
+
 /* The catalog path this process would use (env, baked-in path, next to the library). */
 FG_HIDDEN const char *fg_catalog_path(char *buf, size_t len);
 

@@ -205,20 +205,8 @@ nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCore
 nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsigned int length)
 {
     FG_DEVICE(device, d);
-    /* VBIOS majors by generation as real boards report them (A100 92.00..., H100 96.00...). */
-    static const struct {
-        const char *arch;
-        unsigned major;
-    } majors[] = {{"maxwell", 0x84}, {"pascal", 0x86}, {"volta", 0x88}, {"turing", 0x90},
-                  {"ampere", 0x92},  {"ada", 0x95},    {"hopper", 0x96}, {"blackwell", 0x97}};
-    unsigned major = 0x92;
-    for (size_t i = 0; i < sizeof majors / sizeof majors[0]; i++)
-        if (!strcmp(d->architecture, majors[i].arch))
-            major = majors[i].major;
     char buf[32];
-    snprintf(buf, sizeof buf, "%02X.00.%02X.00.%02X", major, (d->pci_device_id >> 4) & 0xFF,
-             d->pci_device_id & 0x0F);
-    return fg_copy_out(version, length, buf);
+    return fg_copy_out(version, length, fg_vbios_version(d, 1, buf, sizeof buf));
 }
 
 nvmlReturn_t nvmlDeviceGetInforomVersion(nvmlDevice_t device, nvmlInforomObject_t object, char *version,
