@@ -20,6 +20,10 @@ native mode's device reads: kernels do not run, so a host read of memory a kerne
 values no GPU gives; libcuda tells such reads from reads of host-known data and applies
 FAKEGPU_ON_DEVICE_READ=warn|error|ignore (`--on-device-read`; error exits with EXIT_DEVICE_READ).
 
+As root, the command starts under native/build/bin/fakegpu-procfs, which mounts the devices' /proc/driver/nvidia
+(version, params, gpus/<bus>/information) over /proc/driver in a private mount namespace of the command's own
+and execs it; not root, or where that cannot be done, the command runs as before.
+
 --timeout: the command runs in a process group of its own (as coreutils' timeout runs it); past the limit the
 group and every descendant get SIGTERM, then SIGKILL after a grace period, and RunTimedOut names the program's
 last CUDA activity, which libcuda keeps in a page shared with <run folder>/activity/<pid>.activity
@@ -215,6 +219,24 @@ def nvidia_smi_binary(lib_dir: str | os.PathLike[str] | None = None) -> Path | N
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+def procfs_binary(lib_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """fakegpu-procfs beside the native libraries (<lib>/../bin), or None when it is not built."""
+    from fakegpu.locations import native_lib_dir
+
+    path = Path(lib_dir or native_lib_dir()).parent / "bin" / "fakegpu-procfs"
+    return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _with_procfs(command: list[str], env: Mapping[str, str], lib_dir: str | os.PathLike[str] | None) -> list[str]:
+    # As root, the command runs under fakegpu-procfs, which gives it a private mount namespace with the fake
+    # GPUs' /proc/driver/nvidia and execs it (the same pid: --timeout's process group is unchanged). Only when
+    # the command resolves: a missing or non-executable one must still fail here, with our own message.
+    if os.geteuid() != 0 or shutil.which(command[0], path=env.get("PATH", os.defpath)) is None:
+        return command
+    helper = procfs_binary(lib_dir)
+    return command if helper is None else [str(helper), "--", *command]
+
+
 def _tools_first_on_path(env: dict[str, str], root: Path, lib_dir: str | os.PathLike[str] | None) -> None:
     # Scripts and tools call `nvidia-smi` by name (torch.utils.collect_env, accelerate env, health checks): ours
     # comes first, alone in its folder so nothing else of the build shadows a command of the user's.
@@ -335,11 +357,12 @@ def run(
     try:
         if mode == "native":
             _refuse_a_static_cuda_runtime(command[0], launch.env)
+        argv = _with_procfs(list(command), launch.env, lib_dir)
         try:
             if limit is None:
-                rc = subprocess.run(list(command), env=launch.env, check=False).returncode
+                rc = subprocess.run(argv, env=launch.env, check=False).returncode
             else:
-                rc = _run_with_timeout(list(command), launch, limit, mode)
+                rc = _run_with_timeout(argv, launch, limit, mode)
         except FileNotFoundError as exc:
             raise LaunchError(f"command not found: {command[0]}") from exc
         except PermissionError as exc:
