@@ -115,10 +115,20 @@ def _user_namespace(spec) -> bool:
     return any(isinstance(ns, dict) and ns.get("type") == "user" for ns in namespaces)
 
 
-def prepare_create(bundle: str, settings, container_id: str = "") -> None:
+class Prepared:
+    """What a create that got devices leaves for after runc: the host's table and the driver, for
+    /proc/driver/nvidia."""
+
+    __slots__ = ("driver", "host_dir", "table")
+
+    def __init__(self, host_dir: str, table: str, driver: str) -> None:
+        self.host_dir, self.table, self.driver = host_dir, table, driver
+
+
+def prepare_create(bundle: str, settings, container_id: str = "") -> Prepared | None:
     """Validate the request, write the device table, then either prepare the root and add the mounts and
     device nodes (injection "runtime") or add the hook (injection "hook"); raises with a message meant for
-    the `docker run` user."""
+    the `docker run` user. Returns what the step after runc needs, when a table was written."""
     from fakegpu_hook.env import RequestError, device_request, requested_driver, resolve_request
     from fakegpu_hook.oci import Spec
 
@@ -127,7 +137,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
     try:
         request = device_request(spec.env, settings.honour_nvidia_env, settings.inventory_spec())
         if request is None:
-            return
+            return None
         from fakegpu.devices import DEFAULT_SEED
 
         # The hook runs with a minimal environment, so FAKEGPU_SEED from dockerd's environment is not used here.
@@ -164,6 +174,9 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> None:
         if host_dir:
             cleanup_state(container_id, settings.state_root)
         raise
+    from fakegpu_hook.contract import DEVICE_TABLE_NAME
+
+    return Prepared(host_dir, os.path.join(host_dir, DEVICE_TABLE_NAME), driver) if host_dir else None
 
 
 def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, minors: list[int], capabilities,
@@ -287,19 +300,107 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         report_error(argv, str(exc))
         return 1
+    prepared = None
     try:
         if command == "create":
             # Found before anything changes: a create that cannot exec runc must leave no state folder behind.
             if not _low_level_path(settings.low_level_runtime):
                 raise RuntimeError_(f"low-level runtime {settings.low_level_runtime!r} not found (not on PATH, or "
                                     "not an executable file)")
-            prepare_create(find_bundle(argv[index + 1:]), settings, find_container_id(argv[index + 1:]))
+            prepared = prepare_create(find_bundle(argv[index + 1:]), settings, find_container_id(argv[index + 1:]))
         elif command == "delete":
             cleanup_state(argv[-1] if len(argv) > index + 1 else "", settings.state_root)
     except Exception as exc:  # every failure must reach `docker run` as one readable line
         report_error(argv, str(exc))
         return 1
+    if prepared is not None:
+        procfs = procfs_binary(settings.resolved().native_lib_dir)
+        if os.access(procfs, os.X_OK):
+            return create_with_procfs(argv, index, settings, prepared, procfs)
     return exec_low_level(argv, settings.low_level_runtime)
+
+
+def procfs_binary(native_lib_dir: str) -> str:
+    """fakegpu-procfs of the native build whose libraries the container gets (<lib>/../bin)."""
+    return os.path.join(os.path.dirname(native_lib_dir.rstrip("/")), "bin", "fakegpu-procfs")
+
+
+def _option(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1:]
+    return None
+
+
+def _spawn(path: str, argv: list[str], stderr_fd: int | None = None) -> int:
+    """Run a program and wait: its exit status as the shell gives it. fork/exec, not subprocess: milliseconds
+    of imports at every container start."""
+    child = os.fork()
+    if child == 0:
+        try:
+            if stderr_fd is not None:
+                os.dup2(stderr_fd, 2)
+            os.execv(path, argv)
+        finally:
+            os._exit(127)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    return code if code >= 0 else 128 - code
+
+
+def create_with_procfs(argv: list[str], index: int, settings, prepared: Prepared, procfs: str) -> int:
+    """runc refuses OCI mounts under /proc, so /proc/driver/nvidia cannot be in config.json: runc creates the
+    container (its init then waits for `start`; nothing of the image has run), and fakegpu-procfs mounts the
+    tree into the container's mount namespace. Should that fail, the container is deleted again and the create
+    fails, leaving nothing behind. Without a --pid-file (containerd always passes one) there is no process to
+    name: the container starts without the tree, and inject.log says so."""
+    low = settings.low_level_runtime
+    code = _spawn(_low_level_path(low) or low, [low, *argv])
+    if code != 0:
+        return code  # runc has reported its own error
+    args = argv[index + 1:]
+    log = os.path.join(prepared.host_dir, "inject.log")
+    pid_file = _option(args, "--pid-file")
+    try:
+        with open(pid_file or "", encoding="ascii") as f:
+            pid = f.read(31).strip(" \t\n")
+    except (OSError, ValueError):
+        pid = ""
+    if not (pid.isdigit() and 0 < int(pid) <= 0x7FFFFFFF):
+        _note(log, "/proc/driver/nvidia: not mounted: runc was given no --pid-file that names the container")
+        return 0
+    read_end, write_end = os.pipe()
+    try:
+        code = _spawn(procfs, [procfs, "--pid", pid, "--table", prepared.table, "--driver", prepared.driver],
+                      stderr_fd=write_end)
+    finally:
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as r:
+            message = r.read(4096).decode("utf-8", "replace").strip()
+    if code == 0:
+        _note(log, "/proc/driver/nvidia: mounted over the container's /proc/driver (read-only tmpfs)")
+        return 0
+    container_id = find_container_id(args)
+    _spawn(_low_level_path(low) or low, [low, *argv[:index], "delete", "--force", container_id])
+    cleanup_state(container_id, settings.state_root)
+    report_error(argv, f"cannot mount /proc/driver/nvidia into the container: "
+                       f"{message.removeprefix('fakegpu-procfs: ') or f'fakegpu-procfs exited {code}'}")
+    return 1
+
+
+def _note(log: str, line: str) -> None:
+    try:
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+    except OSError:
+        pass  # the log is diagnostics only
 
 
 if __name__ == "__main__":

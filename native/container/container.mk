@@ -22,6 +22,6 @@ PROCFS_BIN := $(B)/bin/fakegpu-procfs
 
 all: $(PROCFS_BIN)
 
-$(PROCFS_BIN): $(OBJ)/container/procfs_main.o $(OBJ)/container/procfs.o $(CT_COMMON_OBJ) $(OBJ)/common/fg_driver.o
+$(PROCFS_BIN): $(OBJ)/container/procfs_main.o $(OBJ)/container/procfs.o $(CT_COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) -o $@ $^ -ldl

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +34,7 @@
 #include "files.h"
 #include "handover.h"
 #include "plan.h"
+#include "procfs.h"
 #include "request.h"
 #include "runc_args.h"
 #include "select.h"
@@ -90,8 +92,9 @@ static void render_log(buf_t *log, const fg_plan *plan, const request *req, cons
     bprintf(log, "%s%s\n", stamp, timing);
 }
 
-/* settings.resolved()'s nvidia-smi: os.path.join(os.path.dirname(lib.rstrip("/")), "bin", "nvidia-smi"). */
-static void default_smi(const char *lib, char *smi, size_t len)
+/* A program of the native build's bin folder, as Python names it: os.path.join(os.path.dirname(lib.rstrip("/")),
+ * "bin", name) (settings.resolved()'s nvidia-smi, runtime.procfs_binary). */
+static void native_program(const char *lib, const char *name, char *out, size_t len)
 {
     char trimmed[PATH_MAX];
     snprintf(trimmed, sizeof trimmed, "%s", lib);
@@ -106,7 +109,86 @@ static void default_smi(const char *lib, char *smi, size_t len)
     if (keep == 1 && trimmed[0] == '/')
         keep = head; /* all slashes: dirname keeps them */
     int sep = keep && trimmed[keep - 1] != '/';
-    snprintf(smi, len, "%.*s%sbin/nvidia-smi", (int)keep, trimmed, sep ? "/" : "");
+    snprintf(out, len, "%.*s%sbin/%s", (int)keep, trimmed, sep ? "/" : "", name);
+}
+
+/* One line appended to inject.log, stamped as runtime.py's _note does. */
+static void note(const char *log_path, const char *line)
+{
+    char stamp[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(stamp, sizeof stamp, "%H:%M:%S ", localtime_r(&now, &tm));
+    int fd = open(log_path, O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        dprintf(fd, "%s%s\n", stamp, line);
+        close(fd);
+    }
+}
+
+/* Run runc with argv (its name first) and wait: its status as a shell gives it. */
+static int spawn_runc(const char *low, char **argv)
+{
+    pid_t child = fork();
+    if (child < 0)
+        return 126;
+    if (child == 0) {
+        execv(low, argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR)
+            return 126;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* runtime.py's create_with_procfs. runc refuses OCI mounts under /proc, so /proc/driver/nvidia cannot be in
+ * config.json: runc creates the container (its init then waits for `start`; nothing of the image has run), and
+ * the tree is attached to the container's mount namespace. Should that fail, the container is deleted again and
+ * the create fails, leaving nothing behind. */
+static int create_with_procfs(const char *low, const char *name, int ci, const char *pid_file,
+                              const fg_devset *set, const char *driver, const char *cid, const char *host_dir,
+                              const char *log_path)
+{
+    char **argv = calloc((size_t)fg_runc_argc + 4, sizeof *argv);
+    if (!argv) {
+        report_error("out of memory");
+        return 1;
+    }
+    argv[0] = (char *)name;
+    memcpy(argv + 1, fg_runc_argv, (size_t)fg_runc_argc * sizeof *argv);
+    int code = spawn_runc(low, argv);
+    if (code != 0)
+        return code; /* runc has reported its own error */
+    char text[32] = "";
+    int fd = pid_file ? open(pid_file, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    text[n > 0 ? n : 0] = '\0';
+    char *end;
+    long pid = strtol(text, &end, 10);
+    while (*end == ' ' || *end == '\n' || *end == '\t')
+        end++;
+    if (n <= 0 || *end || pid <= 0 || pid > INT_MAX) {
+        note(log_path, "/proc/driver/nvidia: not mounted: runc was given no --pid-file that names the container");
+        return 0;
+    }
+    char err[700];
+    if (fg_procfs_into_process((pid_t)pid, set, driver, err, sizeof err) == 0) {
+        note(log_path, "/proc/driver/nvidia: mounted over the container's /proc/driver (read-only tmpfs)");
+        return 0;
+    }
+    /* runc's global options, then delete --force <id>. */
+    argv[1 + ci] = "delete";
+    argv[2 + ci] = "--force";
+    argv[3 + ci] = (char *)cid;
+    argv[4 + ci] = NULL;
+    spawn_runc(low, argv);
+    remove_tree(host_dir);
+    report_error("cannot mount /proc/driver/nvidia into the container: %s", err);
+    return 1;
 }
 
 /* This binary's own options, before "--"; the rest is runc's command line. */
@@ -210,7 +292,7 @@ int main(int argc, char **argv)
     if (*s.nvidia_smi)
         snprintf(smi, sizeof smi, "%s", s.nvidia_smi);
     else
-        default_smi(lib, smi, sizeof smi);
+        native_program(lib, "nvidia-smi", smi, sizeof smi);
     char host_dir[PATH_MAX], shared_dir[PATH_MAX], table_path[PATH_MAX], log_path[PATH_MAX], full_root[PATH_MAX];
     if (snprintf(host_dir, sizeof host_dir, "%s/%s", s.state_root, cid) >= (int)sizeof host_dir - 16 ||
         snprintf(shared_dir, sizeof shared_dir, "%s/state", host_dir) >= (int)sizeof shared_dir ||
@@ -269,6 +351,15 @@ int main(int argc, char **argv)
         remove_tree(host_dir);
         report_error("%s", err);
         return 1;
+    }
+    char procfs[PATH_MAX];
+    native_program(lib, "fakegpu-procfs", procfs, sizeof procfs);
+    if (access(procfs, X_OK) == 0) {
+        const char *pid_file = NULL;
+        for (int k = 0; k < nargs && !pid_file; k++)
+            pid_file = option_value(nargs, args, k, "--pid-file");
+        return create_with_procfs(low, s.low_level_runtime, ci, pid_file, &set, req.driver, cid, host_dir,
+                                  log_path);
     }
     exec_runc(low, s.low_level_runtime);
     report_error("cannot exec %s: %s", low, strerror(errno));

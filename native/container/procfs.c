@@ -10,7 +10,10 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* glibc before 2.36 has no wrappers and older headers no numbers; these are the same on every architecture
@@ -409,5 +412,124 @@ int fg_procfs_classic(const char *fd_dir, const fg_devset *devs, const char *dri
 out:
     close(drv);
     close(proc);
+    return rc;
+}
+
+/* The child's part of fg_procfs_into_process: the only code that runs in the container's mount namespace, and
+ * it only opens /proc/driver there and attaches the finished mount. Leaves the error in err, or "". */
+static void attach_in(int nsfd, int rootfd, int hostproc, int mfd, const fg_devset *devs, const char *driver,
+                      char *err, size_t errlen)
+{
+    if (setns(nsfd, CLONE_NEWNS) != 0) {
+        snprintf(err, errlen, "cannot enter the mount namespace: %s", strerror(errno));
+        return;
+    }
+    /* setns leaves us at the namespace's root; the container's is the one its init sees (pivot_root or not). */
+    if (fchdir(rootfd) != 0 || chroot(".") != 0) {
+        snprintf(err, errlen, "cannot enter the container's root: %s", strerror(errno));
+        return;
+    }
+    char inner[512] = "";
+    int rc;
+    if (mfd >= 0) {
+        rc = fg_procfs_attach(mfd, inner, sizeof inner);
+    } else {
+        /* mount(2) takes paths; the container's /proc has no entry for us, so ours are named from the host's. */
+        rc = fchdir(hostproc) == 0 ? fg_procfs_classic("self/fd", devs, driver, inner, sizeof inner) : -1;
+        if (rc != 0 && !inner[0])
+            snprintf(inner, sizeof inner, "cannot enter the host's /proc: %s", strerror(errno));
+    }
+    if (rc != 0)
+        snprintf(err, errlen, "%s", inner);
+}
+
+static int classic_forced(void)
+{
+    const char *v = getenv("FAKEGPU_PROCFS_CLASSIC");
+    return v && !strcmp(v, "1");
+}
+
+int fg_procfs_into_process(pid_t pid, const fg_devset *devs, const char *driver, char *err, size_t errlen)
+{
+    char path[64];
+    int nsfd = -1, rootfd = -1, hostproc = -1, mfd = -1, pipefd[2] = {-1, -1}, rc = -1;
+    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)pid);
+    if ((nsfd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "process %d: %s", (int)pid, errno == ENOENT ? "no such process" : strerror(errno));
+        goto out;
+    }
+    struct stat theirs, ours;
+    if (fstat(nsfd, &theirs) != 0 || stat("/proc/self/ns/mnt", &ours) != 0) {
+        snprintf(err, errlen, "process %d: cannot compare mount namespaces: %s", (int)pid, strerror(errno));
+        goto out;
+    }
+    /* Never the host's own /proc/driver: a pid that shares our namespace is not a container's. */
+    if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino) {
+        snprintf(err, errlen, "process %d shares this mount namespace; refusing to mount over the host's "
+                              "/proc/driver", (int)pid);
+        goto out;
+    }
+    snprintf(path, sizeof path, "/proc/%d/root", (int)pid);
+    if ((rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "process %d: cannot open its root: %s", (int)pid, strerror(errno));
+        goto out;
+    }
+    if ((hostproc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "cannot open /proc: %s", strerror(errno));
+        goto out;
+    }
+    /* Built here, in the host's namespace, before anything of the container is touched. */
+    char inner[512] = "";
+    int made = classic_forced() ? FG_PROCFS_NO_API : fg_procfs_make(devs, driver, &mfd, inner, sizeof inner);
+    if (made != 0 && made != FG_PROCFS_NO_API) {
+        snprintf(err, errlen, "cannot build the tree: %s", inner);
+        goto out;
+    }
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    pid_t child = fork();
+    if (child < 0) {
+        snprintf(err, errlen, "fork: %s", strerror(errno));
+        goto out;
+    }
+    if (child == 0) {
+        close(pipefd[0]);
+        char msg[600] = "";
+        attach_in(nsfd, rootfd, hostproc, mfd, devs, driver, msg, sizeof msg);
+        if (msg[0]) {
+            ssize_t w = write(pipefd[1], msg, strlen(msg));
+            (void)w;
+            _exit(1);
+        }
+        _exit(0);
+    }
+    close(pipefd[1]);
+    pipefd[1] = -1;
+    char msg[600];
+    size_t got = 0;
+    for (;;) {
+        ssize_t r = read(pipefd[0], msg + got, sizeof msg - 1 - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || (got += (size_t)r) == sizeof msg - 1)
+            break;
+    }
+    msg[got] = '\0';
+    int status;
+    while (waitpid(child, &status, 0) < 0)
+        if (errno != EINTR) {
+            snprintf(err, errlen, "waitpid: %s", strerror(errno));
+            goto out;
+        }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        snprintf(err, errlen, "process %d: %s", (int)pid, got ? msg : "the attaching child failed");
+    else
+        rc = 0;
+out:
+    for (int *fd = (int[]){nsfd, rootfd, hostproc, mfd, pipefd[0], pipefd[1]}, k = 0; k < 6; k++)
+        if (fd[k] >= 0)
+            close(fd[k]);
     return rc;
 }

@@ -10,6 +10,7 @@
 #define FG_PROCFS_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "fg_devices.h"
 
@@ -39,5 +40,11 @@ int fg_procfs_attach(int mountfd, char *err, size_t errlen);
  * namespaces; "self/fd" with the current directory in the host's /proc, where a container's /proc (another
  * pid namespace) has no entry for it. 0, or -1 with err. */
 int fg_procfs_classic(const char *fd_dir, const fg_devset *devs, const char *driver, char *err, size_t errlen);
+
+/* The whole of mode 1: the tree built in this (the host's) namespace, then attached onto /proc/driver of the
+ * mount namespace and root of process pid (a container's init waiting to be started) by a forked child, so no
+ * step of ours but the attach runs inside the container's namespace. Refuses a pid that shares this mount
+ * namespace. FAKEGPU_PROCFS_CLASSIC=1 takes the mount(2) path (tests). 0, or -1 with err (nothing mounted). */
+int fg_procfs_into_process(pid_t pid, const fg_devset *devs, const char *driver, char *err, size_t errlen);
 
 #endif

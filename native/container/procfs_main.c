@@ -127,98 +127,16 @@ static pid_t parse_pid(const char *s)
     return (pid_t)v;
 }
 
-/* The child's part of mode 1: the only code that runs in the container's mount namespace, and it only opens
- * /proc/driver there and attaches the finished mount. Returns the error, or "" on success. */
-static void attach_in(int nsfd, int rootfd, int hostproc, int mfd, const char *driver, char *err, size_t errlen)
-{
-    if (setns(nsfd, CLONE_NEWNS) != 0) {
-        snprintf(err, errlen, "cannot enter the mount namespace: %s", strerror(errno));
-        return;
-    }
-    /* setns leaves us at the namespace's root; the container's is the one its init sees (pivot_root or not). */
-    if (fchdir(rootfd) != 0 || chroot(".") != 0) {
-        snprintf(err, errlen, "cannot enter the container's root: %s", strerror(errno));
-        return;
-    }
-    char inner[512] = "";
-    int rc;
-    if (mfd >= 0) {
-        rc = fg_procfs_attach(mfd, inner, sizeof inner);
-    } else {
-        /* mount(2) takes paths; the container's /proc has no entry for us, so ours are named from the host's. */
-        rc = fchdir(hostproc) == 0 ? fg_procfs_classic("self/fd", &devs, driver, inner, sizeof inner) : -1;
-        if (rc != 0 && !inner[0])
-            snprintf(inner, sizeof inner, "cannot enter the host's /proc: %s", strerror(errno));
-    }
-    if (rc != 0)
-        snprintf(err, errlen, "%s", inner);
-}
-
 static void mode_pid(const char *pidstr, const char *table, const char *driver)
 {
     pid_t pid = parse_pid(pidstr);
-    char err[512] = "", path[64];
+    char err[600] = "";
     if (load_devices(table, err, sizeof err) != 0)
         die("cannot load the device table %.300s: %s", table, err);
     if (!driver_ok(driver))
         die("driver version '%.40s' is not NNN.NN[.NN]", driver);
-    snprintf(path, sizeof path, "/proc/%d/ns/mnt", (int)pid);
-    int nsfd = open(path, O_RDONLY | O_CLOEXEC);
-    if (nsfd < 0)
-        die("process %d: %s", (int)pid, errno == ENOENT ? "no such process" : strerror(errno));
-    struct stat theirs, ours;
-    if (fstat(nsfd, &theirs) != 0 || stat("/proc/self/ns/mnt", &ours) != 0)
-        die("process %d: cannot compare mount namespaces: %s", (int)pid, strerror(errno));
-    /* Never the host's own /proc/driver: a pid that shares our namespace is not a container's. */
-    if (theirs.st_dev == ours.st_dev && theirs.st_ino == ours.st_ino)
-        die("process %d shares this mount namespace; refusing to mount over the host's /proc/driver", (int)pid);
-    snprintf(path, sizeof path, "/proc/%d/root", (int)pid);
-    int rootfd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (rootfd < 0)
-        die("process %d: cannot open its root: %s", (int)pid, strerror(errno));
-    int hostproc = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (hostproc < 0)
-        die("cannot open /proc: %s", strerror(errno));
-
-    /* Built here, in the host's namespace, before anything of the container is touched. */
-    int mfd = -1, rc = classic_forced() ? FG_PROCFS_NO_API : fg_procfs_make(&devs, driver, &mfd, err, sizeof err);
-    if (rc != 0 && rc != FG_PROCFS_NO_API)
-        die("cannot build the tree: %s", err);
-
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0)
-        die("pipe: %s", strerror(errno));
-    pid_t child = fork();
-    if (child < 0)
-        die("fork: %s", strerror(errno));
-    if (child == 0) {
-        close(pipefd[0]);
-        char msg[600] = "";
-        attach_in(nsfd, rootfd, hostproc, mfd, driver, msg, sizeof msg);
-        if (msg[0]) {
-            ssize_t w = write(pipefd[1], msg, strlen(msg));
-            (void)w;
-            _exit(1);
-        }
-        _exit(0);
-    }
-    close(pipefd[1]);
-    char msg[600];
-    size_t got = 0;
-    for (;;) {
-        ssize_t r = read(pipefd[0], msg + got, sizeof msg - 1 - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0 || (got += (size_t)r) == sizeof msg - 1)
-            break;
-    }
-    msg[got] = '\0';
-    int status;
-    while (waitpid(child, &status, 0) < 0)
-        if (errno != EINTR)
-            die("waitpid: %s", strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        die("process %d: %s", (int)pid, got ? msg : "the attaching child failed");
+    if (fg_procfs_into_process(pid, &devs, driver, err, sizeof err) != 0)
+        die("%s", err);
 }
 
 static void mode_render(const char *dir, const char *table, const char *driver)

@@ -328,3 +328,77 @@ def test_a_driver_setting_that_is_not_a_version_is_refused(bundle, runtime_env, 
     result = run_runtime(create_args(bundle("gpu"), tmp_path / "log.json"),
                          {**runtime_env, "FAKEGPU_CONFIG": str(config)})
     assert result.returncode != 0 and "driver_version: 'r580' is not a driver version" in result.stderr
+
+
+PROCFS = REPO / "native" / "build" / "bin" / "fakegpu-procfs"
+
+
+@pytest.fixture
+def native_with_procfs(native):
+    assert PROCFS.exists(), f"{PROCFS} missing: run `make native`"
+    (native.parent / "bin" / "fakegpu-procfs").symlink_to(PROCFS)
+    return native
+
+
+def _container_pid(b: Path) -> int:
+    return int((b / "init.pid").read_text())
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_the_container_gets_proc_driver_nvidia_after_runc_creates_it(bundle, runtime_env, tmp_path,
+                                                                     native_with_procfs):
+    # runc refuses mounts under /proc in config.json: the runtime attaches the tree to the container's mount
+    # namespace once runc has made it (the mock runc leaves a process in a namespace of its own, as runc does).
+    import subprocess
+
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native_with_procfs), "MOCK_RUNC_SPAWN": "ns"}
+    b = bundle("gpu")
+    _with_env(b, "FAKEGPU_DRIVER_VERSION=550.127.08")
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    pid = _container_pid(b)
+    try:
+        assert result.returncode == 0, result.stderr
+        seen = subprocess.run(["nsenter", "-m", "-t", str(pid), "sh", "-c",
+                               "cat /proc/driver/nvidia/version; ls /proc/driver/nvidia/gpus"],
+                              capture_output=True, text=True, timeout=30)
+        assert "Kernel Module  550.127.08  " in seen.stdout, seen.stdout + seen.stderr
+        assert seen.stdout.split()[-2:] == ["0000:18:00.0", "0000:2a:00.0"]
+        log = (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "inject.log").read_text()
+        assert "/proc/driver/nvidia: mounted over the container's /proc/driver" in log
+        assert not os.path.exists("/proc/driver/nvidia")  # the host's own /proc/driver is untouched
+    finally:
+        _kill(pid)
+
+
+def test_a_create_whose_tree_cannot_be_mounted_is_undone(bundle, runtime_env, tmp_path, native_with_procfs):
+    # A "container" that shares the runtime's mount namespace: mounting there would cover the host's
+    # /proc/driver, so it is refused, and the container runc made is deleted again.
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native_with_procfs), "MOCK_RUNC_SPAWN": "host"}
+    b = bundle("gpu")
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    _kill(_container_pid(b))
+    assert result.returncode == 1
+    assert "cannot mount /proc/driver/nvidia into the container: process" in result.stderr
+    assert "refusing to mount over the host's /proc/driver" in result.stderr
+    calls = runc_calls(env)
+    assert [c[c.index("delete"):] for c in calls if "delete" in c] == [["delete", "--force", "ctr-1"]]
+    assert not (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1").exists()
+    assert not os.path.exists("/proc/driver/nvidia")
+
+
+def test_without_a_pid_file_the_container_starts_without_the_tree(bundle, runtime_env, tmp_path,
+                                                                  native_with_procfs):
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native_with_procfs)}
+    b = bundle("gpu")
+    args = [a for a in create_args(b, tmp_path / "log.json") if a not in ("--pid-file", str(b / "init.pid"))]
+    assert run_runtime(args, env).returncode == 0
+    log = (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "inject.log").read_text()
+    assert "/proc/driver/nvidia: not mounted: runc was given no --pid-file" in log
