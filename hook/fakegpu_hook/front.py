@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import sys
 
 from fakegpu.atomic_file import write_atomic
@@ -27,6 +28,12 @@ from fakegpu_hook.contract import CONFIG_VARIABLE, DEFAULT_CONFIG, RUNC_OPTIONS_
 RUNTIME_FRONT = "fakegpu-container-runtime"
 HOOK_FRONT = "fakegpu-hook"
 CREATE_BINARY = "fakegpu-create"
+# dockerd serves `--gpus` (and compose's `driver: nvidia` reservations) only when an executable of this name is on
+# its PATH at start; it then adds it as a prestart hook with the arguments [NVIDIA_HOOK, "prestart"].
+NVIDIA_HOOK = "nvidia-container-runtime-hook"
+# The line that tells our NVIDIA-named front from NVIDIA's binary (or anyone else's file): uninstall removes,
+# and install overwrites, only a file that carries it.
+NVIDIA_HOOK_MARK = "# fakegpu: nvidia-container-runtime-hook front, written by `fakegpu runtime install --gpus`"
 
 _RUNTIME_TEMPLATE = r"""#!/bin/sh
 # fakegpu-container-runtime front, written by `fakegpu runtime install`: rerun that rather than editing this.
@@ -105,10 +112,18 @@ exec @PYTHON@ -I -S -c @PYCODE@ "$@"
 """
 
 
-def _pycode(module: str, self_path: str, pypath: list[str]) -> str:
+_NVIDIA_HOOK_TEMPLATE = r"""#!/bin/sh
+@MARK@
+# Not NVIDIA's hook: dockerd runs it for `docker run --gpus` as `nvidia-container-runtime-hook prestart`, and it
+# injects FakeGPU's devices (fakegpu_hook.hook.nvidia_main). `fakegpu runtime uninstall` removes it.
+exec @PYTHON@ -I -S -c @PYCODE@ "$@"
+"""
+
+
+def _pycode(module: str, self_path: str, pypath: list[str], function: str = "main") -> str:
     # JSON strings are Python literals too, and their double quotes sit well inside sh's single quotes.
     return (f"import sys; sys.path[:0] = {json.dumps(pypath)}; sys.argv[0] = {json.dumps(self_path)}; "
-            f"from {module} import main; sys.exit(main())")
+            f"from {module} import {function}; sys.exit({function}())")
 
 
 def package_path() -> list[str]:
@@ -168,6 +183,32 @@ def render_runtime_front(python: str, self_path: str, pypath: list[str], create:
 def render_hook_front(python: str, self_path: str, pypath: list[str]) -> str:
     return (_HOOK_TEMPLATE.replace("@PYTHON@", shlex.quote(python))
             .replace("@PYCODE@", shlex.quote(_pycode("fakegpu_hook.hook", self_path, pypath))))
+
+
+def render_nvidia_hook_front(python: str, self_path: str, pypath: list[str]) -> str:
+    return (_NVIDIA_HOOK_TEMPLATE.replace("@MARK@", NVIDIA_HOOK_MARK)
+            .replace("@PYTHON@", shlex.quote(python))
+            .replace("@PYCODE@", shlex.quote(_pycode("fakegpu_hook.hook", self_path, pypath, "nvidia_main"))))
+
+
+def nvidia_hook_file(directory: str, python: str | None = None, pypath: list[str] | None = None) -> dict[str, str]:
+    """{path: content} of the NVIDIA-named front in `directory`."""
+    path = os.path.join(directory, NVIDIA_HOOK)
+    return {path: render_nvidia_hook_front(python or sys.executable, path,
+                                           pypath if pypath is not None else package_path())}
+
+
+def is_our_nvidia_hook(path: str) -> bool:
+    """A regular file (not a link: its target is not ours to judge) whose second line is our mark."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO must not block
+    except OSError:
+        return False
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return False
+        head = f.read(4096).split(b"\n")
+    return len(head) > 1 and head[1] == NVIDIA_HOOK_MARK.encode()
 
 
 def default_front_dir() -> str:

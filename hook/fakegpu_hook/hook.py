@@ -5,6 +5,10 @@ belong to the container and vanish with it. It reads the OCI state from stdin, r
 bundle's config.json, writes the device table under the state root on the host, and mounts the table, the
 native shims, nvidia-smi and the state folder into the container; device nodes go into its /dev.
 Errors: one line on stderr (runc shows it in `docker run`'s error), exit 1, nothing left mounted.
+
+`nvidia_main` is the same hook under NVIDIA's name (gpus.py installs it): dockerd runs it for `docker run
+--gpus` at the prestart stage, in the host's mount namespace, with no options; it takes its settings from the
+config file and joins the container's mount namespace itself.
 """
 
 from __future__ import annotations
@@ -51,6 +55,12 @@ class HookArgs:
         self.honour_nvidia_env = DEFAULTS["honour_nvidia_env"]
         self.join_mount_ns = False
         self.prepared = False
+        # Run by dockerd as NVIDIA's hook (nvidia_main): a container our runtime prepared (its table is written)
+        # is left to it; otherwise nothing of ours runs at `delete`, so the folder records its container's
+        # process and each start sweeps the folders of containers gone.
+        self.as_nvidia_hook = False
+        # Set while the hook is in the container's mount namespace: our own, to go back to before cleaning up.
+        self.host_mount_ns: int | None = None
 
 
 class UsageError_(Exception):
@@ -79,23 +89,74 @@ def _parse_args(argv: list[str]) -> HookArgs:
     return args
 
 
-def _enter_mount_namespace(pid: int | None) -> None:
-    """At the prestart stage (older runc, podman) the hook runs in the host's namespace: join the
-    container's, so mounts land in the container and not on the host."""
+def _outside_mount_namespace(pid: int | None) -> bool:
+    """Whether the container's process `pid` has a mount namespace other than ours (a prestart hook)."""
     if not pid:
-        return
+        return False
     ours, theirs = os.stat("/proc/self/ns/mnt"), os.stat(f"/proc/{pid}/ns/mnt")
-    if (ours.st_dev, ours.st_ino) == (theirs.st_dev, theirs.st_ino):
-        return
+    return (ours.st_dev, ours.st_ino) != (theirs.st_dev, theirs.st_ino)
+
+
+_CLONE_NEWNS = 0x00020000
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429  # the same on every architecture
+_OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD = 1, 0x4, -100
+
+
+def _setns(fd: int, what: str) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    if libc.setns(fd, _CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), f"cannot join {what}")
+
+
+def _enter_mount_namespace(pid: int, carry: str) -> int:
+    """At the prestart stage the hook runs in the host's mount namespace: join the container's, so mounts land
+    in the container and not on the host. Returns a descriptor of our own namespace (the caller goes back
+    with _leave_mount_namespace). `carry` (the state root) must be the host's folder in there too: the
+    container's namespace was copied from the host's before the hook ran, so a tmpfs the hook has just
+    mounted, or any mount on a host whose mounts do not propagate, is missing there; then a detached copy of
+    the host's mount, made before joining, is attached at the same path (it goes with the namespace)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    host = os.stat(carry)
+    tree = libc.syscall(_SYS_OPEN_TREE, _AT_FDCWD, carry.encode(), _OPEN_TREE_CLONE | os.O_CLOEXEC)
+    tree_errno = ctypes.get_errno() if tree < 0 else 0
     try:
-        if libc.setns(fd, 0x00020000) != 0:  # CLONE_NEWNS
-            raise OSError(ctypes.get_errno(), f"cannot join the mount namespace of pid {pid}")
+        ours = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _setns(fd, f"the mount namespace of pid {pid}")
+            finally:
+                os.close(fd)
+        except BaseException:
+            os.close(ours)
+            raise
+        try:
+            there = os.stat(carry)
+            if (there.st_dev, there.st_ino) != (host.st_dev, host.st_ino):
+                if tree < 0:
+                    raise OSError(tree_errno, f"the state root {carry} is not the host's in the container's mount "
+                                  "namespace and cannot be carried there (open_tree)")
+                if libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, carry.encode(), _MOVE_MOUNT_F_EMPTY_PATH):
+                    raise OSError(ctypes.get_errno(), f"cannot attach the state root {carry} in the container's "
+                                  "mount namespace (move_mount)")
+        except BaseException:
+            _leave_mount_namespace(ours)
+            raise
     finally:
-        os.close(fd)
+        if tree >= 0:
+            os.close(tree)
+    return ours
+
+
+def _leave_mount_namespace(ours: int) -> None:
+    try:
+        _setns(ours, "the hook's own mount namespace again")
+    finally:
+        os.close(ours)
 
 
 class HookLog:
@@ -155,6 +216,15 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
 
     state = read_state(state_text)
     bundle = state["bundle"]
+    host_dir = os.path.join(args.state_root, state["id"])
+    table = os.path.join(host_dir, DEVICE_TABLE_NAME)
+    if args.as_nvidia_hook and os.path.exists(table):
+        log("the fakegpu runtime prepared this container at create; nothing to do")
+        return
+    if args.as_nvidia_hook and not isinstance(state.get("pid"), int):
+        # A prestart hook without the container's process would mount into the host's own namespace.
+        raise ValueError("the OCI state on stdin has no container pid: nvidia-container-runtime-hook runs at "
+                         "the prestart stage only, as dockerd adds it")
     spec = Spec.load(os.path.join(bundle, "config.json"))
     request = device_request(spec.env, args.honour_nvidia_env, inventory_spec(args.inventory, args.nvidia_profile))
     if request is None:
@@ -162,9 +232,10 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
         return
     settings = Settings(native_lib_dir=args.native_dir, nvidia_smi=args.nvidia_smi).resolved()
     driver = requested_driver(spec.env, args.driver)
+    # Only outside the container's mount namespace may the hook mount the state root: inside, the tmpfs would
+    # be the container's alone.
+    outside = args.join_mount_ns and _outside_mount_namespace(state.get("pid"))
 
-    host_dir = os.path.join(args.state_root, state["id"])
-    table = os.path.join(host_dir, DEVICE_TABLE_NAME)
     prepared = (prepared_table(table, request.spec, request.seed, request.visible, driver) if args.prepared
                 else None)
     if prepared is not None:
@@ -177,12 +248,18 @@ def run(state_text: str, args: HookArgs, log: HookLog) -> None:
         seed = effective_seed(request.seed)
         devices = resolve_request(request, seed)
         minors = [d.minor_number for d in devices]
-        make_container_dir(args.state_root, state["id"], may_mount=False)
+        make_container_dir(args.state_root, state["id"], may_mount=outside)
+        if args.as_nvidia_hook:
+            from fakegpu_hook.statedir import record_owner, sweep_exited
+
+            record_owner(host_dir, state["pid"])
+            for folder in sweep_exited(args.state_root, keep=state["id"]):
+                log(f"removed {folder}: its container has stopped")
         write_table(table, devices, request.spec, seed, request.visible, driver)
         log(request.summary(len(minors), seed))
 
-    if args.join_mount_ns:
-        _enter_mount_namespace(state.get("pid"))
+    if outside:
+        args.host_mount_ns = _enter_mount_namespace(state["pid"], args.state_root)
     with Root(spec.root_path(bundle)) as root:
         plan = plan_injection(root, settings.native_lib_dir, settings.nvidia_smi, table, COMPILED_CATALOG_TABLE,
                               shared_state_dir(host_dir), minors, request.capabilities, driver)
@@ -207,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError_ as exc:
         print(f"fakegpu-hook: {exc}", file=sys.stderr)
         return 2
-    state_text = sys.stdin.read()
+    return _run_logged(sys.stdin.read(), args, log)
+
+
+def _run_logged(state_text: str, args: HookArgs, log: HookLog) -> int:
     container_dir: str | None = None
     try:
         from fakegpu_hook.oci import read_state
@@ -221,12 +301,72 @@ def main(argv: list[str] | None = None) -> int:
 
         message = exc.message if isinstance(exc, FakeGPUError) else str(exc)
         print(f"fakegpu-hook: {message}", file=sys.stderr)
+        try:
+            _back_home(args)
+        except OSError as back:  # the host folder cannot be reached from here: say so rather than guess
+            print(f"fakegpu-hook: {back}; {container_dir} is left on the host", file=sys.stderr)
+            return 1
         if container_dir is not None:
             shutil.rmtree(container_dir, ignore_errors=True)
+        return 1
+    try:
+        _back_home(args)
+    except OSError as exc:
+        print(f"fakegpu-hook: {exc}", file=sys.stderr)
         return 1
     if container_dir is not None and os.path.isdir(container_dir):
         log.save(os.path.join(container_dir, "hook.log"))
     return 0
+
+
+def _back_home(args: HookArgs) -> None:
+    """Back to the hook's own mount namespace, where the host folder is the host's."""
+    if args.host_mount_ns is not None:
+        ours, args.host_mount_ns = args.host_mount_ns, None
+        _leave_mount_namespace(ours)
+
+
+# NVIDIA's hook does nothing at these stages either; dockerd adds only prestart.
+_NVIDIA_NOOP_STAGES = ("poststart", "poststop")
+
+
+def nvidia_args() -> HookArgs:
+    """The hook's options for a call by dockerd, which passes none: the settings (config file, FAKEGPU_*
+    variables in dockerd's environment, which the hook inherits). NVIDIA's variables are always read: they
+    are how dockerd asks."""
+    from fakegpu_hook.settings import load_settings
+
+    settings = load_settings()
+    args = HookArgs()
+    args.native_dir, args.nvidia_smi = settings.native_lib_dir, settings.nvidia_smi
+    args.state_root, args.inventory = settings.state_root, settings.inventory
+    args.nvidia_profile = settings.nvidia_profile
+    args.honour_nvidia_env = args.join_mount_ns = args.as_nvidia_hook = True
+    return args
+
+
+def nvidia_main(argv: list[str] | None = None) -> int:
+    """`nvidia-container-runtime-hook prestart`, as dockerd runs it for `docker run --gpus`: the OCI state on
+    stdin, NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES in the bundle's config.json (dockerd appends
+    them, so the last occurrence wins), injected as fakegpu-hook does."""
+    log = HookLog()
+    log(f"hook environment: {', '.join(sorted(os.environ))}")
+    _scrub_environment()
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 1 and argv[0] in _NVIDIA_NOOP_STAGES:
+        return 0
+    if argv != ["prestart"]:
+        from fakegpu.errors import shorten
+
+        print(f"fakegpu-hook (as nvidia-container-runtime-hook): expected the one argument 'prestart', as dockerd "
+              f"passes it; got {shorten(' '.join(argv)) if argv else 'none'}", file=sys.stderr)
+        return 2
+    try:
+        args = nvidia_args()
+    except Exception as exc:  # SettingsError: an unreadable config file fails every --gpus start, saying why
+        print(f"fakegpu-hook: {exc}", file=sys.stderr)
+        return 1
+    return _run_logged(sys.stdin.read(), args, log)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ use, as /run is one after every boot) and a folder only root can enter (0700). P
     <state_root>/<id>/            0700  host only
         devices.tbl               0644  mounted read-only at /run/fakegpu/devices.tbl
         inject.log | hook.log     0600  what the runtime did; never visible in the container
+        owner                     0600  `<pid> <start time>` of the container's first process, when no runtime
+                                        of ours will delete the folder (the NVIDIA-named hook, under plain runc)
         state/                    1777  the container's /run/fakegpu (processes of any uid publish there)
 
 native/container/statedir.c is the C twin, used by the C `create`; tests/hook/test_statedir.py runs both.
@@ -115,3 +117,50 @@ def write_log(path: str, text: str) -> None:
             f.write(text)
     except OSError:
         pass
+
+
+OWNER_NAME = "owner"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid it names
+    one process for good, as pids are reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def record_owner(host_dir: str, pid: int) -> None:
+    """Note the container's process in its folder, for sweep_exited: under plain runc nothing of ours runs at
+    `delete`, so nothing else would ever remove the folder."""
+    started = _start_time(pid)
+    if started is not None:
+        write_log(os.path.join(host_dir, OWNER_NAME), f"{pid} {started}\n")
+
+
+def sweep_exited(state_root: str, keep: str = "") -> list[str]:
+    """Remove the folders whose recorded process is gone (their containers have stopped); folders without an
+    owner file (our runtime deletes those) and `keep` are left alone. The folders removed."""
+    import shutil
+
+    removed = []
+    try:
+        names = os.listdir(state_root)
+    except OSError:
+        return removed
+    for name in names:
+        if name == keep or name.startswith("."):
+            continue
+        folder = os.path.join(state_root, name)
+        try:
+            with open(os.path.join(folder, OWNER_NAME), encoding="ascii") as f:
+                pid, started = f.read().split()
+        except (OSError, ValueError):
+            continue
+        if pid.isdigit() and _start_time(int(pid)) == started:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
