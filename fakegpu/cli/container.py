@@ -14,6 +14,10 @@ from fakegpu.cli.output import emit_json, fail
 from fakegpu.devices import DEFAULT_DEVICES, DEFAULT_SEED
 from fakegpu.errors import FakeGPUError, UsageError
 
+# Where `runtime install --gpus` puts nvidia-container-runtime-hook (fakegpu_hook.gpus.DEFAULT_HOOK_DIR; the CLI
+# imports fakegpu_hook only inside commands).
+DEFAULT_HOOK_DIR = "/usr/local/bin"
+
 runtime_app = typer.Typer(help="Register the FakeGPU runtime with Docker (daemon.json).", no_args_is_help=True)
 cdi_app = typer.Typer(help="Container Device Interface specs.", no_args_is_help=True)
 hook_app = typer.Typer(help="OCI hook configuration for other engines.", no_args_is_help=True)
@@ -93,9 +97,9 @@ def _config_diff(change) -> str:
 
 
 def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool, no_reload: bool, edit,
-                   config=None, inventory: list[str] | None = None) -> None:
-    """Apply the daemon.json edit and report it, with the site config's change (`config`) and the inventory
-    now in force (`inventory`) when the command touched them."""
+                   config=None, inventory: list[str] | None = None, gpus: dict | None = None) -> None:
+    """Apply the daemon.json edit and report it, with the site config's change (`config`), the inventory
+    now in force (`inventory`) and the NVIDIA-named hook's change (`gpus`) when the command touched them."""
     from fakegpu_hook import daemon_json as dj
 
     try:
@@ -110,6 +114,8 @@ def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool
                               "diff": _config_diff(config)}
         if inventory is not None:
             data["inventory"] = inventory
+        if gpus is not None:
+            data["gpus_hook"] = gpus
         emit_json(command, data)
         return
     if config is not None and config.changed:
@@ -127,6 +133,35 @@ def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool
     if inventory:
         typer.echo("the host's fake GPUs (NVIDIA_VISIBLE_DEVICES selects from these):")
         typer.echo("".join(f"  {line}\n" for line in inventory), nl=False)
+    if gpus is not None:
+        typer.echo(_gpus_hook_line(gpus, dry_run))
+
+
+def _gpus_hook_line(gpus: dict, dry_run: bool) -> str:
+    from fakegpu_hook.gpus import RESTART_NOTE
+
+    path, changed = gpus["path"], gpus["changed"]
+    if gpus["action"] == "install":
+        if not changed:
+            return f"{path}: already up to date (docker run --gpus uses it once dockerd has been restarted after it " \
+                   "was first written)"
+        return f"{'would write' if dry_run else 'wrote'} {path} (docker run --gpus); {RESTART_NOTE}"
+    if not changed:
+        return f"no nvidia-container-runtime-hook of ours in {gpus['hook_dir']} (pass --hook-dir if it went elsewhere)"
+    return (f"{'would remove' if dry_run else 'removed'} {path}; {RESTART_NOTE} (until then docker run --gpus fails: "
+            "dockerd still has its NVIDIA driver but no hook)")
+
+
+def _gpus_install(hook_dir: Path, dry_run: bool, as_json: bool, command: str, write: bool) -> dict:
+    """Check (write=False) or install (write=True) the NVIDIA-named hook; refusals stop the command."""
+    from fakegpu_hook.gpus import GpusHookError, install_gpus_hook
+
+    try:
+        path, changed = install_gpus_hook(str(hook_dir), dry_run=dry_run or not write)
+    except GpusHookError as exc:
+        raise fail(command, FakeGPUError(str(exc)), as_json) from exc
+    return {"action": "install", "path": path, "hook_dir": str(hook_dir), "changed": changed,
+            "written": changed and write and not dry_run, "restart_dockerd": changed}
 
 
 @runtime_app.command("install")
@@ -145,9 +180,15 @@ def install(
         None, "--devices", metavar="SPEC",
         help="The host's fake GPUs (e.g. a100:8), kept in the runtime's config ($FAKEGPU_CONFIG or "
              "/etc/fakegpu/config.json): what NVIDIA_VISIBLE_DEVICES=all|<indices>|<UUIDs> selects from."),
+    gpus: bool = typer.Option(False, "--gpus",
+                              help="Also serve `docker run --gpus` and compose's `driver: nvidia`: install our hook "
+                                   "as nvidia-container-runtime-hook (refused where NVIDIA's toolkit is installed); "
+                                   "dockerd must be restarted to see it."),
+    hook_dir: Path = typer.Option(Path(DEFAULT_HOOK_DIR), "--hook-dir", envvar="FAKEGPU_HOOK_DIR",
+                                  help="Where --gpus puts nvidia-container-runtime-hook: a folder on dockerd's PATH."),
 ) -> None:
     """Write the sh fronts, add the runtime to daemon.json (other keys kept, atomic, backed up), reload dockerd;
-    with --devices, set the host's inventory first."""
+    with --devices, set the host's inventory first; with --gpus, install the hook dockerd runs for --gpus."""
     from fakegpu_hook import daemon_json as dj
     from fakegpu_hook import front
 
@@ -170,6 +211,8 @@ def install(
             raise fail(command, FakeGPUError(str(exc)), as_json) from exc
     # A site config we would refuse stops it too (dry run: nothing written either way).
     config = _inventory_change(devices, True, as_json, command) if devices is not None else None
+    # So does NVIDIA's toolkit, for --gpus.
+    hook = _gpus_install(hook_dir, dry_run, as_json, command, write=False) if gpus else None
     if not dry_run:
         try:
             front.write_fronts(files)
@@ -178,8 +221,10 @@ def install(
                        as_json) from exc
         if devices is not None:
             config = _inventory_change(devices, False, as_json, command)
+        if gpus:
+            hook = _gpus_install(hook_dir, False, as_json, command, write=True)
     _daemon_change(command, daemon_json, dry_run, as_json, no_reload,
-                   lambda data: dj.with_runtime(data, name, path, set_default), config, inventory)
+                   lambda data: dj.with_runtime(data, name, path, set_default), config, inventory, hook)
 
 
 @runtime_app.command("uninstall")
@@ -191,10 +236,14 @@ def uninstall(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     keep_inventory: bool = typer.Option(False, "--keep-inventory",
                                         help="Leave the inventory (--devices) in the runtime's config."),
+    hook_dir: Path = typer.Option(Path(DEFAULT_HOOK_DIR), "--hook-dir", envvar="FAKEGPU_HOOK_DIR",
+                                  help="Where install --gpus put nvidia-container-runtime-hook."),
 ) -> None:
-    """Remove the runtime (and default-runtime if it is ours) from daemon.json and reload dockerd, and the
-    inventory install --devices set from the runtime's config (removing the file if nothing else is in it)."""
+    """Remove the runtime (and default-runtime if it is ours) from daemon.json and reload dockerd, the
+    inventory install --devices set from the runtime's config (removing the file if nothing else is in it),
+    and the nvidia-container-runtime-hook install --gpus wrote (only a file of ours)."""
     from fakegpu_hook import daemon_json as dj
+    from fakegpu_hook.gpus import GpusHookError, uninstall_gpus_hook
 
     command = "runtime uninstall"
     try:
@@ -202,8 +251,14 @@ def uninstall(
     except (dj.DaemonConfigError, OSError) as exc:
         raise fail(command, FakeGPUError(str(exc)), as_json) from exc
     config = None if keep_inventory else _inventory_change(None, dry_run, as_json, command)
+    try:
+        removed = uninstall_gpus_hook(str(hook_dir), dry_run=dry_run)
+    except GpusHookError as exc:
+        raise fail(command, FakeGPUError(str(exc)), as_json) from exc
+    hook = {"action": "uninstall", "path": removed, "hook_dir": str(hook_dir), "changed": removed is not None,
+            "written": removed is not None and not dry_run, "restart_dockerd": removed is not None}
     _daemon_change(command, daemon_json, dry_run, as_json, no_reload, lambda data: dj.without_runtime(data, name),
-                   config)
+                   config, gpus=hook)
 
 
 @cdi_app.command("generate")

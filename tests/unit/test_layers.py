@@ -106,8 +106,8 @@ def test_the_container_integration_imports_the_standard_library_only():
     # What a create, the hook and the install commands import, in an interpreter as isolated as the sh front's.
     code = ("import sys; sys.path[:0] = sys.argv[1:]\n"
             "import fakegpu_hook.runtime, fakegpu_hook.hook, fakegpu_hook.front, fakegpu_hook.cdi, "
-            "fakegpu_hook.daemon_json, fakegpu_hook.inject, fakegpu_hook.settings, fakegpu.devices.table, "
-            "fakegpu.driver\n"
+            "fakegpu_hook.daemon_json, fakegpu_hook.gpus, fakegpu_hook.inject, fakegpu_hook.settings, "
+            "fakegpu.devices.table, fakegpu.driver\n"
             "from fakegpu.devices import resolve_devices; resolve_devices('a100:2')\n"
             "names = {m.split('.')[0] for m in sys.modules}\n"
             "print(sorted(names - set(sys.stdlib_module_names) - {'__main__', 'fakegpu', 'fakegpu_hook'}))")
