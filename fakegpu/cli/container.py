@@ -4,6 +4,7 @@ container engines. The mechanics live in fakegpu_hook (hook/); these commands pa
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -133,11 +134,12 @@ def _daemon_change(command: str, daemon_json: Path, dry_run: bool, as_json: bool
     if inventory:
         typer.echo("the host's fake GPUs (NVIDIA_VISIBLE_DEVICES selects from these):")
         typer.echo("".join(f"  {line}\n" for line in inventory), nl=False)
-    if gpus is not None:
-        typer.echo(_gpus_hook_line(gpus, dry_run))
+    if gpus is not None and (line := _gpus_hook_line(gpus, dry_run)):
+        typer.echo(line)
 
 
 def _gpus_hook_line(gpus: dict, dry_run: bool) -> str:
+    """What the command did to nvidia-container-runtime-hook; '' for an uninstall on a host that never had it."""
     from fakegpu_hook.gpus import RESTART_NOTE
 
     path, changed = gpus["path"], gpus["changed"]
@@ -147,7 +149,10 @@ def _gpus_hook_line(gpus: dict, dry_run: bool) -> str:
                    "was first written)"
         return f"{'would write' if dry_run else 'wrote'} {path} (docker run --gpus); {RESTART_NOTE}"
     if not changed:
-        return f"no nvidia-container-runtime-hook of ours in {gpus['hook_dir']} (pass --hook-dir if it went elsewhere)"
+        from fakegpu_hook.front import NVIDIA_HOOK
+
+        theirs = os.path.join(gpus["hook_dir"], NVIDIA_HOOK)
+        return f"left {theirs} alone: not written by fakegpu" if os.path.lexists(theirs) else ""
     return (f"{'would remove' if dry_run else 'removed'} {path}; {RESTART_NOTE} (until then docker run --gpus fails: "
             "dockerd still has its NVIDIA driver but no hook)")
 

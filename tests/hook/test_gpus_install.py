@@ -122,7 +122,13 @@ def test_uninstall_leaves_a_file_not_ours_alone(place):
     result = cli(place, "uninstall", "--hook-dir", str(place / "hooks"))
     assert result.exit_code == 0, result.output
     assert theirs.read_text() == "#!/bin/sh\n# NVIDIA's\n"
-    assert "no nvidia-container-runtime-hook of ours" in result.output
+    assert f"left {theirs} alone: not written by fakegpu" in result.output
+
+
+def test_uninstall_without_a_hook_says_nothing_of_it(place):
+    result = cli(place, "uninstall", "--hook-dir", str(place / "hooks"))
+    assert result.exit_code == 0, result.output
+    assert "nvidia-container-runtime-hook" not in result.output and "restart" not in result.output
 
 
 def test_uninstall_dry_run_keeps_the_hook(place):
