@@ -1,7 +1,7 @@
 """Issue 21, point 4: `docker run --gpus` and compose's `driver: nvidia` reservations, opt-in through `fakegpu
 runtime install --gpus`. dockerd registers its NVIDIA driver only when nvidia-container-runtime-hook is on its
-PATH at start, so these tests start a PRIVATE dockerd (own data root, exec root, socket, pid file, no bridge, no
-iptables; PATH holding the test's hook folder; settings from FAKEGPU_* in its environment, which the hook
+PATH at start, so these tests start a PRIVATE dockerd (own data root, exec root, socket, pid file, own network
+namespace, no bridge, no iptables; PATH holding the test's hook folder; settings from FAKEGPU_* in its environment, which the hook
 inherits) and never touch the machine's daemon beyond `docker save` of the base image. Plain runc is the
 runtime: only our hook runs. Expected UUIDs come from `fakegpu.devices`."""
 
@@ -61,8 +61,11 @@ class PrivateDockerd:
         env = {**os.environ, "PATH": f"{hook_dir}:{os.environ['PATH']}", "FAKEGPU_CONFIG": str(config),
                "FAKEGPU_STATE_ROOT": str(self.state_root)}
         log = open(self.folder / "dockerd.log", "wb")  # dockerd holds its own descriptor until it stops
+        # In a network namespace of its own: a dockerd started with --bridge=none deletes the host's docker0 at
+        # start (moby removes the default bridge's link when the bridge is disabled), which breaks every
+        # container on the machine's own daemon. unshare execs dockerd, so the pid stays the daemon's.
         self.process = subprocess.Popen(
-            ["dockerd", "--data-root", str(self.folder / "data"), "--exec-root", str(self.folder / "exec"),
+            ["unshare", "--net", "--", "dockerd", "--data-root", str(self.folder / "data"), "--exec-root", str(self.folder / "exec"),
              "-H", self.host, "--pidfile", str(self.folder / "d.pid"), "--config-file", str(daemon_json),
              "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -133,6 +136,7 @@ def dockerd(base_image):
     # Short: containerd's sockets live under the exec root, and a unix socket path has 108 bytes.
     folder = Path(tempfile.mkdtemp(prefix="fgd-", dir="/tmp"))
     daemon = PrivateDockerd(folder)
+    host_links = sorted(os.listdir("/sys/class/net"))
     try:
         hook_dir, config, daemon_json = folder / "hooks", folder / "fakegpu.json", folder / "daemon.json"
         # The user's command, pointed at the test's folder: the hook, the inventory, a daemon.json (with the
@@ -148,6 +152,10 @@ def dockerd(base_image):
     finally:
         problems = daemon.stop()
         assert not problems, problems
+        # The machine's networking is not the private daemon's to change (docker0 above all).
+        # (veth* and br-* belong to containers and networks of other tests, which may come and go meanwhile.)
+        left = [n for n in host_links if not n.startswith(("veth", "br-"))]
+        assert [n for n in left if not os.path.exists(f"/sys/class/net/{n}")] == [], "host links removed"
 
 
 def gpus_of(result: subprocess.CompletedProcess[str]) -> list[tuple[int, str]]:
