@@ -79,14 +79,16 @@ def _current_inventory() -> str:
         raise FakeGPUError(str(exc)) from exc
 
 
-def _inventory_change(spec: str | None, dry_run: bool, as_json: bool, command: str):
-    """Set (spec) or remove (None) the inventory in the site config; returns the ConfigChange."""
+def _host_change(changes: dict[str, str | None], dry_run: bool, as_json: bool, command: str):
+    """Set (a value) or remove (None) the host's settings (inventory, driver_version) in the site config;
+    returns the ConfigChange."""
     from fakegpu_hook.settings import SettingsError, config_path, update_config
 
     try:
-        return update_config(config_path(), {"inventory": spec}, dry_run=dry_run)
+        return update_config(config_path(), changes, dry_run=dry_run)
     except (SettingsError, OSError) as exc:
-        hint = " (uninstall --keep-inventory leaves it alone)" if spec is None else ""
+        removing = all(v is None for v in changes.values())
+        hint = " (uninstall --keep-inventory leaves it alone)" if removing else ""
         raise fail(command, FakeGPUError(f"cannot update the runtime's config: {exc}{hint}"), as_json) from exc
 
 
@@ -191,13 +193,23 @@ def install(
                                    "dockerd must be restarted to see it."),
     hook_dir: Path = typer.Option(Path(DEFAULT_HOOK_DIR), "--hook-dir", envvar="FAKEGPU_HOOK_DIR",
                                   help="Where --gpus puts nvidia-container-runtime-hook: a folder on dockerd's PATH."),
+    driver: str | None = typer.Option(
+        None, "--driver", metavar="VERSION",
+        help="The host's driver (e.g. 550.127.08; default 580.95.05), kept in the runtime's config: what NVML, "
+             "nvidia-smi, cuDriverGetVersion, /proc/driver/nvidia and the libraries' names say in containers."),
 ) -> None:
     """Write the sh fronts, add the runtime to daemon.json (other keys kept, atomic, backed up), reload dockerd;
-    with --devices, set the host's inventory first; with --gpus, install the hook dockerd runs for --gpus."""
+    with --devices and --driver, set the host's inventory and driver first; with --gpus, install the hook
+    dockerd runs for --gpus."""
     from fakegpu_hook import daemon_json as dj
     from fakegpu_hook import front
 
+    from fakegpu.driver import driver_version_problem, is_driver_version
+
     command = "runtime install"
+    if driver is not None and not is_driver_version(driver):
+        raise fail(command, FakeGPUError(f"--driver: {driver_version_problem(driver)}"), as_json)
+    host = {k: v for k, v in (("inventory", devices), ("driver_version", driver)) if v is not None}
     try:  # the one parser: a bad spec stops the install before anything is written
         inventory = inventory_listing(devices if devices is not None else _current_inventory())
     except FakeGPUError as exc:
@@ -215,7 +227,7 @@ def install(
         except (dj.DaemonConfigError, OSError) as exc:
             raise fail(command, FakeGPUError(str(exc)), as_json) from exc
     # A site config we would refuse stops it too (dry run: nothing written either way).
-    config = _inventory_change(devices, True, as_json, command) if devices is not None else None
+    config = _host_change(host, True, as_json, command) if host else None
     # So does NVIDIA's toolkit, for --gpus.
     hook = _gpus_install(hook_dir, dry_run, as_json, command, write=False) if gpus else None
     if not dry_run:
@@ -224,8 +236,8 @@ def install(
         except OSError as exc:
             raise fail(command, FakeGPUError(f"cannot write the runtime front in {directory}: {exc}"),
                        as_json) from exc
-        if devices is not None:
-            config = _inventory_change(devices, False, as_json, command)
+        if host:
+            config = _host_change(host, False, as_json, command)
         if gpus:
             hook = _gpus_install(hook_dir, False, as_json, command, write=True)
     _daemon_change(command, daemon_json, dry_run, as_json, no_reload,
@@ -240,12 +252,14 @@ def uninstall(
     no_reload: bool = typer.Option(False, "--no-reload", help="Do not signal dockerd."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     keep_inventory: bool = typer.Option(False, "--keep-inventory",
-                                        help="Leave the inventory (--devices) in the runtime's config."),
+                                        help="Leave the inventory and driver (--devices, --driver) in the "
+                                             "runtime's config."),
     hook_dir: Path = typer.Option(Path(DEFAULT_HOOK_DIR), "--hook-dir", envvar="FAKEGPU_HOOK_DIR",
                                   help="Where install --gpus put nvidia-container-runtime-hook."),
 ) -> None:
     """Remove the runtime (and default-runtime if it is ours) from daemon.json and reload dockerd, the
-    inventory install --devices set from the runtime's config (removing the file if nothing else is in it),
+    inventory and driver install --devices/--driver set from the runtime's config (removing the file if
+    nothing else is in it),
     and the nvidia-container-runtime-hook install --gpus wrote (only a file of ours)."""
     from fakegpu_hook import daemon_json as dj
     from fakegpu_hook.gpus import GpusHookError, uninstall_gpus_hook
@@ -255,7 +269,8 @@ def uninstall(
         dj.load(daemon_json)  # a daemon.json we would refuse stops the uninstall before anything changes
     except (dj.DaemonConfigError, OSError) as exc:
         raise fail(command, FakeGPUError(str(exc)), as_json) from exc
-    config = None if keep_inventory else _inventory_change(None, dry_run, as_json, command)
+    config = None if keep_inventory else _host_change({"inventory": None, "driver_version": None}, dry_run,
+                                                      as_json, command)
     try:
         removed = uninstall_gpus_hook(str(hook_dir), dry_run=dry_run)
     except GpusHookError as exc:

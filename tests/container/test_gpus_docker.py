@@ -1,9 +1,9 @@
 """Issue 21, point 4: `docker run --gpus` and compose's `driver: nvidia` reservations, opt-in through `fakegpu
 runtime install --gpus`. dockerd registers its NVIDIA driver only when nvidia-container-runtime-hook is on its
 PATH at start, so these tests start a PRIVATE dockerd (own data root, exec root, socket, pid file, own network
-namespace, no bridge, no iptables; PATH holding the test's hook folder; settings from FAKEGPU_* in its environment, which the hook
-inherits) and never touch the machine's daemon beyond `docker save` of the base image. Plain runc is the
-runtime: only our hook runs. Expected UUIDs come from `fakegpu.devices`."""
+namespace, no bridge, no iptables; PATH holding the test's hook folder; settings from FAKEGPU_* in its
+environment, which the hook inherits) and never touch the machine's daemon beyond `docker save` of the base
+image. Plain runc is the runtime: only our hook runs. Expected UUIDs come from `fakegpu.devices`."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ class PrivateDockerd:
         # start (moby removes the default bridge's link when the bridge is disabled), which breaks every
         # container on the machine's own daemon. unshare execs dockerd, so the pid stays the daemon's.
         self.process = subprocess.Popen(
-            ["unshare", "--net", "--", "dockerd", "--data-root", str(self.folder / "data"), "--exec-root", str(self.folder / "exec"),
+            ["unshare", "--net", "--", "dockerd", "--data-root", str(self.folder / "data"),
+             "--exec-root", str(self.folder / "exec"),
              "-H", self.host, "--pidfile", str(self.folder / "d.pid"), "--config-file", str(daemon_json),
              "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-masq=false"],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -174,3 +174,25 @@ def test_a_config_uninstall_did_not_change_is_left_as_it_was(paths):
     paths["config"].write_text("{}")
     assert uninstall(paths).exit_code == 0
     assert paths["config"].read_text() == "{}"
+
+
+def test_install_driver_sets_the_hosts_driver_and_uninstall_removes_it(paths):
+    result = install(paths, "--devices", "a100:2", "--driver", "550.127.08")
+    assert result.exit_code == 0, result.output
+    assert json.loads(paths["config"].read_text()) == {"inventory": "a100:2", "driver_version": "550.127.08"}
+    from fakegpu_hook.settings import load_settings
+
+    assert load_settings().driver_version == "550.127.08"  # what the next create names the driver after
+    assert uninstall(paths).exit_code == 0
+    assert not paths["config"].exists()
+
+
+@pytest.mark.parametrize("driver", ["latest", "550", "5" * 10_000])
+def test_a_bad_driver_writes_nothing_and_says_why(paths, driver):
+    before = paths["daemon"].read_bytes()
+    result = install(paths, "--driver", driver)
+    assert result.exit_code != 0
+    assert "is not a driver version; expected one like 580.95.05" in result.output
+    assert len(result.output) < 400
+    assert paths["daemon"].read_bytes() == before and not paths["config"].exists()
+    assert not paths["front"].exists()
