@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from fakegpu import locations
@@ -84,6 +84,86 @@ def check_torch() -> CheckResult:
         return CheckResult("torch", WARN, "torch is not installed (needed for fakecuda only)",
                            "pip install 'fakegpu[torch]'")
     return CheckResult("torch", PASS, f"torch {importlib.metadata.version('torch')} importable")
+
+
+def check_program(program: str, image: str | None = None) -> CheckResult:
+    """Can FakeGPU serve this program: does it (or a library it loads from its own folders) carry a static CUDA
+    runtime, which talks to the driver through interfaces FakeGPU does not implement? With `image`, the program
+    is the image's (taken out of a created, never started container; its libraries are not followed)."""
+    import shutil
+    import tempfile
+
+    from fakegpu.analyze.linkage import FIX, static_cuda_runtime
+
+    name = f"program {program}" + (f" in {image}" if image else "")
+    with tempfile.TemporaryDirectory(prefix="fakegpu-doctor-") as tmp:
+        if image:
+            try:
+                path, where = _program_from_image(image, program, Path(tmp))
+            except FakeGPUError as exc:
+                return CheckResult("program", FAIL, f"{name}: {exc.message}", "name a program the image has")
+        else:
+            where = shutil.which(program) or ""
+            path = Path(where) if where else None
+            if path is None:
+                return CheckResult("program", FAIL, f"{name}: not found (not a file, not on PATH)",
+                                   "name the program's path")
+        found = static_cuda_runtime(path, {} if image else None)
+    if found is not None:
+        if image:  # the copy's path stands for the image's
+            found = replace(found, path=Path(where))
+        return CheckResult("program", FAIL, found.problem(where), FIX)
+    scope = "" if image else " or the libraries it loads from its own folders"
+    return CheckResult("program", PASS, f"{name}: no static CUDA runtime in it{scope}")
+
+
+def _program_from_image(image: str, program: str, dest: Path) -> tuple[Path, str]:
+    """(a copy in dest, the image's path) of the image's file at `program` (absolute, or found on the image's
+    PATH), links followed inside the image. The container is created, never started, and removed again."""
+    import posixpath
+    import shutil
+    import tarfile
+
+    import docker.errors
+
+    client = _docker_client()
+    try:
+        config = client.images.get(image).attrs.get("Config") or {}
+    except docker.errors.ImageNotFound as exc:
+        raise FakeGPUError(f"no image {image!r} here (docker pull it first)") from exc
+    env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
+    candidates = [program] if program.startswith("/") else [
+        posixpath.join(d, program) for d in (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":") if d]
+    container = client.containers.create(image, command=["true"], entrypoint=[], network_disabled=True)
+    try:
+        for found in candidates:
+            path = found
+            for _ in range(40):  # as the kernel, 40 links at most
+                try:
+                    stream, stat = container.get_archive(path)
+                except docker.errors.NotFound:
+                    break
+                target = stat.get("linkTarget") or ""
+                if target and target != path:
+                    path = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+                    continue
+                archive = dest / "program.tar"
+                with archive.open("wb") as f:
+                    for chunk in stream:
+                        f.write(chunk)
+                with tarfile.open(archive) as tar:
+                    member = next((m for m in tar.getmembers() if m.isfile()), None)
+                    if member is None:
+                        raise FakeGPUError(f"{path} in the image is not a file")
+                    src = tar.extractfile(member)
+                    out = dest / "program"
+                    with out.open("wb") as f:
+                        shutil.copyfileobj(src, f, 1 << 20)
+                return out, found
+        raise FakeGPUError(f"not found in the image ({', '.join(candidates[:4])}"
+                           f"{', ...' if len(candidates) > 4 else ''})")
+    finally:
+        container.remove(force=True)
 
 
 CHECKS: tuple[Callable[[], CheckResult], ...] = (check_catalog, check_native, check_docker, check_runtime, check_torch)

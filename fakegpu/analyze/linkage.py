@@ -26,11 +26,15 @@ class StaticRuntime:
     path: Path  # the program, or the library of it, that carries the runtime
     evidence: str
 
-    def message(self, program: str) -> str:
+    def problem(self, program: str) -> str:
+        """What was found and why it cannot work, without the fix."""
         where = "" if str(self.path) == program else f" (in {self.path}, which it loads)"
         return (f"{program} links the CUDA runtime statically{where}: {self.evidence}. A static CUDA runtime "
                 "talks to the driver through private interfaces FakeGPU does not implement, so the program would "
-                f"see no devices rather than fake ones; {FIX}")
+                "see no devices rather than fake ones")
+
+    def message(self, program: str) -> str:
+        return f"{self.problem(program)}; {FIX}"
 
 
 def _contains(path: Path, marker: bytes) -> bool:

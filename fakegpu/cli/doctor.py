@@ -23,9 +23,25 @@ def _with_inventory(result: CheckResult) -> CheckResult:
     return replace(result, detail=f"{result.detail}; {line}")
 
 
-def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """Check the catalog, native build, Docker Engine, runtime registration (and inventory) and torch."""
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    program: str | None = typer.Option(
+        None, "--program", metavar="PATH",
+        help="Also check that FakeGPU can serve this program: no statically linked CUDA runtime in it (or in the "
+             "libraries it loads from its own folders). A name is looked up on PATH."),
+    image: str | None = typer.Option(None, "--image", metavar="IMAGE",
+                                     help="With --program: the program is this image's (looked up on its PATH)."),
+) -> None:
+    """Check the catalog, native build, Docker Engine, runtime registration (and inventory) and torch; with
+    --program (and --image), a program FakeGPU is to run."""
+    from fakegpu.doctor import check_program
+
+    if image is not None and program is None:
+        typer.echo("fakegpu doctor: --image needs --program (the program in the image to check)", err=True)
+        raise typer.Exit(2)
     results = [_with_inventory(r) if r.name == "runtime" else r for r in run_checks()]
+    if program is not None:
+        results.append(check_program(program, image))
     code = EXIT_CHECK_FAILED if any(r.status == FAIL for r in results) else EXIT_OK
     if as_json:
         errors = [{"code": f"check-{r.name}", "message": r.detail} for r in results if r.status == FAIL]

@@ -84,3 +84,54 @@ def test_what_is_not_a_static_runtime(built: Path, tmp_path: Path) -> None:
     for path in (Path(sys.executable).resolve(), built / "count_shared", REPO / "native" / "build" / "lib" /
                  "libcudart.so.13", script, tmp_path / "absent"):
         assert static_cuda_runtime(path) is None, path
+
+
+def _doctor(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fakegpu", "doctor", "--json", *args], capture_output=True,
+                          text=True, timeout=180)
+
+
+def _program_check(proc: subprocess.CompletedProcess[str]) -> dict:
+    import json
+
+    return next(r for r in json.loads(proc.stdout)["data"] if r["name"] == "program")
+
+
+@pytest.mark.parametrize("name, status", [("count_static", "fail"), ("count_stripped", "fail"),
+                                          ("uses_lib", "fail"), ("count_shared", "pass")])
+def test_doctor_says_which_programs_fakegpu_can_serve(built: Path, name: str, status: str) -> None:
+    proc = _doctor("--program", str(built / name))
+    check = _program_check(proc)
+    assert check["status"] == status, check
+    if status == "fail":
+        assert proc.returncode != 0
+        assert "links the CUDA runtime statically" in check["detail"] and "nvcc -cudart shared" in check["fix"]
+
+
+@pytest.mark.docker
+def test_doctor_checks_a_program_inside_an_image(built: Path, tmp_path: Path) -> None:
+    # The container runtime cannot serve such a program either: doctor looks inside the image before a run.
+    from tests.container.conftest import BASE_IMAGE, LABEL
+
+    _require("docker is not reachable", subprocess.run(["docker", "info"], capture_output=True).returncode == 0)
+    context = tmp_path / "context"
+    context.mkdir()
+    for name in ("count_static", "count_shared"):
+        shutil.copy(built / name, context / name)
+    (context / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nCOPY count_static count_shared /opt/app/\n"
+                                        "RUN ln -s /opt/app/count_static /usr/local/bin/app\n")
+    tag = f"fakegpu-test/static-runtime:{os.getpid()}"
+    build = subprocess.run(["docker", "build", "--label", LABEL, "-t", tag, str(context)], capture_output=True,
+                           text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    try:
+        before = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout
+        found = _program_check(_doctor("--program", "app", "--image", tag))  # on the image's PATH, via a link
+        assert found["status"] == "fail" and found["detail"].startswith(
+            "/usr/local/bin/app links the CUDA runtime statically"), found
+        assert _program_check(_doctor("--program", "/opt/app/count_shared", "--image", tag))["status"] == "pass"
+        missing = _program_check(_doctor("--program", "/opt/app/nothing", "--image", tag))
+        assert missing["status"] == "fail" and "not found in the image" in missing["detail"]
+        assert subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True).stdout == before
+    finally:
+        subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
