@@ -80,3 +80,19 @@ def runc_calls(env: dict[str, str]) -> list[list[str]]:
     if not log.exists():
         return []
     return [line.split("\t") for line in log.read_text().splitlines()]
+
+
+def hook_sandbox(tmp_path: Path) -> tuple[Path, Path]:
+    """(bundle, native): a bundle with the Debian test root, and a native build of a fake NVML and a shell
+    nvidia-smi, for tests that run the hook for real."""
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(DATA / "rootfs" / "debian", bundle / "rootfs")
+    native = tmp_path / "native"
+    (native / "lib").mkdir(parents=True)
+    (native / "bin").mkdir()
+    (native / "lib" / "libnvidia-ml.so.1").write_text("fake nvml")
+    (native / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho fake smi\n")
+    (native / "bin" / "nvidia-smi").chmod(0o755)
+    return bundle, native

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hook.conftest import DATA
+from tests.hook.conftest import DATA, hook_sandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                 reason="bind mounts need root and unshare(1)")
@@ -21,14 +21,7 @@ HOOK = str(Path(sys.executable).with_name("fakegpu-hook"))
 
 @pytest.fixture
 def setup(tmp_path):
-    bundle = tmp_path / "bundle"
-    shutil.copytree(DATA / "rootfs" / "debian", bundle / "rootfs")
-    native = tmp_path / "native"
-    (native / "lib").mkdir(parents=True)
-    (native / "bin").mkdir()
-    (native / "lib" / "libnvidia-ml.so.1").write_text("fake nvml")
-    (native / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho fake smi\n")
-    (native / "bin" / "nvidia-smi").chmod(0o755)
+    bundle, native = hook_sandbox(tmp_path)
     # The hook never mounts the state root itself (it runs in the container's mount namespace): the runtime, or
     # the user, makes it a nosuid,nodev,noexec filesystem first (statedir.py).
     state = tmp_path / "state"

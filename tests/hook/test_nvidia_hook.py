@@ -15,7 +15,7 @@ import pytest
 from fakegpu_hook import front, hook, statedir
 
 from fakegpu.devices import DEFAULT_SEED, resolve_devices
-from tests.hook.conftest import DATA
+from tests.hook.conftest import DATA, hook_sandbox
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"),
                                 reason="mount namespaces need root and unshare(1)")
@@ -56,14 +56,7 @@ class Outcome:
 
 @pytest.fixture
 def setup(tmp_path):
-    bundle = tmp_path / "bundle"
-    shutil.copytree(DATA / "rootfs" / "debian", bundle / "rootfs")
-    native = tmp_path / "native"
-    (native / "lib").mkdir(parents=True)
-    (native / "bin").mkdir()
-    (native / "lib" / "libnvidia-ml.so.1").write_text("fake nvml")
-    (native / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho fake smi\n")
-    (native / "bin" / "nvidia-smi").chmod(0o755)
+    bundle, native = hook_sandbox(tmp_path)
     files = front.nvidia_hook_file(str(tmp_path / "hooks"))
     front.write_fronts(files)
     # As dockerd runs it: in its own environment (the settings come from there), interpreter variables included.

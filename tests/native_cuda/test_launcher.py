@@ -70,10 +70,8 @@ def test_hook_dir_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
     assert out.stdout.split() == ["1", "True"], out.stderr
 
 
-def test_nvml_and_libcuda_report_one_driver(cuda_env: dict[str, str]) -> None:
-    # A host has one driver: NVML (and so nvidia-smi) and cuDriverGetVersion agree, by default and when the
-    # driver is chosen (its branch then decides the CUDA version: 550 ships CUDA 12.4).
-    code = """
+# NVML's driver and CUDA versions and cuDriverGetVersion, as one line.
+DRIVER_PROBE = """
 import ctypes, os
 lib = os.environ["FAKEGPU_LIB"]
 cuda = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
@@ -85,10 +83,16 @@ assert nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(n)) == 0
 assert nvml.nvmlSystemGetDriverVersion(buf, 80) == 0
 print(buf.value.decode(), v.value, n.value)
 """
+
+
+def test_nvml_and_libcuda_report_one_driver(cuda_env: dict[str, str]) -> None:
+    # A host has one driver: NVML (and so nvidia-smi) and cuDriverGetVersion agree, by default and when the
+    # driver is chosen (its branch then decides the CUDA version: 550 ships CUDA 12.4).
     seen = {}
     for chosen in (None, "550.127.08", "570.133.20"):
         env = dict(cuda_env, **({"FAKEGPU_DRIVER_VERSION": chosen} if chosen else {}))
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-c", DRIVER_PROBE], env=env, capture_output=True, text=True,
+                             timeout=60)
         assert out.returncode == 0, out.stderr
         seen[chosen] = out.stdout.split()
     assert seen == {None: [NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION, NATIVE_CUDA_VERSION],
@@ -102,25 +106,14 @@ def test_the_device_table_names_the_driver_for_processes_without_the_variable(cu
     from fakegpu.devices import resolve_devices
     from fakegpu.devices.table import write_table
 
-    code = """
-import ctypes, os
-lib = os.environ["FAKEGPU_LIB"]
-cuda = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
-nvml = ctypes.CDLL(os.path.join(lib, "libnvidia-ml.so.1"))
-v, n = ctypes.c_int(), ctypes.c_int()
-buf = ctypes.create_string_buffer(80)
-assert cuda.cuDriverGetVersion(ctypes.byref(v)) == 0 and nvml.nvmlInit_v2() == 0
-assert nvml.nvmlSystemGetCudaDriverVersion_v2(ctypes.byref(n)) == 0
-assert nvml.nvmlSystemGetDriverVersion(buf, 80) == 0
-print(buf.value.decode(), v.value, n.value)
-"""
     seen = {}
     for table_driver, variable in (("550.127.08", None), ("550.127.08", "570.133.20"), ("r550", None)):
         table = tmp_path / f"devices-{table_driver}-{variable}.tbl"
         write_table(table, resolve_devices("a100:1", seed="0"), "a100:1", "0", driver=table_driver)
         env = dict(cuda_env, FAKEGPU_DEVICE_TABLE=str(table),
                    **({"FAKEGPU_DRIVER_VERSION": variable} if variable else {}))
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-c", DRIVER_PROBE], env=env, capture_output=True, text=True,
+                             timeout=60)
         assert out.returncode == 0, out.stderr
         seen[table_driver, variable] = out.stdout.split()
     assert seen == {("550.127.08", None): ["550.127.08", "12040", "12040"],
