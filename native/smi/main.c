@@ -14,6 +14,7 @@ typedef enum {
     CMD_QUERY,
     CMD_TOPO,
     CMD_NVLINK_STATUS,
+    CMD_MIG,
     CMD_QUERY_GPU,
     CMD_QUERY_APPS,
     CMD_HELP_QUERY_GPU
@@ -25,6 +26,7 @@ typedef struct {
     const char *fields;
     const char *format;
     int xml;
+    int mig_compute; /* mig: a report or change about compute instances */
     const char *display; /* -d */
     unsigned display_mask;
     double loop_s;
@@ -73,6 +75,47 @@ static int parse(int argc, char **argv, opts_t *o)
                 return -1;
             o->cmd = CMD_NVLINK_STATUS;
             i++;
+        } else if (!strcmp(a, "mig") && i == 1) {
+            /* One report or change, then -i/--id (GPUs), -gi/--gpu-instance-id, -ci/--compute-instance-id,
+             * -C/--default-compute-instance, -gip/-cip (profile ids) with their values. */
+            static const char *const gpu_ops[] = {"-lgi", "--list-gpu-instances", "-lgip",
+                                                   "--list-gpu-instance-profiles", "-lgipp",
+                                                   "--list-gpu-instance-possible-placements", "-cgi",
+                                                   "--create-gpu-instance", "-dgi", "--destroy-gpu-instance"};
+            static const char *const ci_ops[] = {"-lci", "--list-compute-instances", "-lcip",
+                                                  "--list-compute-instance-profiles", "-lcipp",
+                                                  "--list-compute-instance-possible-placements", "-cci",
+                                                  "--create-compute-instance", "-dci", "--destroy-compute-instance"};
+            int found = 0;
+            for (i++; i < argc; i++) {
+                const char *m = argv[i];
+                int op = 0;
+                for (size_t k = 0; k < sizeof gpu_ops / sizeof *gpu_ops; k++)
+                    op |= !strcmp(m, gpu_ops[k]) ? 1 : !strcmp(m, ci_ops[k]) ? 2 : 0;
+                if (op) {
+                    if (found)
+                        return -1;
+                    found = op;
+                    o->mig_compute = op == 2;
+                    /* -cgi and -cci take their profiles as the next word */
+                    if ((!strcmp(m, "-cgi") || !strcmp(m, "--create-gpu-instance") || !strcmp(m, "-cci") ||
+                         !strcmp(m, "--create-compute-instance")) && i + 1 < argc && argv[i + 1][0] != '-')
+                        i++;
+                } else if (is_opt(m, "-i", "--id")) {
+                    if (!(o->ids = option_value(argc, argv, &i, m, "--id")))
+                        return -1;
+                } else if (!strcmp(m, "-gi") || !strcmp(m, "--gpu-instance-id") || !strcmp(m, "-ci") ||
+                           !strcmp(m, "--compute-instance-id") || !strcmp(m, "-gip") || !strcmp(m, "-cip")) {
+                    if (++i >= argc)
+                        return -1;
+                } else if (!strcmp(m, "-C") || !strcmp(m, "--default-compute-instance")) {
+                } else {
+                    return -1;
+                }
+            }
+            if (!found)
+                return -1;
+            o->cmd = CMD_MIG;
         } else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) {
             o->cmd = CMD_LIST;
         } else if (!strcmp(a, "-q") || !strcmp(a, "--query")) {
@@ -175,6 +218,7 @@ static int run_once(const opts_t *o, const smi_format *fmt)
     case CMD_QUERY: return o->xml ? smi_view_query_xml(&g) : smi_view_query(&g, o->display_mask);
     case CMD_TOPO: return smi_view_topo(&g);
     case CMD_NVLINK_STATUS: return smi_view_nvlink_status(&g);
+    case CMD_MIG: return smi_view_mig(&g, o->mig_compute);
     case CMD_QUERY_GPU: return smi_query_gpu(&g, o->fields, fmt);
     case CMD_QUERY_APPS: return smi_query_apps(&g, o->fields, fmt);
     default: return smi_view_default(&g);

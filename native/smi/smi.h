@@ -54,6 +54,8 @@ int smi_view_query(const smi_gpus *g, unsigned display);
 int smi_view_query_xml(const smi_gpus *g);
 int smi_view_topo(const smi_gpus *g);
 int smi_view_nvlink_status(const smi_gpus *g);
+/* nvidia-smi mig's reports and changes (mig.c); compute: about compute instances rather than GPU instances. */
+int smi_view_mig(const smi_gpus *g, int compute);
 int smi_query_gpu(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_query_apps(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_help_query_gpu(void);

@@ -313,3 +313,20 @@ def test_a_selection_of_none_finds_no_devices(native: NativeEnv, tmp_path) -> No
     write_table(table, [], "a100:4", "0", ())
     out = native.smi("-L", devices=None, FAKEGPU_DEVICE_TABLE=str(table))
     assert (out.returncode, out.stdout) == (6, "No devices were found\n")  # real nvidia-smi's words and code
+
+
+@pytest.mark.parametrize("args", [("mig", "-lgi"), ("mig", "--list-gpu-instances"), ("mig", "-lci", "-i", "0"),
+                                  ("mig", "-lgip"), ("mig", "-cgi", "9,14", "-C"), ("mig", "-dci", "-gi", "1")])
+@pytest.mark.parametrize("spec", ["a100:2", "l4-24gb"])
+def test_mig_reports_say_no_mig_enabled_device_as_a_driver_does(native: NativeEnv, args: tuple[str, ...],
+                                                                spec: str) -> None:
+    # MIG mode is off on every board until a layout enables it; MIG-capable or not, the driver answers the one
+    # line scripts test for (`grep "No MIG-enabled devices found"`), with status 6.
+    out = native.smi(*args, devices=spec)
+    assert (out.returncode, out.stdout) == (6, "No MIG-enabled devices found.\n"), out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("args", [("mig",), ("mig", "-lgi", "-lci"), ("mig", "-x"), ("mig", "-i")])
+def test_mig_with_no_report_or_two_is_refused(native: NativeEnv, args: tuple[str, ...]) -> None:
+    out = native.smi(*args)
+    assert out.returncode == 2 and out.stdout.startswith("Invalid combination of input arguments.")
