@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,11 +44,19 @@ def main() -> int:
     args = ap.parse_args()
     if args.cluster:
         return in_cluster(args)
+    scratch = Path(tempfile.mkdtemp(prefix="exit-loop-"))
+    try:
+        return on_host(args, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def on_host(args: argparse.Namespace, scratch: Path) -> int:
     sys.path.insert(0, str(REPO))
     from fakegpu.launcher import python_hook_dir
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER_", "RANK", "LOCAL_"))}
-    hook = python_hook_dir(tempfile.mkdtemp(prefix="exit-loop-"))
+    hook = python_hook_dir(str(scratch))
     env.update(FAKEGPU_RUNTIME="fakecuda", FAKEGPU_DEVICES="a100:2", OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(hook), str(REPO), env.get("PYTHONPATH")])))
     want = expected(args.kind, WORLD)
@@ -95,6 +104,7 @@ def in_cluster(args: argparse.Namespace) -> int:
     if up.returncode != 0:
         print(up.stdout, up.stderr, sep="\n")
         subprocess.run([*fakegpu, "cluster", "down", name, "--purge"], capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
         return 2
     want = expected(args.kind, world)
     clean = 0
@@ -107,6 +117,7 @@ def in_cluster(args: argparse.Namespace) -> int:
     finally:
         down = subprocess.run([*fakegpu, "cluster", "down", name, "--purge"], capture_output=True, text=True)
         print(f"down exited {down.returncode}")
+        shutil.rmtree(workdir, ignore_errors=True)
     print(f"{clean} of {args.n} clean ({args.kind}, destroy={args.destroy}, cluster of {args.cluster} nodes x "
           f"{nproc} ranks)")
     return 0 if clean == args.n else 1
