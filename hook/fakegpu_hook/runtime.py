@@ -43,15 +43,21 @@ def find_command(argv: list[str]) -> tuple[int, str | None]:
     return -1, None
 
 
+def _option(args: list[str], *names: str) -> str | None:
+    """The value of the first of create's options named `names` ("--opt v" or "--opt=v"), else None."""
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1:]
+    return None
+
+
 def find_bundle(args: list[str]) -> str:
     """--bundle/-b from create's own arguments, else the current directory, as runc does."""
-    for i, arg in enumerate(args):
-        for opt in ("--bundle", "-b"):
-            if arg == opt and i + 1 < len(args):
-                return args[i + 1]
-            if arg.startswith(opt + "="):
-                return arg[len(opt) + 1:]
-    return os.getcwd()
+    bundle = _option(args, "--bundle", "-b")
+    return os.getcwd() if bundle is None else bundle
 
 
 def _log_path(argv: list[str]) -> tuple[str | None, str]:
@@ -323,15 +329,6 @@ def main(argv: list[str] | None = None) -> int:
 def procfs_binary(native_lib_dir: str) -> str:
     """fakegpu-procfs of the native build whose libraries the container gets (<lib>/../bin)."""
     return os.path.join(os.path.dirname(native_lib_dir.rstrip("/")), "bin", "fakegpu-procfs")
-
-
-def _option(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg[len(name) + 1:]
-    return None
 
 
 def _spawn(path: str, argv: list[str], stderr_fd: int | None = None) -> int:

@@ -443,7 +443,7 @@ static void attach_in(int nsfd, int rootfd, int hostproc, int mfd, const fg_devs
         snprintf(err, errlen, "%s", inner);
 }
 
-static int classic_forced(void)
+int fg_procfs_classic_forced(void)
 {
     const char *v = getenv("FAKEGPU_PROCFS_CLASSIC");
     return v && !strcmp(v, "1");
@@ -480,7 +480,7 @@ int fg_procfs_into_process(pid_t pid, const fg_devset *devs, const char *driver,
     }
     /* Built here, in the host's namespace, before anything of the container is touched. */
     char inner[512] = "";
-    int made = classic_forced() ? FG_PROCFS_NO_API : fg_procfs_make(devs, driver, &mfd, inner, sizeof inner);
+    int made = fg_procfs_classic_forced() ? FG_PROCFS_NO_API : fg_procfs_make(devs, driver, &mfd, inner, sizeof inner);
     if (made != 0 && made != FG_PROCFS_NO_API) {
         snprintf(err, errlen, "cannot build the tree: %s", inner);
         goto out;

@@ -41,6 +41,9 @@ int fg_procfs_attach(int mountfd, char *err, size_t errlen);
  * pid namespace) has no entry for it. 0, or -1 with err. */
 int fg_procfs_classic(const char *fd_dir, const fg_devset *devs, const char *driver, char *err, size_t errlen);
 
+/* Whether FAKEGPU_PROCFS_CLASSIC=1 asks for the mount(2) path kernels without the new mount API take (tests). */
+int fg_procfs_classic_forced(void);
+
 /* The whole of mode 1: the tree built in this (the host's) namespace, then attached onto /proc/driver of the
  * mount namespace and root of process pid (a container's init waiting to be started) by a forked child, so no
  * step of ours but the attach runs inside the container's namespace. Refuses a pid that shares this mount

@@ -50,13 +50,6 @@ __attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt,
     exit(1);
 }
 
-/* What a driver version may be: it is written into files a container reads, so digits and dots only. */
-static int driver_ok(const char *v)
-{
-    size_t n = strlen(v);
-    return n > 0 && n < 32 && strspn(v, "0123456789.") == n;
-}
-
 static int load_devices(const char *table, char *err, size_t errlen)
 {
     if (table && setenv("FAKEGPU_DEVICE_TABLE", table, 1) != 0) {
@@ -64,12 +57,6 @@ static int load_devices(const char *table, char *err, size_t errlen)
         return -1;
     }
     return fg_devices_load(&devs, err, errlen) == FG_DEV_OK ? 0 : -1;
-}
-
-static int classic_forced(void)
-{
-    const char *v = getenv("FAKEGPU_PROCFS_CLASSIC");
-    return v && !strcmp(v, "1");
 }
 
 __attribute__((noreturn)) static void exec_prog(char **argv)
@@ -92,7 +79,7 @@ __attribute__((noreturn)) static void mode_exec(char **argv, const char *driver)
         fg_debug("/proc/driver/nvidia not provided: %s", err);
         exec_prog(argv);
     }
-    if (!driver_ok(driver)) {
+    if (!fg_is_driver_version(driver)) {
         fg_debug("/proc/driver/nvidia not provided: driver version '%.40s' is not NNN.NN[.NN]", driver);
         exec_prog(argv);
     }
@@ -105,7 +92,7 @@ __attribute__((noreturn)) static void mode_exec(char **argv, const char *driver)
         fg_debug("/proc/driver/nvidia not provided: making the mount tree private: %s", strerror(errno));
         exec_prog(argv);
     }
-    int mfd = -1, rc = classic_forced() ? FG_PROCFS_NO_API : fg_procfs_make(&devs, driver, &mfd, err, sizeof err);
+    int mfd = -1, rc = fg_procfs_classic_forced() ? FG_PROCFS_NO_API : fg_procfs_make(&devs, driver, &mfd, err, sizeof err);
     if (rc == FG_PROCFS_NO_API)
         rc = fg_procfs_classic("/proc/self/fd", &devs, driver, err, sizeof err);
     else if (rc == 0)
@@ -133,7 +120,7 @@ static void mode_pid(const char *pidstr, const char *table, const char *driver)
     char err[600] = "";
     if (load_devices(table, err, sizeof err) != 0)
         die("cannot load the device table %.300s: %s", table, err);
-    if (!driver_ok(driver))
+    if (!fg_is_driver_version(driver))
         die("driver version '%.40s' is not NNN.NN[.NN]", driver);
     if (fg_procfs_into_process(pid, &devs, driver, err, sizeof err) != 0)
         die("%s", err);
@@ -144,7 +131,7 @@ static void mode_render(const char *dir, const char *table, const char *driver)
     char err[512] = "";
     if (load_devices(table, err, sizeof err) != 0)
         die("cannot load the devices: %s", err);
-    if (!driver_ok(driver))
+    if (!fg_is_driver_version(driver))
         die("driver version '%.40s' is not NNN.NN[.NN]", driver);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
