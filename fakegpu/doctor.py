@@ -94,8 +94,9 @@ def check_program(program: str, image: str | None = None) -> CheckResult:
     import tempfile
 
     from fakegpu.analyze.linkage import FIX, static_cuda_runtime
+    from fakegpu.errors import shorten
 
-    name = f"program {program}" + (f" in {image}" if image else "")
+    name = f"program {shorten(program)}" + (f" in {shorten(image)}" if image else "")
     with tempfile.TemporaryDirectory(prefix="fakegpu-doctor-") as tmp:
         if image:
             try:
@@ -126,11 +127,15 @@ def _program_from_image(image: str, program: str, dest: Path) -> tuple[Path, str
 
     import docker.errors
 
-    client = _docker_client()
+    from fakegpu.errors import shorten
+
     try:
+        client = _docker_client()
         config = client.images.get(image).attrs.get("Config") or {}
     except docker.errors.ImageNotFound as exc:
-        raise FakeGPUError(f"no image {image!r} here (docker pull it first)") from exc
+        raise FakeGPUError("no such image here (docker pull it first)") from exc
+    except docker.errors.DockerException as exc:  # a malformed name, or no engine
+        raise FakeGPUError(shorten(str(getattr(exc, "explanation", None) or exc), 200)) from exc
     env = dict(e.partition("=")[::2] for e in config.get("Env") or [])
     candidates = [program] if program.startswith("/") else [
         posixpath.join(d, program) for d in (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":") if d]
@@ -154,13 +159,13 @@ def _program_from_image(image: str, program: str, dest: Path) -> tuple[Path, str
                 with tarfile.open(archive) as tar:
                     member = next((m for m in tar.getmembers() if m.isfile()), None)
                     if member is None:
-                        raise FakeGPUError(f"{path} in the image is not a file")
+                        raise FakeGPUError(f"{shorten(path)} in the image is not a file")
                     src = tar.extractfile(member)
                     out = dest / "program"
                     with out.open("wb") as f:
                         shutil.copyfileobj(src, f, 1 << 20)
                 return out, found
-        raise FakeGPUError(f"not found in the image ({', '.join(candidates[:4])}"
+        raise FakeGPUError(f"not found in the image ({shorten(', '.join(candidates[:4]), 200)}"
                            f"{', ...' if len(candidates) > 4 else ''})")
     finally:
         container.remove(force=True)

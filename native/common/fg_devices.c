@@ -539,9 +539,11 @@ int fg_devices_table_driver(char *buf, size_t len)
     FILE *f = path ? fopen(path, "re") : NULL;
     if (!f)
         return 0;
-    char line[4096];
+    /* getline: the header holds the spec (1024 bytes) and NVIDIA_VISIBLE_DEVICES's entries (4096) before driver=. */
+    char *line = NULL;
+    size_t cap = 0;
     int found = 0;
-    while (fgets(line, sizeof line, f)) {
+    while (getline(&line, &cap, f) >= 0) {
         if (line[0] == '#')
             continue;
         if (strncmp(line, "fakegpu-device-table\t", 21))
@@ -555,6 +557,7 @@ int fg_devices_table_driver(char *buf, size_t len)
             }
         break;
     }
+    free(line);
     fclose(f);
     return found;
 }

@@ -107,9 +107,12 @@ def test_the_device_table_names_the_driver_for_processes_without_the_variable(cu
     from fakegpu.devices.table import write_table
 
     seen = {}
-    for table_driver, variable in (("550.127.08", None), ("550.127.08", "570.133.20"), ("r550", None)):
+    # A header near its longest (NVIDIA_VISIBLE_DEVICES's 4096 bytes of UUIDs come before driver=) reads the same.
+    long_visible = [f"GPU-{k:036d}" for k in range(100)]
+    for table_driver, variable, visible in (("550.127.08", None, None), ("550.127.08", "570.133.20", None),
+                                            ("r550", None, None), ("535.104.05", None, long_visible)):
         table = tmp_path / f"devices-{table_driver}-{variable}.tbl"
-        write_table(table, resolve_devices("a100:1", seed="0"), "a100:1", "0", driver=table_driver)
+        write_table(table, resolve_devices("a100:1", seed="0"), "a100:1", "0", visible, driver=table_driver)
         env = dict(cuda_env, FAKEGPU_DEVICE_TABLE=str(table),
                    **({"FAKEGPU_DRIVER_VERSION": variable} if variable else {}))
         out = subprocess.run([sys.executable, "-c", DRIVER_PROBE], env=env, capture_output=True, text=True,
@@ -119,7 +122,8 @@ def test_the_device_table_names_the_driver_for_processes_without_the_variable(cu
     assert seen == {("550.127.08", None): ["550.127.08", "12040", "12040"],
                     ("550.127.08", "570.133.20"): ["570.133.20", "12080", "12080"],
                     # not a driver version: ignored, the default stands
-                    ("r550", None): [NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION, NATIVE_CUDA_VERSION]}
+                    ("r550", None): [NATIVE_DRIVER_VERSION, NATIVE_CUDA_VERSION, NATIVE_CUDA_VERSION],
+                    ("535.104.05", None): ["535.104.05", "12020", "12020"]}
 
 
 def test_one_copy_of_the_native_versions(cuda_env: dict[str, str], tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.analyze.linkage import static_cuda_runtime
+from tests.container.conftest import base_image  # noqa: F401  (a fixture: the offline base image, made if missing)
 from tests.native_cuda.conftest import REPO, _require
 
 pytestmark = pytest.mark.native
@@ -109,16 +110,15 @@ def test_doctor_says_which_programs_fakegpu_can_serve(built: Path, name: str, st
 
 
 @pytest.mark.docker
-def test_doctor_checks_a_program_inside_an_image(built: Path, tmp_path: Path) -> None:
+def test_doctor_checks_a_program_inside_an_image(built: Path, tmp_path: Path, base_image: str) -> None:  # noqa: F811
     # The container runtime cannot serve such a program either: doctor looks inside the image before a run.
-    from tests.container.conftest import BASE_IMAGE, LABEL
+    from tests.container.conftest import LABEL
 
-    _require("docker is not reachable", subprocess.run(["docker", "info"], capture_output=True).returncode == 0)
     context = tmp_path / "context"
     context.mkdir()
     for name in ("count_static", "count_shared"):
         shutil.copy(built / name, context / name)
-    (context / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nCOPY count_static count_shared /opt/app/\n"
+    (context / "Dockerfile").write_text(f"FROM {base_image}\nCOPY count_static count_shared /opt/app/\n"
                                         "RUN ln -s /opt/app/count_static /usr/local/bin/app\n")
     tag = f"fakegpu-test/static-runtime:{os.getpid()}"
     build = subprocess.run(["docker", "build", "--label", LABEL, "-t", tag, str(context)], capture_output=True,
