@@ -23,6 +23,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on the hook's path, at every container start
     from typing import Any
 
+    from fakegpu.devices.mig import MigInstance
+
 # What every GPU UUID starts with, as NVML prints them.
 UUID_PREFIX = "GPU-"
 # PCI bus numbers of the eight GPUs in an HGX/DGX baseboard, in NVML's index order; larger specs take the
@@ -38,12 +40,15 @@ class Device:
     """Immutable by convention. A plain class, not a dataclass: `dataclasses` pulls in `inspect`, which would
     add milliseconds to every container start through the hook."""
 
-    __slots__ = ("index", "minor_number", "pci_bus", "pci_device", "pci_domain", "pci_function", "profile", "serial",
-                 "uuid")
+    __slots__ = ("index", "mig", "minor_number", "pci_bus", "pci_device", "pci_domain", "pci_function", "profile",
+                 "serial", "uuid")
 
     def __init__(self, index: int, profile: Profile, uuid: str, serial: str, pci_domain: int, pci_bus: int,
-                 pci_device: int = 0, pci_function: int = 0, minor_number: int | None = None) -> None:
+                 pci_device: int = 0, pci_function: int = 0, minor_number: int | None = None,
+                 mig: tuple[MigInstance, ...] | None = None) -> None:
         self.index = index
+        # None: MIG mode off; a tuple (possibly empty): MIG mode on, with these GPU instances.
+        self.mig = mig
         # The N of /dev/nvidiaN: the host's index, which a container that sees a subset keeps (renumbered()).
         self.minor_number = index if minor_number is None else minor_number
         self.profile = profile
@@ -76,7 +81,17 @@ class Device:
         """This GPU as a container that sees a subset of the host's numbers it: a new index, the same board
         (UUID, serial, PCI address, minor number), as NVML in a container under NVIDIA's runtime reports it."""
         return Device(index, self.profile, self.uuid, self.serial, self.pci_domain, self.pci_bus, self.pci_device,
-                      self.pci_function, self.minor_number)
+                      self.pci_function, self.minor_number, self.mig)
+
+    def with_mig(self, mig: tuple[MigInstance, ...] | None) -> Device:
+        """This board with MIG mode on and these instances (None: MIG mode off)."""
+        return Device(self.index, self.profile, self.uuid, self.serial, self.pci_domain, self.pci_bus,
+                      self.pci_device, self.pci_function, self.minor_number, mig)
+
+    @property
+    def mig_layout(self) -> str | None:
+        """The layout as the spec grammar writes it, in GPU instance order; None when MIG mode is off."""
+        return None if self.mig is None else "+".join(m.profile.name for m in self.mig)
 
     @property
     def pci_bus_id(self) -> str:
@@ -99,4 +114,5 @@ class Device:
             "minor_number": self.minor_number,
             "memory_total_bytes": self.profile.memory_total_bytes,
             "compute_capability": self.profile.data["compute_capability"],
+            **({} if self.mig is None else {"mig": [m.to_dict() for m in self.mig]}),
         }

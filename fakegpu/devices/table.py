@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from fakegpu.atomic_file import write_atomic
 from fakegpu.devices.device import Device
+from fakegpu.devices.mig import placed_layout
 from fakegpu.profiles.table import HEADER_TAG, TABLE_FORMAT, flatten
 
 # typing, pathlib and tempfile cost milliseconds on the hook's path, at every container start.
@@ -39,6 +40,9 @@ def device_fields(device: Device) -> dict[str, str]:
         "minor_number": str(device.minor_number),
         "profile": device.profile.id,
     }
+    if device.mig is not None:
+        # Every placement pinned, so C (fg_mig.c) arrives at these instances exactly.
+        fields["mig.layout"] = placed_layout(device.mig)
     profile_fields: dict[str, str] = {}
     flatten("", dict(device.profile.data), profile_fields)
     profile_fields.pop("id", None)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import PurePath
 from typing import Any
 
 MIB = 1 << 20
+MIG_MEMORY_SLACK = 1.02  # GI memory x (memory slices / placement size) may exceed the board total by 2% at most
+_MIG_NG = re.compile(r"^([1-8])g\.")
 
 
 def _lookup_keys(profile: dict[str, Any]) -> list[str]:
@@ -56,6 +59,59 @@ def check_profile(rel_path: str, p: dict[str, Any], capabilities: dict[str, Any]
     tflops = p["tflops"]
     if "fp32" not in tflops:
         bad("tflops.fp32 is published for every board and is required")
+    out.extend(f"{rel_path}: {msg}" for msg in check_mig(p))
+    return out
+
+
+def check_mig(p: dict[str, Any]) -> list[str]:
+    """Physical checks of a board's MIG block: slices, GPU instance profiles and their placements."""
+    mig = p["mig"]
+    gips = mig.get("gpu_instance_profiles")
+    out: list[str] = []
+    if not mig["supported"]:
+        if gips is not None or "slices" in mig:
+            out.append("mig.gpu_instance_profiles and mig.slices are given only when MIG is supported")
+        return out
+    if gips is None:
+        return out
+    slices = mig.get("slices")
+    if slices is None:
+        out.append("mig.slices is required with mig.gpu_instance_profiles")
+        return out
+    mem_slices, compute_slices = slices["memory"], slices["compute"]
+    total_mib = p["memory"]["total_bytes"] / MIB
+    seen: set[str] = set()
+    for gip in gips:
+        name = gip["name"]
+        where = f"mig profile {name}"
+        if name in seen:
+            out.append(f"{where} is listed twice")
+        seen.add(name)
+        m = _MIG_NG.match(name)
+        if m is None or int(m.group(1)) != gip["compute_slices"]:
+            out.append(f"{where}: the name's Ng does not match compute_slices {gip['compute_slices']}")
+        if gip["compute_slices"] > compute_slices:
+            out.append(f"{where}: {gip['compute_slices']} compute slices, but the board has {compute_slices}")
+        if gip["compute_slices"] == compute_slices and gip["instances"] != 1:
+            out.append(f"{where} takes every compute slice, so it can have 1 instance, not {gip['instances']}")
+        placements = gip["placements"]
+        size, starts = placements["size"], placements["starts"]
+        if len(set(starts)) != len(starts):
+            out.append(f"{where}: placement starts repeat")
+        for start in starts:
+            if start + size > mem_slices:
+                out.append(f"{where}: placement {start}:{size} runs past the {mem_slices} memory slices")
+        if gip["instances"] > len(starts):
+            out.append(f"{where}: {gip['instances']} instances but only {len(starts)} placements")
+        if size <= mem_slices and gip["memory_mib"] * mem_slices / size > total_mib * MIG_MEMORY_SLACK:
+            out.append(f"{where}: {gip['memory_mib']} MiB per {size} of {mem_slices} memory slices "
+                       f"exceeds the board's {total_mib:.0f} MiB")
+        if gip["sm_count"] > p["sm_count"]:
+            out.append(f"{where}: {gip['sm_count']} SMs, but the board has {p['sm_count']}")
+    base = [g for g in gips if g["compute_slices"] == 1 and g["nvml_profile"] == 0]
+    if base and mig["max_instances"] != base[0]["instances"]:
+        out.append(f"mig.max_instances {mig['max_instances']} differs from the {base[0]['instances']} "
+                   f"instances of the 1-slice profile {base[0]['name']}")
     return out
 
 

@@ -20,7 +20,26 @@ HEADER_TAG = "fakegpu-device-table"
 _SKIPPED = {"aliases", "source"}
 
 
+def _gip(profile: dict[str, Any]) -> str:
+    """One MIG GPU instance profile as one value, for C's sscanf (native/common/fg_mig.c reads it):
+    name,id,nvml_profile,compute_slices,instances,memory_mib,sm_count,copy_engines,decoders,encoders,jpeg,ofa,p2p,
+    size,start/start/..."""
+    place = profile["placements"]
+    cells = [profile["name"], *(str(profile[k]) for k in MIG_PROFILE_FIELDS), "1" if profile.get("p2p") else "0",
+             str(place["size"]), "/".join(str(s) for s in place["starts"])]
+    return ",".join(cells)
+
+
+MIG_PROFILE_FIELDS = ("id", "nvml_profile", "compute_slices", "instances", "memory_mib", "sm_count", "copy_engines",
+                      "decoders", "encoders", "jpeg", "ofa")
+
+
 def flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if prefix == "mig.gpu_instance_profiles" and isinstance(value, list):
+        # The one list C needs: mig.gip.0, mig.gip.1, ... in catalog order.
+        for i, profile in enumerate(value):
+            out[f"mig.gip.{i}"] = _gip(profile)
+        return
     if isinstance(value, dict):
         for k, v in value.items():
             if not prefix and k in _SKIPPED:
@@ -33,7 +52,7 @@ def flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
         if "\t" in text or "\n" in text:
             raise ValueError(f"device table value for {prefix!r} holds a tab or newline: {text!r}")
         out[prefix] = text
-    # lists are not part of the table
+    # other lists are not part of the table
 
 
 def render_catalog_table(profiles: Iterable[Profile]) -> str:

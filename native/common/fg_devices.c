@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "fg_contract.h" /* generated from hook/fakegpu_hook/contract.py */
@@ -123,6 +124,50 @@ static unsigned long long default_reserved(unsigned long long total)
     return r / mib * mib;
 }
 
+/* The board's MIG slices and mig.gip.N profiles (fakegpu/profiles/table.py). */
+static int fill_mig_board(const fg_record *r, fg_mig_board *b, char *err, size_t errlen)
+{
+    memset(b, 0, sizeof *b);
+    if (get_uint(r, "mig.slices.compute", &b->compute_slices, 0, err, errlen) < 0 ||
+        get_uint(r, "mig.slices.memory", &b->memory_slices, 0, err, errlen) < 0)
+        return -1;
+    if (b->memory_slices > FG_MIG_MAX_SLICES) {
+        fg_seterr(err, errlen, "line %d: mig.slices.memory=%u; at most %d", r->line, b->memory_slices,
+                  FG_MIG_MAX_SLICES);
+        return -1;
+    }
+    for (unsigned i = 0;; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "mig.gip.%u", i);
+        const char *v = fg_record_get(r, key);
+        if (!v)
+            break;
+        if (i == FG_MIG_MAX_PROFILES || fg_mig_parse_profile(v, &b->profiles[i])) {
+            fg_seterr(err, errlen, "line %d: %s=%.60s is not a MIG profile we can use", r->line, key, v);
+            return -1;
+        }
+        b->nprofiles = i + 1;
+    }
+    if (b->nprofiles && (!b->compute_slices || !b->memory_slices)) {
+        fg_seterr(err, errlen, "line %d: MIG profiles without mig.slices", r->line);
+        return -1;
+    }
+    return 0;
+}
+
+/* MIG mode on with this layout's instances. */
+static int apply_mig(fg_device *d, const char *layout, char *err, size_t errlen)
+{
+    if (!d->mig_board.nprofiles) {
+        fg_seterr(err, errlen, "%s has no MIG profile table in the catalog", d->name);
+        return -1;
+    }
+    if (fg_mig_layout(&d->mig_board, d->name, layout, d->uuid, d->mig, &d->mig_count, err, errlen))
+        return -1;
+    d->mig_mode = 1;
+    return 0;
+}
+
 /* Profile facts shared by device and catalog records. */
 static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errlen)
 {
@@ -167,6 +212,8 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
         return -1;
     d->ecc = ecc != 0;
     d->mig_supported = mig != 0;
+    if (d->mig_supported && fill_mig_board(r, &d->mig_board, err, errlen))
+        return -1;
     if (get_ull(r, "l2_cache_bytes", &d->l2_bytes, 0, err, errlen) < 0 ||
         get_ull(r, "memory.cuda_total_bytes", &d->cuda_total, 0, err, errlen) < 0)
         return -1;
@@ -221,6 +268,14 @@ static int fill_device(const fg_record *r, unsigned position, fg_device *d, char
     if (sscanf(d->pci_bus_id, "%x:%x:%x.%x", &d->pci_domain, &d->pci_bus, &d->pci_dev, &d->pci_function) != 4) {
         fg_seterr(err, errlen, "line %d: pci_bus_id=%s is not DOMAIN:BUS:DEV.FN", r->line, d->pci_bus_id);
         return -1;
+    }
+    const char *layout = fg_record_get(r, "mig.layout");
+    if (layout) {
+        char inner[200];
+        if (apply_mig(d, layout, inner, sizeof inner)) {
+            fg_seterr(err, errlen, "line %d: mig.layout: %s", r->line, inner);
+            return -1;
+        }
     }
     return 0;
 }
@@ -379,10 +434,26 @@ static int parse_parts(const char *spec, const char *seed, const fg_table *cat, 
             return FG_DEV_BADSPEC;
         }
         char *colon = strchr(part, ':');
-        char *count_text = NULL;
+        char *count_text = NULL, *layout = NULL;
         if (colon) {
             *colon = '\0';
             count_text = trim(colon + 1);
+            /* NAME:mig=..., NAME:COUNT:mig=... (spec.py: the last field, when it starts with mig=) */
+            char *last = strrchr(count_text, ':');
+            char *field = last ? trim(last + 1) : count_text;
+            if (!strncasecmp(field, "mig=", 4)) {
+                layout = field + 4;
+                if (last) {
+                    *last = '\0';
+                    count_text = trim(count_text);
+                } else {
+                    colon = NULL;
+                }
+            }
+            if (colon && strchr(count_text, ':')) {
+                fg_seterr(err, errlen, "invalid FAKEGPU_DEVICES '%s': a part is NAME[:COUNT][:mig=LAYOUT]", spec);
+                return FG_DEV_BADSPEC;
+            }
         }
         char *name = trim(part);
         if (!*name) {
@@ -430,6 +501,17 @@ static int parse_parts(const char *spec, const char *seed, const fg_table *cat, 
                 return FG_DEV_CORRUPT;
             fg_strlcpy(d->profile, id, sizeof d->profile);
             fg_identity(seed, out->count, id, d);
+            if (layout) {
+                char inner[200];
+                if (!d->mig_supported) {
+                    fg_seterr(err, errlen, "invalid FAKEGPU_DEVICES '%s': %s does not support MIG", spec, d->name);
+                    return FG_DEV_BADSPEC;
+                }
+                if (apply_mig(d, layout, inner, sizeof inner)) {
+                    fg_seterr(err, errlen, "invalid FAKEGPU_DEVICES '%s': %s", spec, inner);
+                    return FG_DEV_BADSPEC;
+                }
+            }
             out->count++;
         }
         if (!comma)

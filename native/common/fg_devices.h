@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "fg_log.h"
+#include "fg_mig.h"
 
 #define FG_MAX_DEVICES 64 /* MAX_DEVICES in spec.py */
 /* Input bounds, as spec.py's MAX_SPEC_LENGTH and MAX_SEED_LENGTH (bytes; a test compares the two files). */
@@ -45,6 +46,10 @@ typedef struct {
     unsigned fans;
     int mig_supported;
     unsigned mig_max_instances;
+    fg_mig_board mig_board; /* the catalog's MIG profiles of this board (nprofiles 0: none known) */
+    int mig_mode;           /* MIG mode on: the spec or table gave a layout (fakegpu/devices/mig.py) */
+    unsigned mig_count;
+    fg_mig_instance mig[FG_MIG_MAX_INSTANCES];
 } fg_device;
 
 typedef struct {

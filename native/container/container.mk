@@ -6,7 +6,7 @@ CT_SRC  := $(filter-out $(CT_MAINS),$(wildcard container/*.c))
 CT_OBJ  := $(CT_SRC:%.c=$(OBJ)/%.o)
 CT_BIN  := $(B)/bin/fakegpu-create
 CT_COMMON_OBJ := $(OBJ)/common/fg_devices.o $(OBJ)/common/fg_driver.o $(OBJ)/common/fg_table.o \
-                 $(OBJ)/common/fg_sha256.o $(OBJ)/common/fg_log.o
+                 $(OBJ)/common/fg_sha256.o $(OBJ)/common/fg_log.o $(OBJ)/common/fg_mig.o
 
 all: $(CT_BIN)
 

@@ -1,5 +1,6 @@
 /* fakegpu-devices: the C reader's view of this environment's devices, one tab-separated line each
- * (index, uuid, serial, pci_bus_id, name, profile, memory total). The differential tests compare it with
+ * (index, uuid, serial, pci_bus_id, name, profile, memory total), then for a board in MIG mode one line per MIG
+ * device ("mig", parent index, MIG index, GPU instance ID, start, profile name, UUID). The differential tests compare it with
  * fakegpu/devices; exit status 0 on success, 1 with the reason on stderr otherwise. */
 #include <stdio.h>
 
@@ -17,6 +18,9 @@ int main(void)
         const fg_device *d = &set.dev[i];
         printf("%u\t%s\t%s\t%s\t%s\t%s\t%llu\n", d->index, d->uuid, d->serial, d->pci_bus_id, d->name, d->profile,
                d->mem_total);
+        for (unsigned m = 0; m < d->mig_count; m++)
+            printf("mig\t%u\t%u\t%u\t%u\t%s\t%s\n", d->index, d->mig[m].index, d->mig[m].gi_id, d->mig[m].start,
+                   d->mig_board.profiles[d->mig[m].profile].name, d->mig[m].uuid);
     }
     return 0;
 }

@@ -75,3 +75,49 @@ def test_device_table_written_by_python_reads_back(native: NativeEnv, test_catal
     # The table wins over FAKEGPU_DEVICES.
     got = c_devices(native, FAKEGPU_DEVICE_TABLE=str(table), FAKEGPU_DEVICES="a100:1")
     assert got == py_devices("h100:3,a100:2", "table-seed", test_catalog[1])
+
+
+MIG_SPECS = [
+    "a100:mig=3g.40gb+2g.20gb+1g.10gb",
+    "a100:2:mig=3g.40gb+2g.20gb+2g.20gb,h100",
+    "h100,a100:mig=1g.10gb*7",
+    "a100:mig=1g.10gb+me@3+1g.10gb*6",
+    "a100:mig=4g.40gb+3g.40gb@4",
+    "a100:mig=MIG 7g.80gb",
+    "a100:mig=9+14+19+19",
+    "a100:mig=1g.20gb*4",
+]
+
+
+def py_mig_devices(spec: str, catalog) -> list[list[str]]:
+    rows = []
+    for d in resolve_devices(spec, "0", catalog):
+        rows.append([str(d.index), d.uuid, d.serial, d.pci_bus_id, d.profile.name, d.profile.id,
+                     str(d.profile.memory_total_bytes)])
+        rows.extend(["mig", str(d.index), str(m.index), str(m.gi_id), str(m.start), m.profile.name, m.uuid]
+                    for m in d.mig or ())
+    return rows
+
+
+@pytest.mark.parametrize("spec", MIG_SPECS)
+def test_mig_layouts_place_alike(native: NativeEnv, test_catalog, spec: str, tmp_path: Path) -> None:
+    """The same grammar, placement search, GPU instance IDs and MIG UUIDs, from the spec and from a table."""
+    want = py_mig_devices(spec, test_catalog[1])
+    assert any(row[0] == "mig" for row in want)
+    assert c_devices(native, FAKEGPU_DEVICES=spec) == want
+    table = tmp_path / "devices.tbl"
+    write_table(table, resolve_devices(spec, "0", test_catalog[1]), spec, "0")
+    assert c_devices(native, FAKEGPU_DEVICE_TABLE=str(table)) == want
+
+
+@pytest.mark.parametrize("spec", ["a100:mig=3g.40gb+3g.40gb+1g.10gb", "a100:mig=1g.10gb*8", "a100:mig=3g.4gb",
+                                  "a100:mig=", "a100:mig=3g.40gb@2", "a100:mig=1g.10gb*9", "a100:mig=1g.10gb@1*2",
+                                  "t4:mig=1g.5gb", "a100:mig=7g.80gb+1g.10gb", "a100:mig=1g.10gb+me*2",
+                                  "a100:1:2:mig=1g.10gb"])
+def test_bad_mig_layouts_are_rejected_by_both(native: NativeEnv, test_catalog, spec: str) -> None:
+    with pytest.raises(InvalidDeviceSpec):
+        resolve_devices(spec, "0", test_catalog[1])
+    out = subprocess.run([str(DEVTOOL)], capture_output=True, text=True,
+                         env=native.env(FAKEGPU_DEVICES=spec), timeout=30)
+    assert out.returncode == 1, out.stdout
+    assert "FAKEGPU_DEVICES" in out.stderr
