@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from fakegpu.cuda_overheads import cuda_context_bytes
 from fakegpu.devices import Device, resolve_devices
+from fakegpu.devices.cuda_view import cuda_view
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
 from fakegpu.fakecuda.config import AllocatorConfig, config_from_env
 from fakegpu.fakecuda.errors import ModelOutOfMemory
@@ -24,7 +25,14 @@ MiB = 1 << 20
 class FakeDevice:
     device: Device
     allocator: DeviceAllocator
+    # The index of the board this CUDA device lives on (CUDA_VISIBLE_DEVICES renumbers, a MIG slice is part of
+    # its board): nvidia-smi shows the process's memory there.
+    board: int = -1
     initialized: bool = False  # a context exists once the device is first used, as with real CUDA
+
+    def __post_init__(self) -> None:
+        if self.board < 0:
+            self.board = self.device.index
 
     @property
     def index(self) -> int:
@@ -58,8 +66,8 @@ class Runtime:
         override = env.get("FAKEGPU_CUDA_CONTEXT_MIB")
         context = int(float(override) * MiB) if override else None
         devices = [
-            FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0))
-            for d in resolve_devices(spec)
+            FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0), board)
+            for d, board in cuda_view(resolve_devices(spec), env.get("CUDA_VISIBLE_DEVICES"))
         ]
         return cls(devices, context, spec=spec, config=config)
 

@@ -30,7 +30,12 @@ class Publisher:
         atexit.register(self.close)
 
     def usage(self) -> list[int]:
-        return [self.runtime.process_used_bytes(d.index) if d.initialized else 0 for d in self.runtime.devices]
+        """Bytes per board index (the state file's numbering), summed over the CUDA devices on each board."""
+        used = [0] * (max((d.board for d in self.runtime.devices), default=-1) + 1)
+        for d in self.runtime.devices:
+            if d.initialized:
+                used[d.board] += self.runtime.process_used_bytes(d.index)
+        return used
 
     def notify(self) -> None:
         """Called by the runtime when a segment or a context came or went."""

@@ -121,3 +121,47 @@ def test_bad_mig_layouts_are_rejected_by_both(native: NativeEnv, test_catalog, s
                          env=native.env(FAKEGPU_DEVICES=spec), timeout=30)
     assert out.returncode == 1, out.stdout
     assert "FAKEGPU_DEVICES" in out.stderr
+
+
+CUDA_SPEC = "a100:mig=3g.40gb+2g.20gb+1g.10gb,h100,a100"
+
+
+def py_cuda_view(visible: str | None, catalog) -> list[list[str]]:
+    from fakegpu.devices.cuda_view import cuda_view
+
+    return [[str(d.index), d.uuid, d.profile.name, str(board), str(d.profile.cuda_total_bytes),
+             str(d.profile.data["sm_count"])]
+            for d, board in cuda_view(resolve_devices(CUDA_SPEC, "0", catalog), visible)]
+
+
+def _visible_cases(catalog) -> list[str | None]:
+    devices = resolve_devices(CUDA_SPEC, "0", catalog)
+    mig = devices[0].mig
+    return [None, "", "0", "1,0", "2,1", "1,1,2", "0,7,2", "x,1", "1, 2", "0001", devices[1].uuid,
+            devices[1].uuid[:12], "GPU-", mig[1].uuid, mig[2].uuid[:10] + "," + devices[2].uuid, mig[1].uuid.upper(),
+            f"{mig[0].uuid},0", "MIG-"]
+
+
+def test_cuda_view_matches_python(native: NativeEnv, test_catalog) -> None:
+    """CUDA_VISIBLE_DEVICES and MIG expansion: the same devices, order, names, memory, SMs and boards in C."""
+    for visible in _visible_cases(test_catalog[1]):
+        env = {"FAKEGPU_DEVICES": CUDA_SPEC}
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
+        full = native.env(**env)
+        if visible is None:
+            full.pop("CUDA_VISIBLE_DEVICES", None)
+        out = subprocess.run([str(DEVTOOL), "--cuda"], capture_output=True, text=True, env=full, timeout=30)
+        assert out.returncode == 0, out.stderr
+        got = [line.split("\t") for line in out.stdout.splitlines()]
+        assert got == py_cuda_view(visible, test_catalog[1]), visible
+
+
+def test_cuda_view_rules(test_catalog) -> None:
+    rows = {v: [r[2] for r in py_cuda_view(v, test_catalog[1])] for v in (None, "", "1,0", "0,7,2", "1,1,2")}
+    a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+    assert rows[None] == [f"{a100} MIG 3g.40gb", f"{a100} MIG 2g.20gb", f"{a100} MIG 1g.10gb", h100, a100]
+    assert rows[""] == []
+    assert rows["1,0"] == [h100, f"{a100} MIG 3g.40gb", f"{a100} MIG 2g.20gb", f"{a100} MIG 1g.10gb"]
+    assert rows["0,7,2"] == rows[None][:3]  # enumeration stops at the first entry that names nothing
+    assert rows["1,1,2"] == [h100]  # ... or repeats one

@@ -56,7 +56,8 @@ typedef struct {
 typedef struct {
     int loaded;
     CUresult load_error; /* what cuInit answers */
-    fg_devset devs;
+    fg_devset devs;              /* the CUDA view: CUDA_VISIBLE_DEVICES applied, MIG slices expanded */
+    unsigned board[FG_MAX_DEVICES]; /* per CUDA device, the board's index in the device table (the state's) */
     fgd_limits lim[FG_MAX_DEVICES];
     fgd_mem mem[FG_MAX_DEVICES];
     struct CUctx_st ctx[FG_MAX_DEVICES];

@@ -8,6 +8,7 @@
 
 #include "fg_driver.h"
 #include "fgd.h"
+#include "fg_visible.h"
 
 fgd_world fgd;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -46,6 +47,7 @@ static void load(void)
         fgd.devs.count = 0;
         fgd.load_error = CUDA_ERROR_NO_DEVICE;
     } else {
+        fg_devices_cuda_view(&fgd.devs, getenv("CUDA_VISIBLE_DEVICES"), fgd.board);
         fgd.load_error = fgd.devs.count ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
     }
     fgd_limits_load();

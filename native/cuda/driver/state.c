@@ -40,6 +40,18 @@ static uint64_t device_total(unsigned i)
     return atomic_load(&fgd.mem[i].active) ? fgd.mem[i].context + atomic_load(&fgd.mem[i].used) : 0;
 }
 
+/* The state counts per board of the device table: the sum of this process's CUDA devices on it (CUDA_VISIBLE_DEVICES
+ * renumbers; MIG slices share their board). */
+static void publish(unsigned board)
+{
+    unsigned long long sum = 0;
+    for (unsigned i = 0; i < fgd.devs.count; i++)
+        if (fgd.board[i] == board)
+            sum += device_total(i);
+    if (board < FG_MAX_DEVICES)
+        atomic_store_explicit(&file->used[board], sum, memory_order_relaxed);
+}
+
 void fgd_state_changed(int device)
 {
     pthread_mutex_lock(&lock);
@@ -51,12 +63,12 @@ void fgd_state_changed(int device)
         unavailable = !file;
         if (file)
             for (unsigned i = 0; i < fgd.devs.count; i++)
-                atomic_store_explicit(&file->used[i], device_total(i), memory_order_relaxed);
+                publish(fgd.board[i]);
         else
             fg_debug("libcuda: could not publish to %s", state_dir);
     }
     if (file && device >= 0 && (unsigned)device < fgd.devs.count)
-        atomic_store_explicit(&file->used[device], device_total((unsigned)device), memory_order_relaxed);
+        publish(fgd.board[device]);
     pthread_mutex_unlock(&lock);
 }
 
