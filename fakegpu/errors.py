@@ -68,8 +68,7 @@ class InvalidDeviceSpec(FakeGPUError):
 
     exit_code = EXIT_USAGE
     code = "invalid-device-spec"
-    accepted = ("PROFILE[:COUNT][:mig=LAYOUT][,...], e.g. 'a100:4', 'a100:2,h100', 't4', "
-                "'a100:1:mig=3g.40gb+2g.20gb+1g.10gb'")
+    accepted = "PROFILE[:COUNT][:mig=LAYOUT][,...], e.g. 'a100:4', 'a100:2,h100', 'a100:mig=4g.40gb+3g.40gb'"
 
     def __init__(self, spec: str, part: str, reason: str, suggestions: Sequence[str] = ()) -> None:
         hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
