@@ -7,17 +7,8 @@ devices on every run and every host, and FAKEGPU_SEED (e.g. a node rank) gives e
 
 from __future__ import annotations
 
+from fakegpu.devices.identity import digest, uuid_text
 from fakegpu.profiles import Profile
-
-# CPython's built-in SHA-256 gives hashlib's digest without loading OpenSSL's libcrypto, which costs several
-# milliseconds in every process that resolves devices, the container runtime at each start among them.
-try:
-    from _sha2 import sha256 as _sha256  # Python 3.12+
-except ImportError:
-    try:
-        from _sha256 import sha256 as _sha256  # Python 3.10, 3.11
-    except ImportError:
-        from hashlib import sha256 as _sha256
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on the hook's path, at every container start
@@ -30,10 +21,6 @@ UUID_PREFIX = "GPU-"
 # PCI bus numbers of the eight GPUs in an HGX/DGX baseboard, in NVML's index order; larger specs take the
 # next PCI domain, as multi-domain hosts do.
 _BUS_NUMBERS = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-
-
-def _digest(seed: str, index: int, profile_id: str) -> bytes:
-    return _sha256(f"fakegpu:{seed}:{index}:{profile_id}".encode()).digest()
 
 
 class Device:
@@ -70,8 +57,8 @@ class Device:
 
     @classmethod
     def create(cls, index: int, profile: Profile, seed: str) -> Device:
-        h = _digest(seed, index, profile.id).hex()
-        uuid = f"{UUID_PREFIX}{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        d = digest(f"fakegpu:{seed}:{index}:{profile.id}")
+        uuid, h = uuid_text(UUID_PREFIX, d), d.hex()
         # Real serials are 13 decimal digits starting with 1 (e.g. 1650521004857).
         serial = "1" + str(int(h[32:48], 16) % 10**12).zfill(12)
         domain, slot = divmod(index, len(_BUS_NUMBERS))

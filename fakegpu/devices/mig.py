@@ -17,6 +17,8 @@ compares the two).
 from __future__ import annotations
 
 # The hook imports this at every container start: no typing, dataclasses or hashlib at import time.
+from fakegpu.devices.identity import digest, uuid_text
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -240,15 +242,7 @@ def placed_layout(mig: Sequence[MigInstance]) -> str:
 
 def mig_uuid(parent_uuid: str, gi_id: int, ci_id: int = 0) -> str:
     """MIG-<uuid>, derived from the parent's UUID and the instance IDs (stable across runs and hosts)."""
-    try:
-        from _sha2 import sha256  # Python 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256  # type: ignore[no-redef]
-        except ImportError:
-            from hashlib import sha256  # type: ignore[no-redef]
-    h = sha256(f"fakegpu-mig:{parent_uuid}:{gi_id}:{ci_id}".encode()).hexdigest()
-    return f"{MIG_UUID_PREFIX}{h[0:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+    return uuid_text(MIG_UUID_PREFIX, digest(f"fakegpu-mig:{parent_uuid}:{gi_id}:{ci_id}"))
 
 
 def instances(profiles: Sequence[MigProfile], starts: Sequence[int], board: MigBoard,

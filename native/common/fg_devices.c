@@ -28,11 +28,7 @@ void fg_identity(const char *seed, unsigned index, const char *profile_id, fg_de
         n = (int)strlen(msg);
     uint8_t h[32];
     fg_sha256(msg, (size_t)n, h);
-    char hex[65];
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", h[i]);
-    snprintf(d->uuid, sizeof d->uuid, FG_UUID_PREFIX "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16,
-             hex + 20);
+    fg_uuid_text(FG_UUID_PREFIX, h, d->uuid, sizeof d->uuid);
     uint64_t v = 0;
     for (int i = 16; i < 24; i++)
         v = v << 8 | h[i];

@@ -62,10 +62,7 @@ void fg_mig_uuid(const char *parent_uuid, unsigned gi_id, unsigned ci_id, char *
         n = (int)strlen(msg);
     uint8_t h[32];
     fg_sha256(msg, (size_t)n, h);
-    char hex[65];
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", h[i]);
-    snprintf(buf, len, FG_MIG_UUID_PREFIX "%.8s-%.4s-%.4s-%.4s-%.12s", hex, hex + 8, hex + 12, hex + 16, hex + 20);
+    fg_uuid_text(FG_MIG_UUID_PREFIX, h, buf, len);
 }
 
 static char *trim(char *s)

@@ -1,5 +1,6 @@
 #include "fg_sha256.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static const uint32_t K[64] = {
@@ -57,4 +58,12 @@ void fg_sha256(const void *data, size_t len, uint8_t out[32])
         out[4 * i + 2] = (uint8_t)(h[i] >> 8);
         out[4 * i + 3] = (uint8_t)h[i];
     }
+}
+
+void fg_uuid_text(const char *prefix, const uint8_t h[32], char *buf, size_t buflen)
+{
+    char hex[33];
+    for (int i = 0; i < 16; i++)
+        snprintf(hex + 2 * i, 3, "%02x", h[i]);
+    snprintf(buf, buflen, "%s%.8s-%.4s-%.4s-%.4s-%.12s", prefix, hex, hex + 8, hex + 12, hex + 16, hex + 20);
 }
