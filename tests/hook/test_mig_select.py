@@ -102,3 +102,8 @@ def test_a_gpu_with_one_mig_device_names_the_one_range():
     spec = "a100:mig=1g.10gb"
     with pytest.raises(RequestError, match=re.escape("GPU 0 has MIG devices 0:0..0:0")):
         resolve_request(device_request(["NVIDIA_VISIBLE_DEVICES=0:1"], inventory=spec), "0")
+
+
+def test_a_mistyped_gpu_uuid_gets_the_same_kind_of_hint():
+    with pytest.raises(RequestError, match=f"no GPU has this UUID .*did you mean {HOST[1].uuid}"):
+        _seen(HOST[1].uuid.upper())
