@@ -81,6 +81,11 @@ class MigInstance:
     def __repr__(self) -> str:
         return f"MigInstance({self.profile.name!r}, gi={self.gi_id}, start={self.start}, uuid={self.uuid!r})"
 
+    def renumbered(self, index: int) -> MigInstance:
+        """This MIG device under another index: the same instance (placement, IDs, UUID), as a container that
+        sees some of its parent's MIG devices numbers them."""
+        return MigInstance(index, self.profile, self.start, self.gi_id, self.uuid, self.ci_id)
+
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "profile": self.profile.name, "profile_id": self.profile.id,
                 "gpu_instance_id": self.gi_id, "compute_instance_id": self.ci_id,
