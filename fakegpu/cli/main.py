@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import cluster, container, devices, doctor, estimate, fakecuda, metrics, profiles, run
+from fakegpu.cli import cluster, container, devices, doctor, estimate, fakecuda, faults, metrics, profiles, run
 
 app = typer.Typer(
     name="fakegpu",
@@ -22,6 +22,7 @@ app.add_typer(container.hook_app, name="hook")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
 app.command("metrics")(metrics.metrics)
+app.add_typer(faults.app, name="fault")
 app.command("demo")(fakecuda.demo)
 app.command("preflight", context_settings={"allow_interspersed_args": False})(fakecuda.preflight)
 app.command("estimate-llm")(estimate.estimate_llm)

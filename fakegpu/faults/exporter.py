@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from fakegpu.errors import FakeGPUError
+from fakegpu.faults import board
+from fakegpu.shared_state import state_dir
 
 DEFAULT_PORT = 9400  # dcgm-exporter's
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -38,7 +40,16 @@ class Field:
     name: str
     counter: bool
     help: str
-    read: Callable[[Any, Any], float]
+    read: Callable[[Probe], float]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a field reads from: NVML, the device's handle, and the last Xid the run's fault board holds for it."""
+
+    nvml: Any
+    handle: Any
+    last_xid: int
 
 
 def _fields() -> tuple[Field, ...]:
@@ -46,40 +57,41 @@ def _fields() -> tuple[Field, ...]:
 
     mib = 1 << 20
 
-    def memory(attr: str) -> Callable[[Any, Any], float]:
-        def read(nvml: Any, h: Any) -> float:
-            return getattr(nvml.nvmlDeviceGetMemoryInfo(h, version=nvml.nvmlMemory_v2), attr) // mib
+    def memory(attr: str) -> Callable[[Probe], float]:
+        def read(p: Probe) -> float:
+            return getattr(p.nvml.nvmlDeviceGetMemoryInfo(p.handle, version=p.nvml.nvmlMemory_v2), attr) // mib
         return read
 
-    def ecc(error_type: int, counter_type: int) -> Callable[[Any, Any], float]:
-        return lambda nvml, h: nvml.nvmlDeviceGetTotalEccErrors(h, error_type, counter_type)
+    def ecc(error_type: int, counter_type: int) -> Callable[[Probe], float]:
+        return lambda p: p.nvml.nvmlDeviceGetTotalEccErrors(p.handle, error_type, counter_type)
 
-    def remapped(i: int) -> Callable[[Any, Any], float]:
-        return lambda nvml, h: nvml.nvmlDeviceGetRemappedRows(h)[i]
+    def remapped(i: int) -> Callable[[Probe], float]:
+        return lambda p: p.nvml.nvmlDeviceGetRemappedRows(p.handle)[i]
 
     return (
         Field("DCGM_FI_DEV_SM_CLOCK", False, "SM clock frequency (in MHz).",
-              lambda nvml, h: nvml.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+              lambda p: p.nvml.nvmlDeviceGetClockInfo(p.handle, n.NVML_CLOCK_SM)),
         Field("DCGM_FI_DEV_MEM_CLOCK", False, "Memory clock frequency (in MHz).",
-              lambda nvml, h: nvml.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+              lambda p: p.nvml.nvmlDeviceGetClockInfo(p.handle, n.NVML_CLOCK_MEM)),
         Field("DCGM_FI_DEV_GPU_TEMP", False, "GPU temperature (in C).",
-              lambda nvml, h: nvml.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+              lambda p: p.nvml.nvmlDeviceGetTemperature(p.handle, n.NVML_TEMPERATURE_GPU)),
         Field("DCGM_FI_DEV_POWER_USAGE", False, "Power draw (in W).",
-              lambda nvml, h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+              lambda p: p.nvml.nvmlDeviceGetPowerUsage(p.handle) / 1000.0),
         Field("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", True, "Total energy consumption since boot (in mJ).",
-              lambda nvml, h: nvml.nvmlDeviceGetTotalEnergyConsumption(h)),
+              lambda p: p.nvml.nvmlDeviceGetTotalEnergyConsumption(p.handle)),
         Field("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", True, "Total number of PCIe retries.",
-              lambda nvml, h: nvml.nvmlDeviceGetPcieReplayCounter(h)),
+              lambda p: p.nvml.nvmlDeviceGetPcieReplayCounter(p.handle)),
         Field("DCGM_FI_DEV_GPU_UTIL", False, "GPU utilization (in %).",
-              lambda nvml, h: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+              lambda p: p.nvml.nvmlDeviceGetUtilizationRates(p.handle).gpu),
         Field("DCGM_FI_DEV_MEM_COPY_UTIL", False, "Memory utilization (in %).",
-              lambda nvml, h: nvml.nvmlDeviceGetUtilizationRates(h).memory),
+              lambda p: p.nvml.nvmlDeviceGetUtilizationRates(p.handle).memory),
         Field("DCGM_FI_DEV_ENC_UTIL", False, "Encoder utilization (in %).",
-              lambda nvml, h: nvml.nvmlDeviceGetEncoderUtilization(h)[0]),
+              lambda p: p.nvml.nvmlDeviceGetEncoderUtilization(p.handle)[0]),
         Field("DCGM_FI_DEV_DEC_UTIL", False, "Decoder utilization (in %).",
-              lambda nvml, h: nvml.nvmlDeviceGetDecoderUtilization(h)[0]),
-        # 0 is "no Xid since the exporter started", as DCGM reports it; injected Xids (fault plans) will set it.
-        Field("DCGM_FI_DEV_XID_ERRORS", False, "Value of the last XID error encountered.", lambda nvml, h: 0),
+              lambda p: p.nvml.nvmlDeviceGetDecoderUtilization(p.handle)[0]),
+        # The run's fault board is the driver's Xid log here; 0 is "none", as DCGM reports it. A lost GPU still
+        # reports it, while its NVML fields fail and are left out.
+        Field("DCGM_FI_DEV_XID_ERRORS", False, "Value of the last XID error encountered.", lambda p: p.last_xid),
         Field("DCGM_FI_DEV_FB_FREE", False, "Framebuffer memory free (in MiB).", memory("free")),
         Field("DCGM_FI_DEV_FB_USED", False, "Framebuffer memory used (in MiB).", memory("used")),
         Field("DCGM_FI_DEV_FB_RESERVED", False, "Framebuffer memory reserved (in MiB).", memory("reserved")),
@@ -97,6 +109,15 @@ def _fields() -> tuple[Field, ...]:
               remapped(1)),
         Field("DCGM_FI_DEV_ROW_REMAP_FAILURE", False, "Whether remapping of rows has failed", remapped(3)),
     )
+
+
+def last_xids(folder: str) -> dict[int, int]:
+    """{device index: its latest fired Xid} from the run's fault board."""
+    latest: dict[int, tuple[int, int]] = {}
+    for r in board.fired(board.read(folder)):
+        if r.kind == board.KIND_XID and r.fire_ns >= latest.get(r.device, (-1, 0))[0]:
+            latest[r.device] = (r.fire_ns, r.code)
+    return {d: code for d, (_, code) in latest.items()}
 
 
 def hostname(environ: dict[str, str] | None = None) -> str:
@@ -146,9 +167,16 @@ class DcgmCollector:
         self.fields = _fields()
         self.host = host or hostname()
         self.driver = nvml.nvmlSystemGetDriverVersion()
+        self.state_dir = state_dir()
         # Identity does not change while the library is loaded; only the readings are taken per scrape.
-        self.devices = [(nvml.nvmlDeviceGetHandleByIndex(i), self._labels(i))
-                        for i in range(nvml.nvmlDeviceGetCount())]
+        self.devices: list[tuple[Any, dict[str, str]]] = []
+        self.indices: list[int] = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            try:
+                self.devices.append((nvml.nvmlDeviceGetHandleByIndex(i), self._labels(i)))
+            except nvml.NVMLError:  # lost before we started: no handle to watch, as DCGM would not attach it
+                continue
+            self.indices.append(i)
         self._label_text = [_label_text(labels) for _, labels in self.devices]
         self._lock = threading.Lock()
 
@@ -168,13 +196,16 @@ class DcgmCollector:
     def readings(self) -> list[tuple[Field, list[tuple[int, float]]]]:
         """Every field with the (device position, value) pairs NVML answers now."""
         error = self.nvml.NVMLError
+        xids = last_xids(self.state_dir)
+        probes = [Probe(self.nvml, handle, xids.get(i, 0))
+                  for i, (handle, _) in zip(self.indices, self.devices, strict=True)]
         out = []
         with self._lock:  # one NVML pass at a time: scrapes may overlap on the server's threads
             for field in self.fields:
                 values = []
-                for k, (handle, _) in enumerate(self.devices):
+                for k, probe in enumerate(probes):
                     try:
-                        values.append((k, float(field.read(self.nvml, handle))))
+                        values.append((k, float(field.read(probe))))
                     except error:
                         continue
                 out.append((field, values))

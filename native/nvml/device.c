@@ -15,6 +15,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     FG_NEED(device);
     if (index >= fg_devs.count)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (fg_fault_lost(index)) /* fallen off the bus: the driver hands out no handle for it */
+        return NVML_ERROR_GPU_IS_LOST;
     *device = handle_at(index);
     return NVML_SUCCESS;
 }
@@ -34,6 +36,8 @@ static nvmlReturn_t find(const char *key, nvmlDevice_t *device, match_fn match)
     FG_NEED(device);
     for (unsigned i = 0; i < fg_devs.count; i++)
         if (match(&fg_devs.dev[i], key)) {
+            if (fg_fault_lost(i))
+                return NVML_ERROR_GPU_IS_LOST;
             *device = handle_at(i);
             return NVML_SUCCESS;
         }

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fg_devices.h"
+#include "fg_faults.h"
 #include "fg_log.h"
 #include "fg_state.h"
 #include "stubs_generated.h"

@@ -30,7 +30,7 @@ nvmlReturn_t fg_lookup(nvmlDevice_t h, const fg_device **d)
     if (p < base || p >= base + fg_devs.count * sizeof fg_handles[0] || (p - base) % sizeof fg_handles[0])
         return NVML_ERROR_INVALID_ARGUMENT;
     *d = &fg_devs.dev[h->index];
-    return NVML_SUCCESS;
+    return fg_fault_lost(h->index) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
 nvmlReturn_t fg_copy_out(char *dst, unsigned length, const char *src)
@@ -73,6 +73,7 @@ static void load_config(void)
     if (fg_cfg.cpu_count == 0)
         fg_cfg.cpu_count = 1;
     fg_state_dir(fg_cfg.state_dir, sizeof fg_cfg.state_dir);
+    fg_faults_init(fg_cfg.state_dir);
 }
 
 static nvmlReturn_t init_locked(void)
