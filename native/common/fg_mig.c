@@ -54,6 +54,11 @@ unsigned fg_mig_gi_id(const fg_mig_board *b, unsigned start, unsigned size)
     return b->memory_slices / size - 1 + start / size;
 }
 
+void fg_mig_device_name(const char *board_name, const fg_mig_profile *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s MIG %s", board_name, p->name);
+}
+
 void fg_mig_uuid(const char *parent_uuid, unsigned gi_id, unsigned ci_id, char *buf, size_t len)
 {
     char msg[128];
