@@ -134,6 +134,28 @@ static int search(const fg_mig_board *b, plan *p, unsigned i, unsigned compute, 
     return 0;
 }
 
+unsigned fg_mig_remaining(const fg_mig_board *b, const fg_mig_instance *placed, unsigned n, unsigned profile)
+{
+    if (profile >= b->nprofiles || n > FG_MIG_MAX_INSTANCES || b->memory_slices > FG_MIG_MAX_SLICES)
+        return 0;
+    unsigned have = 0;
+    for (unsigned i = 0; i < n; i++)
+        have += placed[i].profile == profile;
+    unsigned more = 0;
+    while (have + more < b->profiles[profile].instances && n + more < FG_MIG_MAX_INSTANCES) {
+        plan p = {.n = n + more + 1};
+        for (unsigned i = 0; i < p.n; i++) {
+            p.profile[i] = i < n ? placed[i].profile : profile;
+            p.pin[i] = i < n ? (int)placed[i].start : -1;
+        }
+        int used[FG_MIG_MAX_SLICES] = {0};
+        if (!search(b, &p, 0, 0, used))
+            break;
+        more++;
+    }
+    return more;
+}
+
 static int is_suffix(const char *s) { return !strcmp(s, "me") || !strcmp(s, "gfx") || !strcmp(s, "me.all"); }
 
 int fg_mig_layout(const fg_mig_board *b, const char *board_name, const char *layout, const char *parent_uuid,

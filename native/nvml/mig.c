@@ -146,6 +146,12 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
     return NVML_SUCCESS;
 }
 
+/* The pre-v2 symbol old clients bind: same struct. */
+nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t *attributes)
+{
+    return nvmlDeviceGetAttributes_v2(device, attributes);
+}
+
 /* The MIG side of nvmlDeviceGetMemoryInfo(_v2) (memory.c): the profile's memory, nothing used or reserved
  * (see the top of this file). */
 void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total)

@@ -1,5 +1,6 @@
 """Real pynvml against the MIG surface of libnvidia-ml.so.1: MIG mode, MIG device handles and what they answer,
-checked against the placement fakegpu/devices/mig.py computes for the same spec."""
+GPU and compute instances, profiles, placements and capacity, checked against what fakegpu/devices/mig.py
+computes for the same spec."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fakegpu.devices.mig import MigBoard, remaining_capacity
 from fakegpu.devices.spec import resolve_devices
 
 from .conftest import NativeEnv
@@ -102,3 +104,94 @@ def test_boards_without_a_layout(layout_walk) -> None:
     assert h100["mig"] == [] and {r["error"] for r in h100["by_index"]} == {"NVMLError_InvalidArgument"}
     assert l4["mig_mode"] == {"error": "NVMLError_NotSupported"} and l4["max_mig"] == {"value": 0}
     assert l4["mig"] == [] and {r["error"] for r in l4["by_index"]} == {"NVMLError_NotSupported"}
+
+
+def test_gpu_instance_profiles(layout_walk) -> None:
+    result, devices = layout_walk
+    board = MigBoard.of(devices[0].profile)
+    got = result["boards"][0]["profiles"]
+    by_constant = {str(p.nvml_profile): p for p in board.profiles}
+    for key, answer in got.items():
+        if key not in by_constant:
+            # The header's forward-compatible walk ends at the first INVALID_ARGUMENT.
+            want = "NVMLError_InvalidArgument" if int(key) >= 18 else "NVMLError_NotSupported"
+            assert answer == {"error": want}, key
+            continue
+        p = by_constant[key]
+        v = answer["value"]
+        assert v["name"] == f"MIG {p.name}" and v["id"] == p.id
+        assert (v["sliceCount"], v["instanceCount"], v["multiprocessorCount"], v["memorySizeMB"]) == \
+            (p.compute_slices, p.instances, p.sm_count, p.memory_mib)
+        assert (v["copyEngineCount"], v["decoderCount"], v["encoderCount"], v["jpegCount"], v["ofaCount"]) == \
+            (p.copy_engines, p.decoders, p.encoders, p.jpeg, p.ofa)
+        assert answer["v1"] == {k: x for k, x in v.items() if k not in ("version", "name")}
+        assert answer["by_id"] == {"value": v}
+        assert answer["placements"] == [[s, p.size] for s in p.starts]
+        assert answer["create"] == "NVMLError_NoPermission"
+    assert set(by_constant) <= set(got) and got["18"] == {"error": "NVMLError_InvalidArgument"}
+
+
+def test_gpu_and_compute_instances(layout_walk) -> None:
+    result, devices = layout_walk
+    a100 = result["boards"][0]
+    want = {m.gi_id: m for m in devices[0].mig}
+    assert sorted(g["id"] for g in a100["gis"]) == sorted(want)
+    assert {int(k) for k, v in a100["by_id"].items() if "value" in v} == set(want)
+    assert {v["error"] for v in a100["by_id"].values() if "error" in v} == {"NVMLError_NotFound"}
+    for gi in a100["gis"]:
+        m = want[gi["id"]]
+        p = m.profile
+        assert gi["profile_id"] == p.id and gi["placement"] == [m.start, p.size] and gi["parent_index"] == 0
+        # One compute instance spanning the GPU instance (`-cgi ... -C`).
+        assert gi["cis"] == [{"id": 0, "profile_id": gi["cis"][0]["profile_id"], "placement": [0, p.compute_slices],
+                              "parent_index": 0, "gi_id": m.gi_id}]
+        spanning = gi["ci_profiles"][str(gi["cis"][0]["profile_id"])]
+        assert spanning["value"]["sliceCount"] == p.compute_slices
+        assert spanning["value"]["multiprocessorCount"] == p.sm_count
+        assert spanning["value"]["name"] == f"MIG {p.name}"
+        offered = {k: v for k, v in gi["ci_profiles"].items() if "value" in v}
+        assert all(v["remaining"] == 0 for v in offered.values())  # the spanning one leaves no room
+        assert all(v["value"]["sliceCount"] <= p.compute_slices for v in offered.values())
+        assert gi["ci_profiles"]["9"] == {"error": "NVMLError_InvalidArgument"}
+        assert gi["ci_by_id_0"] == {"value": 0} and gi["ci_by_id_1"] == {"error": "NVMLError_NotFound"}
+        assert gi["create_ci"] == gi["destroy_gi"] == gi["destroy_ci"] == "NVMLError_NoPermission"
+    # The 3g.40gb GPU instance offers 1c.3g.40gb and 2c.3g.40gb beside the spanning profile.
+    three = next(g for g in a100["gis"] if g["profile_id"] == 9)
+    assert {v["value"]["name"] for v in three["ci_profiles"].values() if "value" in v} == \
+        {"MIG 1c.3g.40gb", "MIG 2c.3g.40gb", "MIG 3g.40gb"}
+
+
+def test_changes_are_refused_and_mig_off_boards_list_nothing(layout_walk) -> None:
+    result, _ = layout_walk
+    a100, h100, l4 = result["boards"]
+    assert a100["set_mig_mode"] == h100["set_mig_mode"] == "NVMLError_NoPermission"
+    assert l4["set_mig_mode"] == "NVMLError_NotSupported"
+    # MIG mode off: profiles and placements are board facts, instances and capacity need MIG mode.
+    for answer in (a for a in h100["profiles"].values() if "value" in a):
+        assert answer["placements"] and answer["remaining"] == answer["gis"] == {"error": "NVMLError_NotSupported"}
+    assert {v["error"] for v in h100["by_id"].values()} == {"NVMLError_NotSupported"}
+    assert {a["error"] for a in l4["profiles"].values()} == {"NVMLError_NotSupported"}
+
+
+# Layouts that leave room of different shapes on both MIG boards of the test catalog.
+CAPACITY_SPEC = ",".join(f"{board}:1:mig={layout}" for board, layout in (
+    ("a100", "3g.40gb"), ("a100", "1g.10gb*3"), ("a100", "2g.20gb+1g.20gb"), ("a100", "1g.10gb+me@6"),
+    ("a100", "4g.40gb"), ("a100", "7g.80gb"), ("h100", "3g.40gb+1g.10gb"), ("h100", "2g.20gb*2")))
+
+
+def test_remaining_capacity_matches_mig_py(native: NativeEnv, test_catalog) -> None:
+    result = mig_walk(native, CAPACITY_SPEC)
+    devices = resolve_devices(CAPACITY_SPEC, "0", test_catalog[1])
+    seen = set()
+    for device, got in zip(devices, result["boards"], strict=True):
+        board = MigBoard.of(device.profile)
+        for p in board.profiles:
+            want = remaining_capacity(device.mig, board, p)
+            assert got["profiles"][str(p.nvml_profile)]["remaining"] == {"value": want}, (device.mig_layout, p)
+            seen.add(want)
+    assert seen >= {0, 1, 2, 3}  # the layouts exercise real room, not only full boards
+    # A100 with 3g.40gb at slices 0-3: one more 3g.40gb, one 2g.20gb (it starts at 0, 2 or 4 only) and three
+    # 1g.10gb (no profile of one slice starts at slice 7).
+    first = result["boards"][0]["profiles"]
+    assert (first["2"]["remaining"], first["1"]["remaining"], first["0"]["remaining"]) == \
+        ({"value": 1}, {"value": 1}, {"value": 3})
