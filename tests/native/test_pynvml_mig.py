@@ -195,3 +195,71 @@ def test_remaining_capacity_matches_mig_py(native: NativeEnv, test_catalog) -> N
     first = result["boards"][0]["profiles"]
     assert (first["2"]["remaining"], first["1"]["remaining"], first["0"]["remaining"]) == \
         ({"value": 1}, {"value": 1}, {"value": 3})
+
+
+# ctypes straight at the library: the v3 structs pynvml does not wrap, version checks, and handles that are
+# garbage, stale or of the wrong kind.
+RAW = r"""
+import ctypes, json
+lib = ctypes.CDLL("libnvidia-ml.so.1")
+U, ULL, NAME = ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_char * 96
+
+class GipV3(ctypes.Structure):
+    _fields_ = [("version", U), ("id", U), ("sliceCount", U), ("instanceCount", U), ("multiprocessorCount", U),
+                ("copyEngineCount", U), ("decoderCount", U), ("encoderCount", U), ("jpegCount", U), ("ofaCount", U),
+                ("memorySizeMB", ULL), ("name", NAME), ("capabilities", U)]
+
+class CipV3(ctypes.Structure):
+    _fields_ = [("version", U), ("id", U), ("sliceCount", U), ("instanceCount", U), ("multiprocessorCount", U),
+                ("sharedCopyEngineCount", U), ("sharedDecoderCount", U), ("sharedEncoderCount", U),
+                ("sharedJpegCount", U), ("sharedOfaCount", U), ("name", NAME), ("capabilities", U)]
+
+out = {}
+GARBAGE, INFO = ctypes.c_void_p(0x1234), ctypes.byref(ctypes.create_string_buffer(64))
+out["uninit_gi_info"] = lib.nvmlGpuInstanceGetInfo(GARBAGE, INFO)
+lib.nvmlInit_v2()
+dev, mig, gi = (ctypes.c_void_p() for _ in range(3))
+lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev))
+lib.nvmlDeviceGetMigDeviceHandleByIndex(dev, 0, ctypes.byref(mig))
+v3 = GipV3(version=ctypes.sizeof(GipV3) | 3 << 24)
+out["gip_v3"] = lib.nvmlDeviceGetGpuInstanceProfileInfoV(dev, 2, ctypes.byref(v3))
+out["gip_v3_value"] = [v3.id, v3.sliceCount, v3.memorySizeMB, v3.name.decode(), v3.capabilities]
+bad = GipV3(version=ctypes.sizeof(GipV3) | 1 << 24)
+out["gip_bad_version"] = lib.nvmlDeviceGetGpuInstanceProfileInfoV(dev, 2, ctypes.byref(bad))
+lib.nvmlDeviceGetGpuInstanceById(dev, 1, ctypes.byref(gi))
+c3 = CipV3(version=ctypes.sizeof(CipV3) | 3 << 24)
+out["cip_v3"] = lib.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, 0, 0, ctypes.byref(c3))
+out["cip_v3_value"] = [c3.id, c3.sliceCount, c3.name.decode(), c3.capabilities]
+out["cip_bad_engine"] = lib.nvmlGpuInstanceGetComputeInstanceProfileInfoV(gi, 0, 1, ctypes.byref(c3))
+small = U(1)
+rc = lib.nvmlDeviceGetGpuInstancePossiblePlacements_v2(dev, 19, ctypes.byref((U * 2)()), ctypes.byref(small))
+out["placements_short"] = [rc, small.value]
+buf = ctypes.create_string_buffer(96)
+out["garbage_gi"] = lib.nvmlGpuInstanceGetInfo(GARBAGE, INFO)
+out["garbage_ci"] = lib.nvmlComputeInstanceGetInfo_v2(GARBAGE, INFO)
+out["gi_as_device"] = lib.nvmlDeviceGetName(gi, buf, 96)
+out["device_as_gi"] = lib.nvmlGpuInstanceGetInfo(dev, INFO)
+# Slot 5 of the same board: a MIG handle the layout (three instances) never handed out.
+out["unfilled_slot"] = lib.nvmlDeviceGetName(ctypes.c_void_p(mig.value + 5 * 8), buf, 96)
+out["mig_as_parent"] = lib.nvmlDeviceGetMigDeviceHandleByIndex(mig, 0, ctypes.byref(ctypes.c_void_p()))
+out["mig_temperature"] = lib.nvmlDeviceGetTemperature(mig, 0, ctypes.byref(U()))
+out["mig_name_short"] = lib.nvmlDeviceGetName(mig, buf, 8)
+print(json.dumps(out))
+"""
+
+
+def test_raw_structs_versions_and_bad_handles(native: NativeEnv) -> None:
+    out = native.python(RAW, devices=LAYOUT_SPEC)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    ok, uninit, invalid, not_supported, short, mismatch = 0, 1, 2, 3, 7, 25
+    assert got["uninit_gi_info"] == uninit
+    assert got["gip_v3"] == ok and got["gip_v3_value"] == [9, 3, 40192, "MIG 3g.40gb", 0]
+    assert got["gip_bad_version"] == mismatch
+    assert got["cip_v3"] == ok and got["cip_v3_value"] == [0, 1, "MIG 1c.3g.40gb", 0]
+    assert got["cip_bad_engine"] == invalid
+    assert got["placements_short"] == [short, 7]  # 1g.10gb has seven placements
+    assert got["garbage_gi"] == got["garbage_ci"] == got["device_as_gi"] == invalid
+    assert got["gi_as_device"] == got["unfilled_slot"] == invalid
+    assert got["mig_as_parent"] == got["mig_temperature"] == not_supported
+    assert got["mig_name_short"] == short
