@@ -212,6 +212,7 @@ nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCore
 {
     FG_DEVICE(device, d);
     FG_NEED(numCores);
+    FG_NOT_IN_MIG_MODE(d);
     if (!d->cuda_cores)
         return NVML_ERROR_NOT_SUPPORTED;
     *numCores = d->cuda_cores;

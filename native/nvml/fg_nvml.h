@@ -86,6 +86,14 @@ FG_HIDDEN void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsig
             return NVML_ERROR_INVALID_ARGUMENT;                                                                   \
     } while (0)
 
+/* Whole-GPU queries nvml.h says a MIG-enabled GPU does not answer (utilization, engine and process
+ * utilization, core count, remapped rows): they are per instance there, and not reported per instance either. */
+#define FG_NOT_IN_MIG_MODE(d)                                                                                     \
+    do {                                                                                                          \
+        if ((d)->mig_mode)                                                                                        \
+            return NVML_ERROR_NOT_SUPPORTED;                                                                      \
+    } while (0)
+
 /* Copy a string out the way NVML does: INSUFFICIENT_SIZE when it (with its NUL) does not fit. */
 FG_HIDDEN nvmlReturn_t fg_copy_out(char *dst, unsigned length, const char *src);
 

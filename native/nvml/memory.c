@@ -176,6 +176,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     FG_DEVICE(device, d);
     FG_NEED(corrRows);
     FG_NEED(uncRows);
+    FG_NOT_IN_MIG_MODE(d);
     FG_NEED(isPending);
     FG_NEED(failureOccurred);
     /* Row remapping replaced page retirement with Ampere. */

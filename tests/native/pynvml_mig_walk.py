@@ -110,7 +110,9 @@ def board(h):
         "parent_of_whole": call(n.nvmlDeviceGetDeviceHandleFromMigDeviceHandle, h),
         "by_index": [],
         "mig": [],
+        "whole": device_queries(h, h),
     }
+    out["whole"]["num_cores"] = call(n.nvmlDeviceGetNumGpuCores, h)
     top = max(out["max_mig"].get("value", 0), 8)
     for i in range(top + 1):
         try:

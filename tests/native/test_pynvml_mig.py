@@ -86,6 +86,17 @@ def test_mig_handles_refuse_whole_gpu_queries(layout_walk) -> None:
         assert refused == {"NVMLError_NotSupported"}
 
 
+def test_parent_in_mig_mode_answers_no_whole_gpu_utilization(layout_walk) -> None:
+    result, _ = layout_walk
+    in_mig, off = (
+        {k for k, a in board["whole"].items() if a.get("error") == "NVMLError_NotSupported"}
+        for board in result["boards"][:2])
+    # nvml.h: not supported on MIG-enabled GPUs; the H100 with MIG mode off (no fans either) answers them.
+    assert in_mig - off == {"utilization", "encoder_util", "decoder_util", "process_utilization", "remapped_rows",
+                            "num_cores"}
+    assert off <= in_mig
+
+
 def test_whole_gpu_is_no_mig_device(layout_walk) -> None:
     result, _ = layout_walk
     for board in result["boards"]:
