@@ -201,6 +201,13 @@ def test_remaining_capacity_matches_mig_py(native: NativeEnv, test_catalog) -> N
             assert got["profiles"][str(p.nvml_profile)]["remaining"] == {"value": want}, (device.mig_layout, p)
             seen.add(want)
     assert seen >= {0, 1, 2, 3}  # the layouts exercise real room, not only full boards
+    # The 4g.40gb GPU instance's compute instance profiles as a real A100 80GB lists them (`nvidia-smi mig -lcip`):
+    # 1c.4g.40gb ID 0 (4 instances, 14 SMs), 2c.4g.40gb ID 1 (2, 28), 4g.40gb ID 3 (1, 56); 4 CE, 2 DEC shared.
+    (four,) = result["boards"][4]["gis"]
+    offered = {k: v["value"] for k, v in four["ci_profiles"].items() if "value" in v}
+    assert {k: (v["name"], v["instanceCount"], v["multiprocessorCount"]) for k, v in offered.items()} == {
+        "0": ("MIG 1c.4g.40gb", 4, 14), "1": ("MIG 2c.4g.40gb", 2, 28), "3": ("MIG 4g.40gb", 1, 56)}
+    assert {(v["sharedCopyEngineCount"], v["sharedDecoderCount"]) for v in offered.values()} == {(4, 2)}
     # A100 with 3g.40gb at slices 0-3: one more 3g.40gb, one 2g.20gb (it starts at 0, 2 or 4 only) and three
     # 1g.10gb (no profile of one slice starts at slice 7).
     first = result["boards"][0]["profiles"]
