@@ -239,6 +239,20 @@ def check_layout(profiles: Sequence[MigProfile], board: MigBoard, board_name: st
         f"{', '.join(beside) if beside else 'no further instance'}")
 
 
+def remaining_capacity(mig: Sequence[MigInstance], board: MigBoard, profile: MigProfile) -> int:
+    """How many more GPU instances of `profile` fit beside the placed ones, as
+    nvmlDeviceGetGpuInstanceRemainingCapacity counts them (the free column of `nvidia-smi mig -lgip`)."""
+    placed = [m.profile for m in mig]
+    pins: list[int | None] = [m.start for m in mig]
+    # By ID, not identity: the instances may come from another MigBoard of the same catalog profile.
+    have = sum(1 for p in placed if p.id == profile.id)
+    n = 0
+    while have + n < profile.instances and \
+            place([*placed, *[profile] * (n + 1)], board, [*pins, *[None] * (n + 1)]) is not None:
+        n += 1
+    return n
+
+
 def placed_layout(mig: Sequence[MigInstance]) -> str:
     """Instances as a layout with every placement pinned ('3g.40gb@0+2g.20gb@4'): what the device table holds, so
     every reader arrives at the same placement."""
