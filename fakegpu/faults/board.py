@@ -17,8 +17,12 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
         8   kind     u32  KIND_XID
         12  device   u32  index in the run's device table (NVML's index)
         16  code     u32  the Xid
-        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on
-        24  data     u64  0 (room for a kind's argument)
+        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below
+        24  data     u64  FLAG_AFTER_ALLOCATIONS: the allocation count that fires it; else 0
+
+A record with FLAG_AFTER_ALLOCATIONS waits with fire_ns NEVER until a process's own count of device-memory
+allocations on that GPU reaches `data` (native mode's libcuda counts them); that process then stores the time
+into fire_ns (a compare-and-swap, so it fires once), and from then on it is a fault like any other.
 
 Standard library only: tools/gen_contract.py reads these constants into the C readers' header.
 """
@@ -42,6 +46,8 @@ MAX_RECORDS = 64
 SIZE = OFF_RECORDS + RECORD_SIZE * MAX_RECORDS
 KIND_XID = 1
 FLAG_LOST = 1
+FLAG_AFTER_ALLOCATIONS = 2
+NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened
 _RECORD = struct.Struct("=QIIIIQ")
 assert _RECORD.size == RECORD_SIZE
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import UsageError, shorten
-from fakegpu.faults.board import FLAG_LOST, KIND_XID, Record
+from fakegpu.faults.board import FLAG_AFTER_ALLOCATIONS, FLAG_LOST, KIND_XID, NEVER, Record
 
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
 
@@ -33,7 +33,7 @@ XIDS: dict[int, tuple[str, bool]] = {
     94: ("Contained ECC error", False),
     95: ("Uncontained ECC error", False),
 }
-FAULT_KEYS = ("kind", "xid", "device", "at")
+FAULT_KEYS = ("kind", "xid", "device", "at", "after_allocations")
 
 
 class InvalidFaultPlan(UsageError):
@@ -47,6 +47,7 @@ class Fault:
     xid: int
     device: int | str
     at_s: float = 0.0
+    after_allocations: int | None = None  # instead of at_s
 
     @property
     def lost(self) -> bool:
@@ -95,6 +96,8 @@ def _problem(error: Any) -> str:
                f"{', '.join(str(v) for v in error.validator_value)}"
     if error.validator == "required":
         return f"{where}: {error.message}"
+    if error.validator == "not":
+        return f"{where}: give either at or after_allocations, not both"
     if error.validator == "oneOf" and where.endswith(".device"):
         return f"{where}: {_shown(error.instance)} is not a GPU; expected its index (0, 1) or UUID (GPU-...)"
     if error.validator == "oneOf" and where.endswith(".at"):
@@ -110,8 +113,8 @@ def check(doc: Any, source: str) -> list[Fault]:
     problems = [_problem(e) for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))]
     if problems:
         raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
-    return [Fault(int(f["xid"]), f["device"], parse_duration(f.get("at", 0), f"{source}: at"))
-            for f in doc["faults"]]
+    return [Fault(int(f["xid"]), f["device"], parse_duration(f.get("at", 0), f"{source}: at"),
+                  f.get("after_allocations")) for f in doc["faults"]]
 
 
 def load_text(text: str, source: str) -> list[Fault]:
@@ -146,7 +149,7 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in ("xid", "device") and v.isdigit() else v
+        fault[key] = int(v) if key in ("xid", "device", "after_allocations") and v.isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 
@@ -162,8 +165,13 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
     """The board records of a run's faults: each GPU by its index among `uuids` (the run's devices, in order)."""
     out = []
     for f in faults:
-        out.append(Record(fire_ns=start_ns + int(f.at_s * 1e9), device=device_index(f.device, uuids), code=f.xid,
-                          kind=KIND_XID, flags=FLAG_LOST if f.lost else 0))
+        flags = FLAG_LOST if f.lost else 0
+        if f.after_allocations is None:
+            fire, data = start_ns + int(f.at_s * 1e9), 0
+        else:
+            fire, data, flags = NEVER, f.after_allocations, flags | FLAG_AFTER_ALLOCATIONS
+        out.append(Record(fire_ns=fire, device=device_index(f.device, uuids), code=f.xid, kind=KIND_XID,
+                          flags=flags, data=data))
     return out
 
 

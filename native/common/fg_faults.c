@@ -1,6 +1,8 @@
 /* Reading the fault board: one mapping per process, a count load per question when no fault is on it. */
 #include "fg_faults.h"
 
+#include "fg_devices.h"
+
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +16,8 @@
 static char board_path[600];
 static atomic_int have_path;
 static _Atomic(const fg_fault_board *) mapped;
+static atomic_int writable; /* the mapping may store fire times (an allocation-triggered fault firing) */
+static _Atomic unsigned long long allocations[FG_MAX_DEVICES]; /* this process's, per board */
 static _Atomic uint64_t looked_ns; /* CLOCK_MONOTONIC of the last failed look */
 
 static uint64_t clock_ns(clockid_t id)
@@ -39,10 +43,15 @@ static const fg_fault_board *map_board(void)
 {
     if (!atomic_load_explicit(&have_path, memory_order_acquire))
         return NULL;
-    int fd = open(board_path, O_RDONLY | O_CLOEXEC);
+    /* Read-write where allowed, so this process can fire an allocation-triggered fault; read-only otherwise. */
+    int rw = 1, fd = open(board_path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        rw = 0;
+        fd = open(board_path, O_RDONLY | O_CLOEXEC);
+    }
     if (fd < 0)
         return NULL;
-    void *p = mmap(NULL, sizeof(fg_fault_board), PROT_READ, MAP_SHARED, fd, 0);
+    void *p = mmap(NULL, sizeof(fg_fault_board), rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
     off_t size = lseek(fd, 0, SEEK_END);
     close(fd);
     if (p == MAP_FAILED)
@@ -52,6 +61,7 @@ static const fg_fault_board *map_board(void)
         munmap(p, sizeof(fg_fault_board));
         return NULL;
     }
+    atomic_store(&writable, rw);
     return p;
 }
 
@@ -94,4 +104,23 @@ int fg_fault_lost(unsigned device)
         if (b->rec[i].device == device && (b->rec[i].flags & FG_FAULT_FLAG_LOST) && b->rec[i].fire_ns <= now)
             return 1;
     return 0;
+}
+
+void fg_fault_allocated(unsigned device)
+{
+    if (device >= FG_MAX_DEVICES)
+        return;
+    unsigned long long n = atomic_fetch_add(&allocations[device], 1) + 1;
+    const fg_fault_board *b = fg_faults();
+    unsigned count = fg_fault_count(b);
+    if (!count || !atomic_load(&writable))
+        return;
+    for (unsigned i = 0; i < count; i++) {
+        fg_fault_record *r = (fg_fault_record *)&b->rec[i];
+        if (r->device != device || !(r->flags & FG_FAULT_FLAG_AFTER_ALLOCATIONS) || n < r->data)
+            continue;
+        /* Once: the first process to reach the count stamps the time; later ones find it stamped. */
+        uint64_t never = FG_FAULT_NEVER;
+        __atomic_compare_exchange_n(&r->fire_ns, &never, fg_fault_now_ns(), 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    }
 }

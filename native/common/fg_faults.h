@@ -39,6 +39,9 @@ FG_HIDDEN const fg_fault_board *fg_faults(void);
 /* How many records are published (0 without a board); record i < this is complete. */
 FG_HIDDEN unsigned fg_fault_count(const fg_fault_board *b);
 FG_HIDDEN uint64_t fg_fault_now_ns(void);
+/* This process allocated device memory on the board (its table index): faults waiting for this process's
+ * count of allocations there fire when it reaches theirs. */
+FG_HIDDEN void fg_fault_allocated(unsigned device);
 /* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */
 FG_HIDDEN int fg_fault_lost(unsigned device);
 

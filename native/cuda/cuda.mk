@@ -43,10 +43,10 @@ $(CU_GEN)/cuda12_aliases.h: $(CU12_FLAGS) $(CU_GENPY)
 	@mkdir -p $(dir $@)
 	$(PYTHON) $(CU_GENPY) --aliases-from $(B)/cuda12-include/runtime-include/cuda.h --aliases-only $@ --out-dir $(CU_GEN)
 
-# The shared state's layout (common/fg_state.h) comes from the generated contract; -I$(GEN) goes last so the
-# CUDA stubs' own generated headers keep precedence over NVML's.
-$(CU_OBJ)/driver/state.o: CU_CFLAGS += -I$(GEN)
-$(CU_OBJ)/driver/state.o: | $(GEN)/fg_contract.h
+# The shared state's and the fault board's layouts (common/fg_state.h, common/fg_faults.h) come from the generated
+# contract; -I$(GEN) goes last so the CUDA stubs' own generated headers keep precedence over NVML's.
+$(CU_OBJ)/driver/state.o $(CU_OBJ)/driver/init.o $(CU_OBJ)/driver/memory.o: CU_CFLAGS += -I$(GEN)
+$(CU_OBJ)/driver/state.o $(CU_OBJ)/driver/init.o $(CU_OBJ)/driver/memory.o: | $(GEN)/fg_contract.h
 
 $(CU_OBJ)/%.o: $(CU)/%.c $(CU_FLAGS) | $(CU_GEN)/cuda_aliases.h $(CU_GEN)/cuda12_aliases.h
 	@mkdir -p $(dir $@)

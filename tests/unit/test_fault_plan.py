@@ -119,3 +119,15 @@ def test_a_run_puts_its_plan_on_its_board_before_the_command_starts(monkeypatch)
         assert [r.code for r in board.read(launch.env["FAKEGPU_STATE_DIR"])] == [13]
     finally:
         launch.cleanup()
+
+
+def test_an_allocation_trigger_waits_on_the_board_until_it_fires():
+    fault = parse_flag("xid=79,device=1,after_allocations=20")
+    assert fault == Fault(79, 1, 0.0, 20)
+    (r,) = records([fault], UUIDS, start_ns=5)
+    assert (r.fire_ns, r.data, r.flags) == (board.NEVER, 20, board.FLAG_LOST | board.FLAG_AFTER_ALLOCATIONS)
+    assert board.fired([r]) == []
+    with pytest.raises(InvalidFaultPlan, match="give either at or after_allocations, not both"):
+        parse_flag("xid=79,device=1,at=2s,after_allocations=20")
+    with pytest.raises(InvalidFaultPlan, match="after_allocations: 0 is less than the minimum of 1"):
+        parse_flag("xid=79,device=1,after_allocations=0")

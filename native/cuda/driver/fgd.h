@@ -101,6 +101,8 @@ FG_HIDDEN void fgd_sync_wait(void); /* driver/stream.c: a synchronisation's yiel
 /* Load devices once (thread-safe); returns what cuInit returns. */
 FG_HIDDEN CUresult fgd_init(void);
 FG_HIDDEN CUresult fgd_check_device(CUdevice dev);
+/* CUDA_ERROR_UNKNOWN when the CUDA device's GPU fell off the bus (the run's fault board), else CUDA_SUCCESS. */
+FG_HIDDEN CUresult fgd_lost(int device);
 /* The context of the calling thread (or of device 0 when none is current: the runtime's lazy default). */
 FG_HIDDEN struct CUctx_st *fgd_current(void);
 /* The context is in use: charge its footprint to the device (once). */

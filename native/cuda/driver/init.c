@@ -7,6 +7,8 @@
 #include <time.h>
 
 #include "fg_driver.h"
+#include "fg_state.h"
+#include "fg_faults.h" /* the run's fault board: lost GPUs, allocation triggers */
 #include "fgd.h"
 #include "fg_visible.h"
 
@@ -61,7 +63,17 @@ static void load(void)
     }
     /* The one driver NVML reports too (native/common/fg_driver.c). */
     fgd.driver_version = fg_cuda_driver_version();
+    char dir[512];
+    fg_faults_init(fg_state_dir(dir, sizeof dir));
     fgd.loaded = 1;
+}
+
+/* After Xid 79 a driver fails what needs the GPU with CUDA_ERROR_UNKNOWN (PyTorch: "CUDA error: unknown
+ * error"); the process's other GPUs keep working. */
+CUresult fgd_lost(int device)
+{
+    return device >= 0 && (unsigned)device < fgd.devs.count && fg_fault_lost(fgd.board[device]) ? CUDA_ERROR_UNKNOWN
+                                                                                                : CUDA_SUCCESS;
 }
 
 CUresult fgd_init(void)
@@ -333,6 +345,9 @@ FGC_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 FGC_EXPORT CUresult cuCtxSynchronize(void)
 {
     FGD_INIT(); /* nothing ever runs asynchronously */
+    struct CUctx_st *c = fgd_current();
+    if (c && fgd_lost(c->device))
+        return CUDA_ERROR_UNKNOWN;
     fgd_activity("cuCtxSynchronize", NULL, 0);
     fgd_pools_synced();
     fgd_sync_wait();

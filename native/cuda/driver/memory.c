@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "fg_faults.h" /* allocation-triggered faults */
 #include "fgc_env.h"
 #include "fgd_module.h"
 
@@ -196,6 +197,9 @@ void *fgd_reserve_pages(size_t bytes)
 
 CUresult fgd_charge(int device, size_t bytes)
 {
+    CUresult lost = fgd_lost(device);
+    if (lost != CUDA_SUCCESS)
+        return lost;
     fgd_mem *m = &fgd.mem[device];
     /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
     unsigned long long used = atomic_load(&m->used);
@@ -209,6 +213,7 @@ CUresult fgd_charge(int device, size_t bytes)
     atomic_fetch_add(&m->allocs, 1);
     fgd_activate(&fgd.ctx[device]);
     fgd_state_changed(device);
+    fg_fault_allocated(fgd.board[device]); /* a plan's "after N allocations" counts here */
     return CUDA_SUCCESS;
 }
 
@@ -381,6 +386,9 @@ static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api
     pthread_mutex_lock(&lock);
     int to_device = on_device_locked(dst), from_device = on_device_locked(src);
     pthread_mutex_unlock(&lock);
+    struct CUctx_st *c = to_device || from_device ? fgd_current() : NULL;
+    if (c && fgd_lost(c->device))
+        return CUDA_ERROR_UNKNOWN;
     if (from_device && !to_device) {
         if (check_read) /* before the copy: the error policy ends the program here */
             fgd_written_read((uintptr_t)src, n, api);

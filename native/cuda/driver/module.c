@@ -370,6 +370,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         return CUDA_ERROR_INVALID_VALUE;
     struct CUctx_st *c = fgd_current();
     int device = fgd_default_stream(s) ? (c ? c->device : 0) : s->device;
+    if (fgd_lost(device))
+        return CUDA_ERROR_UNKNOWN;
     const fgd_limits *lim = &fgd.lim[device];
     unsigned long long threads = (unsigned long long)bx * by * bz;
     if (threads > lim->max_threads_per_block || gy > 65535 || gz > 65535 || bz > 64 ||

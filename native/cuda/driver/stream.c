@@ -71,8 +71,10 @@ FGC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 FGC_EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return fgd_init(); }
 FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
-    (void)s;
     FGD_INIT();
+    struct CUctx_st *c = fgd_current();
+    if (fgd_lost(fgd_default_stream(s) ? (c ? c->device : 0) : s->device))
+        return CUDA_ERROR_UNKNOWN;
     fgd_activity("cuStreamSynchronize", NULL, 0);
     fgd_pools_synced(); /* where pools above their release threshold give memory back */
     fgd_sync_wait();
