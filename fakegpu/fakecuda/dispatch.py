@@ -35,7 +35,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fakegpu.fakecuda import fidelity, reduce
 from fakegpu.fakecuda.backward import accumulated_in_place, in_backward
-from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker
+from fakegpu.fakecuda.errors import ModelGPULost
+from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, gpu_lost_error
 
 aten = torch.ops.aten
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -92,7 +93,12 @@ class ChargeMode(TorchDispatchMode):
         self.runtime = tracker.runtime
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        try:
+            return self._dispatch(func, args, kwargs or {})
+        except ModelGPULost as lost:  # an op on a GPU that fell off the bus, or one lost by this op's allocations
+            raise gpu_lost_error(lost) from None
+
+    def _dispatch(self, func, args, kwargs):
         backward = in_backward()
         if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
@@ -107,6 +113,7 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
+        self.runtime.check_lost(index)
         if backward and func is aten.add.Tensor:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):

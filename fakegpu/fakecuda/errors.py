@@ -30,3 +30,19 @@ class FakeCudaNotActive(FakeGPUError):
     """A fakecuda API was used before fakegpu.init(runtime="fakecuda") (or the auto hook) activated it."""
 
     code = "fakecuda-inactive"
+
+
+# PyTorch's text for cudaErrorUnknown, what the driver answers on a GPU that fell off the bus (torch 2.15's
+# c10 CUDA check; the first line is the same in every release fakecuda supports).
+GPU_LOST_MESSAGE = ("CUDA error: unknown error\nSearch for `cudaErrorUnknown' in "
+                    "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more information.\n")
+
+
+class ModelGPULost(FakeGPUError):
+    """The run's fault board says the device's GPU fell off the bus; the torch layer raises torch's error."""
+
+    code = "cuda-gpu-lost"
+
+    def __init__(self, device: int) -> None:
+        super().__init__(GPU_LOST_MESSAGE)
+        self.device = device

@@ -15,8 +15,10 @@ from fakegpu.devices import Device, resolve_devices
 from fakegpu.devices.cuda_view import cuda_view
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
 from fakegpu.fakecuda.config import AllocatorConfig, config_from_env
-from fakegpu.fakecuda.errors import ModelOutOfMemory
+from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
 from fakegpu.fakecuda.workspace import Workspaces
+from fakegpu.faults.board import Watch
+from fakegpu.shared_state import state_dir
 
 MiB = 1 << 20
 
@@ -58,6 +60,8 @@ class Runtime:
     current_stream: list[int] = field(default_factory=list)
     # calls to ops whose memory fakecuda is known not to match CUDA's (fidelity.py), by ATen name
     gap_calls: dict[str, int] = field(default_factory=dict)
+    # the run's fault board (fakegpu/faults/board.py): lost GPUs, faults after a number of allocations
+    faults: Watch | None = None
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
@@ -69,7 +73,7 @@ class Runtime:
             FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0), board)
             for d, board in cuda_view(resolve_devices(spec), env.get("CUDA_VISIBLE_DEVICES"))
         ]
-        return cls(devices, context, spec=spec, config=config)
+        return cls(devices, context, spec=spec, config=config, faults=Watch(state_dir(env)))
 
     @property
     def count(self) -> int:
@@ -97,11 +101,17 @@ class Runtime:
         if self.on_usage is not None:
             self.on_usage()
 
+    def check_lost(self, index: int) -> None:
+        """ModelGPULost when the device's GPU fell off the bus (the run's fault board)."""
+        if self.faults is not None and self.faults.lost(self.devices[index].board):
+            raise ModelGPULost(index)
+
     def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block:
         if stream is None:
             stream = self.current_stream[index] if self.current_stream else 0
+        self.check_lost(index)
         alloc = self.touch(index).allocator
-        reserved = alloc.total_allocated_memory
+        reserved, segments = alloc.total_allocated_memory, alloc.stats.num_device_alloc
         try:
             return alloc.malloc(nbytes, stream)
         except ModelOutOfMemory as oom:
@@ -111,6 +121,9 @@ class Runtime:
             # segments change on new cudaMalloc and on the free-and-retry before an OOM, never on a cache hit
             if alloc.total_allocated_memory != reserved and self.on_usage is not None:
                 self.on_usage()
+            if self.faults is not None:  # a plan's "after N allocations" counts cudaMallocs, as native mode does
+                for _ in range(alloc.stats.num_device_alloc - segments):
+                    self.faults.allocated(self.devices[index].board)
 
     def free(self, index: int, block: Block) -> None:
         self.devices[index].allocator.free(block)

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fakegpu.fakecuda.errors import ModelOutOfMemory
+from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
 from fakegpu.fakecuda.runtime import Runtime
 
 _DEVICES: dict[int, torch.device] = {}
@@ -84,12 +84,22 @@ FAKE_TYPES = frozenset({FakeCudaTensor, FakeCudaParameter})
 _PLAIN_OF = {FakeCudaTensor: torch.Tensor, FakeCudaParameter: nn.Parameter}
 
 
+def gpu_lost_error(lost: ModelGPULost) -> Exception:
+    """What PyTorch raises for a call on a GPU that fell off the bus: torch.AcceleratorError (torch 2.8 on) for
+    cudaErrorUnknown, else the RuntimeError older releases raise."""
+    kind = getattr(torch, "AcceleratorError", RuntimeError)
+    return kind(lost.message)
+
+
 def malloc(runtime: Runtime, index: int, nbytes: int):
-    """A block from the device's allocator model; the model's OOM surfaces as torch.cuda.OutOfMemoryError."""
+    """A block from the device's allocator model; the model's OOM surfaces as torch.cuda.OutOfMemoryError, a lost
+    GPU as torch's error for it."""
     try:
         return runtime.malloc(index, nbytes)
     except ModelOutOfMemory as oom:
         raise torch.cuda.OutOfMemoryError(oom.message) from None
+    except ModelGPULost as lost:
+        raise gpu_lost_error(lost) from None
 
 
 class StorageTracker:

@@ -139,3 +139,87 @@ def read(state_dir: str) -> list[Record]:
 def fired(records: Iterable[Record], now_ns: int | None = None) -> list[Record]:
     now = time.time_ns() if now_ns is None else now_ns
     return [r for r in records if r.fire_ns <= now]
+
+
+class Watch:
+    """One process's view of its run's board, for Python readers that ask on every call (fakecuda): mapped once
+    (read-write where allowed, to fire allocation-triggered faults), looked for again every 100 ms while the run
+    has none, one count load per question while the board is empty. native/common/fg_faults.c is its C twin."""
+
+    RETRY_S = 0.1
+
+    def __init__(self, state_dir: str) -> None:
+        self.path = board_path(state_dir)
+        self._map: mmap.mmap | None = None
+        self._fd = -1
+        self._looked = -1.0
+        self._writable = False
+        self._allocations: dict[int, int] = {}
+
+    def _board(self) -> mmap.mmap | None:
+        if self._map is not None:
+            return self._map
+        now = time.monotonic()
+        if self._looked >= 0 and now - self._looked < self.RETRY_S:
+            return None
+        self._looked = now
+        try:
+            fd, prot = os.open(self.path, os.O_RDWR | os.O_CLOEXEC), mmap.PROT_READ | mmap.PROT_WRITE
+        except PermissionError:
+            fd, prot = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC), mmap.PROT_READ
+        except FileNotFoundError:
+            return None
+        try:
+            if os.fstat(fd).st_size < SIZE:
+                os.close(fd)
+                return None
+            m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, prot)
+        except OSError:
+            os.close(fd)
+            return None
+        if m[:len(MAGIC)] != MAGIC:
+            m.close()
+            os.close(fd)
+            return None
+        self._map, self._fd, self._writable = m, fd, bool(prot & mmap.PROT_WRITE)
+        return m
+
+    def _records(self) -> list[Record]:
+        m = self._board()
+        if m is None:
+            return []
+        (count,) = struct.unpack_from("=I", m, OFF_COUNT)
+        out = []
+        for i in range(min(count, MAX_RECORDS)):
+            fire_ns, kind, device, code, flags, data = _RECORD.unpack_from(m, OFF_RECORDS + i * RECORD_SIZE)
+            out.append(Record(fire_ns, device, code, kind, flags, data))
+        return out
+
+    def lost(self, device: int) -> bool:
+        """The GPU (its table index) fell off the bus by now."""
+        m = self._board()
+        if m is None or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
+            return False
+        now = time.time_ns()
+        return any(r.device == device and r.lost and r.fire_ns <= now for r in self._records())
+
+    def allocated(self, device: int) -> None:
+        """This process allocated device memory on the GPU: faults waiting for its Nth allocation there fire."""
+        n = self._allocations[device] = self._allocations.get(device, 0) + 1
+        m = self._board()
+        if m is None or not self._writable:
+            return
+        due = [i for i, r in enumerate(self._records()) if r.device == device and r.flags & FLAG_AFTER_ALLOCATIONS
+               and r.fire_ns == NEVER and n >= r.data]
+        if not due:
+            return
+        # Python has no compare-and-swap on a mapping: the writers' lock makes the check and the stamp one step
+        # (a C process stamping meanwhile only moves the time by the gap between the two).
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            for i in due:
+                offset = OFF_RECORDS + i * RECORD_SIZE
+                if struct.unpack_from("=Q", m, offset)[0] == NEVER:
+                    struct.pack_into("=Q", m, offset, time.time_ns())
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)

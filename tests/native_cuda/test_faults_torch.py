@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.native, pytest.mark.torch]
 PROBE = Path(__file__).resolve().parents[1] / "data" / "probes" / "lost_gpu.py"
 
 
-@pytest.mark.parametrize("mode", ["native"])
+@pytest.mark.parametrize("mode", ["native", "fakecuda"])
 def test_gpu_lost_after_20_allocations(cuda_build, torch_python, mode: str) -> None:
     memory = ["--memory", "accounting"] if mode == "native" else []
     proc = run_fakegpu(["--devices", "a100:2", "--mode", mode, *memory, "--fault",
