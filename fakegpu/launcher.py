@@ -382,7 +382,7 @@ def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode:
         except subprocess.TimeoutExpired:
             pass
         ended_at = time.monotonic_ns()
-        ended = _end_tree(proc)
+        ended = end_tree(proc)
         last = last_cuda_activity(launch.root / "activity", ended_at) if mode == "native" else (
             "not recorded (fakecuda mode; native mode records it)")
         others = f" and {ended - 1} process{'es' if ended != 2 else ''} it started" if ended > 1 else ""
@@ -392,7 +392,7 @@ def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode:
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
         if proc.poll() is None:  # the launcher itself was interrupted: leave nothing behind
-            _end_tree(proc)
+            end_tree(proc)
 
 
 def _forward_signals(pgid: int) -> dict[int, object]:
@@ -448,13 +448,14 @@ def _signal_tree(proc: subprocess.Popen, pids: set[int], sig: int) -> None:
             pass
 
 
-def _end_tree(proc: subprocess.Popen) -> int:
-    """SIGTERM to the command's group and every descendant, SIGKILL to what is left after the grace period; waits
-    for them to be gone. Returns how many processes there were."""
+def end_tree(proc: subprocess.Popen, grace_s: float = TIMEOUT_GRACE_S) -> int:
+    """SIGTERM to the group of `proc` (started as a group leader) and every descendant, SIGKILL to what is left
+    after `grace_s`; waits for them to be gone. Returns how many processes there were. `fakegpu run --timeout`
+    and `fakegpu validate`'s per-case timeouts both end a command's tree with it."""
     pids = _descendants(proc.pid)
     _signal_tree(proc, pids, signal.SIGTERM)
     try:
-        proc.wait(timeout=TIMEOUT_GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
     pids |= _descendants(proc.pid)
