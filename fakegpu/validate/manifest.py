@@ -201,8 +201,17 @@ def _schema_problems(doc: Any) -> list[tuple[KeyPath, str]]:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    # A misspelt required key is one mistake, not two: "unknown 'comand', did you mean 'command'" says it all,
+    # so the "missing 'command'" of the same mapping is not repeated.
+    meant = {(tuple(e.absolute_path), near) for e in errors if e.validator == "additionalProperties"
+             for k in e.instance if k not in e.schema.get("properties", {})
+             for near in closest(str(k), list(e.schema.get("properties", {})), limit=1)}
     out: list[tuple[KeyPath, str]] = []
-    for error in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
+    for error in errors:
+        if error.validator == "required" and all(
+                (tuple(error.absolute_path), k) in meant for k in error.validator_value if k not in error.instance):
+            continue
         out.extend(_describe(error))
     return out
 

@@ -1,0 +1,190 @@
+"""Real runs of small manifests through the CLI: per-profile expectations on FakeGPU's nvidia-smi, a failing
+check naming case, axis values and check, timeouts that end the whole process tree, -j, --fail-fast, and the
+exit codes 0, 1 and 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fakegpu import reports
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.native
+SMI = REPO / "native" / "build" / "bin" / "nvidia-smi"
+
+SMI_SCRIPT = """\
+import os, subprocess
+out = subprocess.run([os.environ["SMI"], "--query-gpu=name,memory.total", "--format=csv"],
+                     capture_output=True, text=True, check=True).stdout
+print(out, end="")
+"""
+
+SMI_MANIFEST = f"""\
+defaults:
+  env: {{SMI: "{SMI}"}}
+  timeout: 60
+matrix:
+  profile: [t4, a100]
+  include:
+    - {{profile: t4, board: Tesla T4, mib: 15360}}
+    - {{profile: a100, board: NVIDIA A100-SXM4-80GB, mib: 81920}}
+cases:
+  - name: smi
+    command: ["{{python}}", smi.py]
+    expect:
+      stdout_contains: "name, memory.total [MiB]"
+      stdout_matches: '^{{board}}, {{mib}} MiB$'
+"""
+
+
+def _validate(tmp_path: Path, manifest: str, *args: str, name: str = "validate.yaml") -> tuple[
+        subprocess.CompletedProcess[str], dict | None]:
+    (tmp_path / name).write_text(manifest)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    proc = subprocess.run([sys.executable, "-m", "fakegpu", "validate", name, "--out", "out", *args],
+                          cwd=tmp_path, capture_output=True, text=True, env=env, timeout=180)
+    report = tmp_path / "out" / "report.json"
+    return proc, json.loads(report.read_text()) if report.exists() else None
+
+
+@pytest.fixture
+def smi_dir(tmp_path: Path) -> Path:
+    if not SMI.exists():
+        pytest.fail(f"{SMI} not built: make native")
+    (tmp_path / "smi.py").write_text(SMI_SCRIPT)
+    return tmp_path
+
+
+def test_two_profiles_each_see_their_own_board(smi_dir: Path) -> None:
+    proc, report = _validate(smi_dir, SMI_MANIFEST, "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sorted(line.split()[2] for line in lines[:2]) == ["smi[profile=a100]", "smi[profile=t4]"]
+    assert all(line.split()[1] == "PASSED" for line in lines[:2])
+    assert lines[2].startswith("2 cases: 2 passed in ") and lines[2].endswith("report: out/report.json")
+    reports.validate(report, "validate")
+    assert report["schema"] == "fakegpu.validate/v1" and report["exit_code"] == 0
+    by_id = {c["id"]: c for c in report["cases"]}
+    t4 = by_id["smi[profile=t4]"]
+    assert Path(t4["stdout_log"]).read_text() == "name, memory.total [MiB]\nTesla T4, 15360 MiB\n"
+    assert [c["check"] for c in t4["checks"]] == [
+        "exit code 0", "stdout contains 'name, memory.total [MiB]'", "stdout matches /^Tesla T4, 15360 MiB$/"]
+    assert by_id["smi[profile=a100]"]["checks"][2]["check"] == "stdout matches /^NVIDIA A100-SXM4-80GB, 81920 MiB$/"
+
+
+def test_a_failed_expectation_exits_1_naming_case_axes_and_check(smi_dir: Path) -> None:
+    wrong = SMI_MANIFEST.replace("mib: 81920", "mib: 40960")
+    proc, report = _validate(smi_dir, wrong, "--json")
+    assert proc.returncode == 1, proc.stderr
+    failed = [line for line in proc.stderr.splitlines() if " FAILED " in line]
+    assert len(failed) == 1 and "smi[profile=a100]" in failed[0]
+    assert "stdout matches /^NVIDIA A100-SXM4-80GB, 40960 MiB$/: no match in stdout" in failed[0]
+    doc = json.loads(proc.stdout)  # --json: the envelope around the same report
+    assert (doc["command"], doc["exit_code"], doc["status"]) == ("validate", 1, "error")
+    assert doc["data"]["summary"] == report["summary"] == {
+        "total": 2, "passed": 1, "failed": 1, "timeout": 0, "error": 0, "skipped": 0}
+    reports.validate(doc)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+HANG = """\
+import os, subprocess, sys, time
+folder = sys.argv[1]
+# one grandchild in the case's process group, one that left it for a session of its own
+kids = [subprocess.Popen(["sleep", "300"]), subprocess.Popen(["sleep", "301"], start_new_session=True)]
+with open(os.path.join(folder, "pids"), "w") as f:
+    f.write(" ".join(str(p) for p in [os.getpid(), *(k.pid for k in kids)]))
+time.sleep(300)
+"""
+
+
+def test_a_timeout_ends_the_whole_process_tree(tmp_path: Path) -> None:
+    (tmp_path / "hang.py").write_text(HANG)
+    manifest = """\
+matrix: {profile: [t4]}
+cases:
+  - name: hang
+    timeout: 1.5
+    command: ["{python}", hang.py, "{case_dir}"]
+"""
+    started = time.monotonic()
+    proc, report = _validate(tmp_path, manifest)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 60
+    [case] = report["cases"]
+    assert case["status"] == "timeout" and case["checks"] == []
+    assert case["message"].startswith("ran past its timeout of 1.5 s; ended it (pid ")
+    assert "and 2 processes it started: SIGTERM, SIGKILL after 2 s" in case["message"]
+    pids = [int(p) for p in (tmp_path / "out" / "cases" / "hang_profile=t4_" / "pids").read_text().split()]
+    assert len(pids) == 3
+    assert [p for p in pids if _alive(p)] == []
+    assert "TIMEOUT hang[profile=t4]" in proc.stdout
+
+
+def test_jobs_run_cases_at_once_and_fail_fast_skips_the_rest(tmp_path: Path) -> None:
+    stamp = "import sys, time; open(sys.argv[1], 'w').write(f'{time.time()} '); time.sleep(1.5); " \
+            "open(sys.argv[1], 'a').write(f'{time.time()}')"
+    manifest = f"""\
+matrix: {{profile: [t4, a100]}}
+cases:
+  - name: stamp
+    command: ["{{python}}", -c, "{stamp}", "{{case_dir}}/t"]
+"""
+    proc, report = _validate(tmp_path, manifest, "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (a0, a1), (b0, b1) = ([float(x) for x in Path(c["cwd"], c["command"][-1]).read_text().split()]
+                          for c in report["cases"])
+    assert a0 < b1 and b0 < a1, "the two cases did not overlap under -j 2"
+
+    failing = """\
+matrix: {profile: [t4, a100, h100]}
+cases:
+  - name: nope
+    command: ["false"]
+"""
+    proc, report = _validate(tmp_path, failing, "--fail-fast")
+    assert proc.returncode == 1
+    assert [c["status"] for c in report["cases"]] == ["failed", "skipped", "skipped"]
+    assert report["cases"][1]["message"] == "not run: an earlier case failed (--fail-fast)"
+    assert "2 cases not run" not in proc.stdout and "3 cases: 1 failed, 2 skipped" in proc.stdout
+
+
+@pytest.mark.parametrize(("edit", "says"), [
+    (lambda m: m.replace("command:", "comand:"),
+     ":4: cases[0].comand: unknown key 'comand'; did you mean 'command'?"),
+    (lambda m: m.replace('["true"]', '["no-such-program-xyz"]'),
+     ":3: a[profile=t4]: program 'no-such-program-xyz' not found (not on PATH)"),
+    (lambda m: m + "    cwd: missing-folder\n", ":3: a[profile=t4]: cwd "),
+])
+def test_bad_manifests_exit_2_with_one_line_and_no_traceback(tmp_path: Path, edit, says: str) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n'
+    proc, report = _validate(tmp_path, edit(good))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert report is None and proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"fakegpu validate: error: {tmp_path / 'validate.yaml'}:") or line.startswith(
+        "fakegpu validate: error: validate.yaml:"), line
+    assert says in line and "Traceback" not in proc.stderr
+
+
+def test_all_pass_exits_0_and_usage_errors_exit_2(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n'
+    assert _validate(tmp_path, good)[0].returncode == 0
+    proc, _ = _validate(tmp_path, good, "--filter", "zzz")
+    assert proc.returncode == 2 and "--filter zzz selects none of the 1 cases (e.g. a[profile=t4])" in proc.stderr
+    proc, _ = _validate(tmp_path, good, "-j", "0")
+    assert proc.returncode == 2 and "--jobs 0: at least 1" in proc.stderr
