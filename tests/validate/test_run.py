@@ -188,3 +188,25 @@ def test_all_pass_exits_0_and_usage_errors_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--filter zzz selects none of the 1 cases (e.g. a[profile=t4])" in proc.stderr
     proc, _ = _validate(tmp_path, good, "-j", "0")
     assert proc.returncode == 2 and "--jobs 0: at least 1" in proc.stderr
+
+
+def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path) -> None:
+    import textwrap
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## A test matrix for CI: `fakegpu validate`"):]
+    block = section[section.index("beside it):\n\n") + len("beside it):\n\n"):section.index("    $ fakegpu validate")]
+    example = REPO / "examples" / "validate" / "validate.yaml"
+    manifest = "".join(line for line in example.read_text().splitlines(True) if not line.startswith("#"))
+    assert textwrap.dedent(block).strip() == manifest.strip()
+
+    shown = section[section.index("    $ fakegpu validate"):].split("\n\n", 1)[0].splitlines()
+    assert shown[0] == "    $ fakegpu validate examples/validate/validate.yaml -j 2"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    proc = subprocess.run([sys.executable, "-m", "fakegpu", "validate", "examples/validate/validate.yaml", "-j", "2",
+                           "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ran = proc.stdout.splitlines()
+    # the same cases, passed, in the same words (the order of -j 2 and the seconds may differ)
+    assert sorted(line.split()[1:3] for line in ran[:-1]) == sorted(line.split()[1:3] for line in shown[1:-1])
+    assert ran[-1].split(" in ")[0] == shown[-1].strip().split(" in ")[0] == "4 cases: 4 passed"
