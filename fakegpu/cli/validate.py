@@ -12,6 +12,9 @@ from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError, UsageError
 from fakegpu.validate import DEFAULT_OUT
 
+# As a shell reports a command ended by SIGINT.
+EXIT_INTERRUPTED = 130
+
 
 def validate(
     manifest: Path = typer.Argument(..., help="The manifest: .yaml, .yml, .json or .toml."),
@@ -42,6 +45,9 @@ def validate(
         doc = run_plan(cases, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done)
     except FakeGPUError as exc:
         raise fail("validate", exc, as_json) from exc
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while cases ran: their process trees are ended
+        print("fakegpu validate: interrupted; the running cases were ended", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     except OSError as exc:
         raise fail("validate", FakeGPUError(f"cannot write under {out}: {exc.strerror or exc}"), as_json) from exc
     print(f"{text.summary_line(doc)}; report: {out / 'report.json'}", file=stream)

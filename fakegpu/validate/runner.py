@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -124,6 +125,22 @@ def _wait(proc: subprocess.Popen, limit: float, stop: threading.Event | None) ->
             continue
 
 
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """Cases run in process groups of their own, which a CI runner's SIGTERM (a cancelled job) or a closed
+    terminal's SIGHUP does not reach: while cases run, those end them as Ctrl-C does. Returns the undo; a no-op
+    outside the main thread, where Python cannot set handlers."""
+    def interrupt(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old: dict[int, object] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, interrupt)
+    except ValueError:
+        pass
+    return lambda: [signal.signal(sig, handler) for sig, handler in old.items()] and None
+
+
 def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
               on_start: Callable[[Case], None] | None = None,
               on_done: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
@@ -136,7 +153,13 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
     failed = threading.Event()
     stop = threading.Event()
 
-    def worker() -> None:
+    def worker(done: threading.Event) -> None:
+        try:
+            work()
+        finally:
+            done.set()
+
+    def work() -> None:
         while True:
             with lock:
                 if next_index[0] >= len(cases) or (fail_fast and failed.is_set()) or stop.is_set():
@@ -153,18 +176,24 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
                 if on_done is not None:
                     on_done(result)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(jobs, len(cases))))]
-    for t in threads:
-        t.start()
+    # Waited for through events, not Thread.join: a join that a signal interrupts can leave the thread looking
+    # finished while it still runs (CPython's tstate lock), and the cases' trees must be ended before we return.
+    dones = [threading.Event() for _ in range(max(1, min(jobs, len(cases))))]
+    restore = _terminate_as_interrupt()
     try:
-        for t in threads:
-            while t.is_alive():
-                t.join(timeout=0.2)
+        for done in dones:
+            threading.Thread(target=worker, args=(done,), daemon=True).start()
+        for done in dones:
+            while not done.wait(0.2):
+                pass
     except KeyboardInterrupt:
         stop.set()  # each running case ends its own tree (run_case's _wait sees the event)
-        for t in threads:
-            t.join()
+        for done in dones:
+            while not done.wait(0.2):
+                pass
         raise
+    finally:
+        restore()
     reason = "not run: an earlier case failed (--fail-fast)"
     return [r if r is not None else CaseResult(c, "skipped", message=reason) for r, c in zip(results, cases,
                                                                                              strict=True)]

@@ -210,3 +210,22 @@ def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path
     # the same cases, passed, in the same words (the order of -j 2 and the seconds may differ)
     assert sorted(line.split()[1:3] for line in ran[:-1]) == sorted(line.split()[1:3] for line in shown[1:-1])
     assert ran[-1].split(" in ")[0] == shown[-1].strip().split(" in ")[0] == "4 cases: 4 passed"
+
+
+def test_sigterm_to_validate_ends_the_running_cases_trees(tmp_path: Path) -> None:
+    (tmp_path / "hang.py").write_text(HANG)
+    (tmp_path / "validate.yaml").write_text(
+        'matrix: {profile: [t4]}\ncases:\n  - name: hang\n    command: ["{python}", hang.py, "{case_dir}"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    proc = subprocess.Popen([sys.executable, "-m", "fakegpu", "validate", "validate.yaml", "--out", "out"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids_file = tmp_path / "out" / "cases" / "hang_profile=t4_" / "pids"
+    deadline = time.monotonic() + 60
+    while not (pids_file.exists() and len(pids_file.read_text().split()) == 3) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(p) for p in pids_file.read_text().split()]
+    proc.terminate()  # as a CI runner cancels a job
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; the running cases were ended" in err and "Traceback" not in err
+    assert [p for p in pids if _alive(p)] == []
