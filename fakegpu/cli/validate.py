@@ -20,8 +20,8 @@ def validate(
     manifest: Path = typer.Argument(..., help="The manifest: .yaml, .yml, .json or .toml."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Cases run at once."),
     filters: list[str] = typer.Option(
-        [], "--filter", "-k", help="Run only cases whose id (name[axis=value,...]) contains this, or matches it "
-        "as a glob with * and ?; repeat for more."),
+        [], "--filter", "-k", help="Run only cases whose id (as progress prints it: the case name, then its "
+        "axis values) contains this, e.g. t4 or batch=8, or matches it whole as a glob with * and ?; repeat for more."),
     fail_fast: bool = typer.Option(False, "--fail-fast", help="Start no new case after the first that fails."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for report.json and each case's logs."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (progress goes to stderr)."),

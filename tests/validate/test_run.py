@@ -229,3 +229,33 @@ def test_sigterm_to_validate_ends_the_running_cases_trees(tmp_path: Path) -> Non
     assert proc.returncode == 130, err
     assert "interrupted; the running cases were ended" in err and "Traceback" not in err
     assert [p for p in pids if _alive(p)] == []
+
+
+def test_the_mode_axis_runs_each_mode_and_a_case_that_cannot_start_is_an_error(tmp_path: Path) -> None:
+    show = "import os; print(os.environ.get('FAKEGPU_RUNTIME', 'none'), 'LD_PRELOAD' in os.environ)"
+    manifest = f"""\
+matrix:
+  profile: [t4]
+  mode: [native, fakecuda]
+  include:
+    - {{mode: native, runtime: none True}}
+    - {{mode: fakecuda, runtime: fakecuda False}}
+cases:
+  - name: env
+    command: ["{{python}}", -c, "{show}"]
+    expect: {{stdout_contains: "{{runtime}}"}}
+"""
+    proc, report = _validate(tmp_path, manifest, "-j", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert {c["id"]: c["mode"] for c in report["cases"]} == {"env[profile=t4,mode=native]": "native",
+                                                            "env[profile=t4,mode=fakecuda]": "fakecuda"}
+
+    # native mode without FakeGPU's libraries: the case cannot start; it says why and the run fails
+    (tmp_path / "v2.yaml").write_text('matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    proc = subprocess.run([sys.executable, "-m", "fakegpu", "validate", "v2.yaml", "--out", "out2"], cwd=tmp_path,
+                          capture_output=True, text=True, env={**env, "FAKEGPU_NATIVE_DIR": str(tmp_path)}, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"ERROR   a[profile=t4] 0.0 s: native mode needs FakeGPU's CUDA libraries in {tmp_path}" in proc.stdout
+    [case] = json.loads((tmp_path / "out2" / "report.json").read_text())["cases"]
+    assert (case["status"], case["exit_code"], case["checks"]) == ("error", None, [])
