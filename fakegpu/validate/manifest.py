@@ -178,19 +178,33 @@ def _read_toml(path: Path, text: str) -> tuple[Any, dict[KeyPath, int]]:
     lines: dict[KeyPath, int] = {}
     source = text.splitlines()
 
-    def walk(value: Any, path: KeyPath) -> None:
+    def find(pattern: re.Pattern[str], start: int) -> int | None:
+        # From where the enclosing table began, else anywhere: TOML lets keys and tables come in any order.
+        for first in (start, 1):
+            found = next((n for n, s in enumerate(source[first - 1:], first) if pattern.search(s)), None)
+            if found is not None:
+                return found
+        return None
+
+    def walk(value: Any, path: KeyPath, start: int) -> None:
         if isinstance(value, dict):
             for key, item in value.items():
                 pattern = re.compile(rf"^\s*(\[+\s*)?([\w.\"' -]*\.)?[\"']?{re.escape(key)}[\"']?\s*(=|\])")
-                line = next((n for n, s in enumerate(source, 1) if pattern.search(s)), None)
+                line = find(pattern, start)
                 if line is not None:
                     lines[(*path, key)] = line
-                walk(item, (*path, key))
+                walk(item, (*path, key), line or start)
         elif isinstance(value, list):
+            # An array of tables: item i starts at the i-th [[name]] header.
+            header = re.compile(rf"^\s*\[\[\s*([\w.\"' -]*\.)?{re.escape(str(path[-1]))}\s*\]\]") if path else None
+            at = start
             for i, item in enumerate(value):
-                walk(item, (*path, i))
+                if header is not None and isinstance(item, dict):
+                    at = find(header, at + (i > 0)) or at
+                    lines[(*path, i)] = at
+                walk(item, (*path, i), at)
 
-    walk(doc, ())
+    walk(doc, (), 1)
     return doc, lines
 
 

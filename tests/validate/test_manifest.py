@@ -114,6 +114,10 @@ def test_toml_manifests_are_read_and_located(tmp_path: Path) -> None:
     [problem] = _problems(_write(tmp_path, text, "v.toml"))
     assert ":7: cases[0].expcet: unknown key 'expcet'; did you mean 'expect'?" in problem
     assert load(_write(tmp_path, text.replace("expcet", "expect"), "v.toml")).cases[0].expect == {"exit_code": 0}
+    # the second of two [[cases]] tables: its own line, not the first table's key of that name
+    two = text.replace("expcet", "expect") + '\n[[cases]]\nname = "b"\ncommand = "true"\ntimeout = "soon"\n'
+    [problem] = _problems(_write(tmp_path, two, "v.toml"))
+    assert ":12: cases[1].timeout: 'soon' is not accepted" in problem
 
 
 def test_duplicate_case_names_and_unknown_suffix(tmp_path: Path) -> None:

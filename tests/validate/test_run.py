@@ -188,6 +188,12 @@ def test_all_pass_exits_0_and_usage_errors_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "--filter zzz selects none of the 1 cases (e.g. a[profile=t4])" in proc.stderr
     proc, _ = _validate(tmp_path, good, "-j", "0")
     assert proc.returncode == 2 and "--jobs 0: at least 1" in proc.stderr
+    proc, _ = _validate(tmp_path, good.replace("name:", "nmae:"), "--json")
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == doc["exit_code"] == 2 and doc["data"] is None
+    [error] = doc["errors"]
+    assert error["code"] == "invalid-manifest" and "unknown key 'nmae'; did you mean 'name'?" in error["message"]
+    reports.validate(doc)
 
 
 def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path) -> None:
