@@ -334,6 +334,16 @@ def prepare(
     return LaunchEnv(env=env, root=root, devices=resolved)
 
 
+def child_argv(command: Sequence[str], launch: LaunchEnv, mode: str = "native",
+               lib_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """What `fakegpu run` starts for `command` in the environment `prepare` made: LaunchError when native mode
+    cannot serve the program (it carries a static CUDA runtime); as root, under fakegpu-procfs. `fakegpu run` and
+    `fakegpu validate`'s cases both start their commands through it."""
+    if mode == "native":
+        _refuse_a_static_cuda_runtime(command[0], launch.env)
+    return _with_procfs(list(command), launch.env, lib_dir)
+
+
 def run(
     command: Sequence[str],
     devices: str | None = None,
@@ -355,9 +365,7 @@ def run(
     launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver,
                      on_device_read=on_device_read, record_activity=limit is not None and mode == "native")
     try:
-        if mode == "native":
-            _refuse_a_static_cuda_runtime(command[0], launch.env)
-        argv = _with_procfs(list(command), launch.env, lib_dir)
+        argv = child_argv(command, launch, mode, lib_dir)
         try:
             if limit is None:
                 rc = subprocess.run(argv, env=launch.env, check=False).returncode

@@ -1,6 +1,7 @@
 """Run a validate matrix's cases: each as `fakegpu run` would run its command (the launcher's environment for
-its devices and mode), in a process group of its own with its stdout and stderr in per-case logs, ended with its
-whole process tree at its timeout; up to `jobs` at once.
+its devices and mode, and its command line: under fakegpu-procfs as root, a static CUDA runtime refused), in a
+process group of its own with its stdout and stderr in per-case logs, ended with its whole process tree at its
+timeout; up to `jobs` at once.
 
 Before anything runs, `check_runnable` refuses a case whose cwd is no folder or whose program is not found, so
 a typo in the manifest is a usage error (exit 2) and not N failed cases.
@@ -70,7 +71,7 @@ def check_runnable(cases: Sequence[Case]) -> None:
 
 def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
     """Run one case and check its expectations."""
-    from fakegpu.launcher import end_tree, prepare
+    from fakegpu.launcher import child_argv, end_tree, prepare
 
     case.case_dir.mkdir(parents=True, exist_ok=True)
     out_log, err_log = case.case_dir / "stdout.log", case.case_dir / "stderr.log"
@@ -83,10 +84,17 @@ def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
         return result
     try:
         group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+        program = case.command[0]
+        # The launcher looks a program up from our cwd; a case's relative ./tool is relative to its own.
+        command = [str(case.cwd / program) if os.sep in program else program, *case.command[1:]]
         with open(out_log, "wb") as out, open(err_log, "wb") as err:
             try:
-                proc = subprocess.Popen(case.command, cwd=case.cwd, env=launch.env, stdin=subprocess.DEVNULL,
+                argv = child_argv(command, launch, case.mode)
+                proc = subprocess.Popen(argv, cwd=case.cwd, env=launch.env, stdin=subprocess.DEVNULL,
                                         stdout=out, stderr=err, **group)
+            except FakeGPUError as exc:
+                result.message = exc.message
+                return result
             except OSError as exc:
                 result.message = f"cannot start {shorten(case.command[0])}: {exc.strerror or exc}"
                 return result

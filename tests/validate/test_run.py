@@ -265,3 +265,25 @@ cases:
     assert f"ERROR   a[profile=t4] 0.0 s: native mode needs FakeGPU's CUDA libraries in {tmp_path}" in proc.stdout
     [case] = json.loads((tmp_path / "out2" / "report.json").read_text())["cases"]
     assert (case["status"], case["exit_code"], case["checks"]) == ("error", None, [])
+
+
+def _can_unshare() -> bool:
+    import shutil
+
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare(), reason="needs root and unshare(CLONE_NEWNS), as fakegpu-procfs does")
+def test_a_case_is_started_as_fakegpu_run_starts_it(tmp_path: Path) -> None:
+    # As root, fakegpu run gives the command the fake GPUs' /proc/driver/nvidia (fakegpu-procfs): so does a case.
+    manifest = """\
+matrix: {profile: [t4]}
+cases:
+  - name: proc
+    command: [cat, /proc/driver/nvidia/version]
+    expect: {stdout_contains: "Kernel Module  580.95.05"}
+"""
+    proc, _ = _validate(tmp_path, manifest)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
