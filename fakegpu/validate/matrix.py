@@ -90,8 +90,15 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
     cases: list[Case] = []
     seen: set[str] = set()
     problems: list[str] = []
+    combos = combinations(manifest.axes, manifest.include, manifest.exclude)
+    for values in combos:
+        if "profile" not in values:  # an include entry that matched no combination and names no profile
+            problems.append(f"{manifest.where(('matrix', 'include'))}: matrix.include: {values} matches no "
+                            "combination, so it is one of its own, and it names no profile")
+    if problems:
+        raise ManifestError(problems)
     for spec in manifest.cases:
-        for values in combinations(manifest.axes, manifest.include, manifest.exclude):
+        for values in combos:
             settings, defaults = spec.settings, manifest.defaults
             mode = settings.mode or values.get("mode") or defaults.mode or DEFAULT_MODE
             cid = case_id(spec.name, values, axes)

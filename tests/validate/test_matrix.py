@@ -98,3 +98,11 @@ def test_filter_by_part_of_the_id_or_by_glob(tmp_path: Path) -> None:
     assert [c.id for c in select(cases, ["native-only*", "train[profile=t4,batch=1]"])] == [
         "train[profile=t4,batch=1]", *(c.id for c in cases[3:])]
     assert select(cases, ["nothing"]) == [] and select(cases, []) == cases
+
+
+def test_an_include_of_its_own_must_name_a_profile(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as caught:
+        _cases(tmp_path, MANIFEST.replace("{profile: t4, board: Tesla T4}", "{batch: 16}"))
+    [problem] = caught.value.problems
+    assert ":6: matrix.include: {'batch': 16} matches no combination, so it is one of its own, and it names no " \
+           "profile" in problem
