@@ -246,15 +246,16 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
         return [(path, f"{_shown(value)} is not accepted; expected {sub['const']!r}")]
     if kind == "type":
         return [(path, f"{_shown(value)} is a {_type_name(value)}; expected {_types(sub['type'])}")]
-    if kind == "propertyNames":
-        return [(path, f"{error.message}; axis and value names are identifiers (letters, digits, _)")]
     if kind == "anyOf":  # only a JSON check's operators are anyOf
         return [(path, "no operator given; expected one of eq, ne, lt, le, gt, ge, approx, in, matches")]
     if kind == "oneOf":
         described = sub.get("description") or _alternatives(sub[kind])
         return [(path, f"{_shown(value)} is not accepted; expected {described}")]
     if kind == "pattern":
-        return [(path, f"{_shown(value)} does not match {sub['pattern']}")]
+        expected = sub.get("description") or f"a text matching {sub['pattern']}"
+        if "propertyNames" in error.relative_schema_path:  # the key itself is wrong: point at it
+            return [((*path, value), f"key {_shown(value)} is not accepted; expected {expected}")]
+        return [(path, f"{_shown(value)} is not accepted; expected {expected}")]
     if kind in ("minItems", "minLength", "minProperties"):
         return [(path, "must not be empty")]
     return [(path, error.message)]

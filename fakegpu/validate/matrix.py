@@ -130,7 +130,8 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
             except ManifestError as exc:
                 problems.extend(p for p in exc.problems if p not in problems)
             except ValueError as exc:  # shlex: an unclosed quote
-                problems.append(f"{manifest.where((*where, 'command'))}: {spec.name}.command: {exc}")
+                problems.append(f"{manifest.where((*where, 'command'))}: {key_path((*where, 'command'))}: not a "
+                                f"command line: {exc}")
     if problems:
         raise ManifestError(problems)
     return cases

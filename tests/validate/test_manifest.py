@@ -128,3 +128,12 @@ def test_duplicate_case_names_and_unknown_suffix(tmp_path: Path) -> None:
     assert "a manifest is .yaml, .yml, .json, .toml" in problem
     [problem] = _problems(tmp_path / "missing.yaml")
     assert problem.endswith("missing.yaml: no such manifest")
+
+
+def test_a_bad_name_says_what_a_name_is(tmp_path: Path) -> None:
+    [problem] = _problems(_write(tmp_path, GOOD.replace("  batch: [1, 8]", '  "bat-ch": [1, 8]')
+                                 .replace("batch: 8}", "profile: t4}")))
+    assert problem.endswith(":6: matrix.bat-ch: key 'bat-ch' is not accepted; expected an identifier: letters, "
+                            "digits and _, not starting with a digit")
+    [problem] = _problems(_write(tmp_path, GOOD.replace("name: smi", "name: my case")))
+    assert ":10: cases[0].name: 'my case' is not accepted; expected letters, digits" in problem

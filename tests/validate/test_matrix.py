@@ -106,3 +106,10 @@ def test_an_include_of_its_own_must_name_a_profile(tmp_path: Path) -> None:
     [problem] = caught.value.problems
     assert ":6: matrix.include: {'batch': 16} matches no combination, so it is one of its own, and it names no " \
            "profile" in problem
+
+
+def test_a_command_string_that_does_not_split_is_a_manifest_error(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as caught:
+        _cases(tmp_path, MANIFEST.replace("--tag '{profile} x'", "--tag '{profile} x"))
+    [problem] = caught.value.problems
+    assert problem.endswith(":11: cases[0].command: not a command line: No closing quotation")
