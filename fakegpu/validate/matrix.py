@@ -128,12 +128,12 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
                     origin=manifest.where(where),
                 ))
             except ManifestError as exc:
-                problems.extend(p for p in exc.problems if p not in problems)
+                problems.extend(exc.problems)
             except ValueError as exc:  # shlex: an unclosed quote
                 problems.append(f"{manifest.where((*where, 'command'))}: {key_path((*where, 'command'))}: not a "
                                 f"command line: {exc}")
     if problems:
-        raise ManifestError(problems)
+        raise ManifestError(list(dict.fromkeys(problems)))  # once, not once per combination
     return cases
 
 
