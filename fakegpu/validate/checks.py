@@ -91,23 +91,23 @@ def resolve_pointer(doc: Any, pointer: str) -> Any:
     return value
 
 
-def _document(entry: dict[str, Any], stdout: str, cwd: Path) -> tuple[Any, str]:
-    """The JSON document an entry reads and where it came from; ValueError saying why there is none."""
+def _document(entry: dict[str, Any], stdout: str, cwd: Path) -> Any:
+    """The JSON document an entry reads; ValueError saying why there is none."""
     if "file" in entry:
         path = cwd / entry["file"]
         try:
-            return json.loads(path.read_text(encoding="utf-8")), str(entry["file"])
+            return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ValueError(f"{entry['file']} was not written") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{entry['file']} is not JSON: {exc}") from None
     try:
-        return json.loads(stdout), "stdout"
+        return json.loads(stdout)
     except json.JSONDecodeError:
         pass
     for line in reversed(stdout.splitlines()):
         try:
-            return json.loads(line), "stdout"
+            return json.loads(line)
         except json.JSONDecodeError:
             continue
     raise ValueError(f"stdout holds no JSON document {_quote(stdout)}")
@@ -170,7 +170,7 @@ def json_checks(entry: dict[str, Any], stdout: str, cwd: Path) -> list[CheckResu
     ops = [op for op in OPERATORS if op in entry]
     names = [f"{source} {entry['pointer'] or '(whole document)'} {op} {entry[op]!r}" for op in ops]
     try:
-        doc, _ = _document(entry, stdout, cwd)
+        doc = _document(entry, stdout, cwd)
         got = resolve_pointer(doc, entry["pointer"])
     except (ValueError, PointerError) as exc:
         return [CheckResult(name, False, str(exc)) for name in names]

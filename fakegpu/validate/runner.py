@@ -56,8 +56,7 @@ def check_runnable(cases: Sequence[Case]) -> None:
             problems.append(f"{case.origin}: {case.id}: cwd {case.cwd} is not a folder")
             continue
         program = case.command[0]
-        path = os.environ.get("PATH", os.defpath)
-        path = case.env.get("PATH", path)
+        path = case.env.get("PATH") or os.environ.get("PATH", os.defpath)
         found = (shutil.which(program, path=path) if os.sep not in program
                  else shutil.which(str(case.cwd / program)))
         # fakegpu run puts its own nvidia-smi first on the PATH: a case may call it by name.
