@@ -82,12 +82,13 @@ class InvalidDeviceSpec(FakeGPUError):
 
 
 class InvalidDeviceSelection(FakeGPUError):
-    """An NVIDIA_VISIBLE_DEVICES entry that names no GPU of the host's inventory; names the entry, what the
-    inventory holds and what is accepted."""
+    """An NVIDIA_VISIBLE_DEVICES entry that names no GPU or MIG device of the host's inventory; names the entry,
+    what the inventory holds and what is accepted."""
 
     exit_code = EXIT_USAGE
     code = "invalid-device-selection"
-    accepted = "all, none, void, or a comma list of GPU indices and UUIDs (GPU-...)"
+    accepted = ("all, none, void, or a comma list of GPU indices, GPU UUIDs (GPU-...) and MIG devices (MIG-... or "
+                "GPU:MIG)")
 
     def __init__(self, entry: str, reason: str, holds: str) -> None:
         super().__init__(f"device {shorten(entry)}: {reason}; {holds}. Accepted: {self.accepted}")

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 import signal
 import struct
@@ -50,6 +49,9 @@ from fakegpu.devices import DEFAULT_DEVICES, effective_seed, resolve_devices
 from fakegpu.devices.table import write_table
 from fakegpu.driver import default_driver_version, driver_version_problem, is_driver_version
 from fakegpu.errors import EXIT_TIMEOUT, EXIT_USAGE, FakeGPUError, shorten
+from fakegpu.faults import board as fault_board
+from fakegpu.faults import plan as fault_plan
+from fakegpu.faults.plan import Fault
 
 MODES = ("native", "fakecuda")
 # native mode's device memory: "full" keeps the bytes written to the device; "accounting" reserves address
@@ -137,17 +139,15 @@ class RunTimedOut(FakeGPUError):
     code = "timeout"
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smh]?)")
-
-
 def parse_timeout(value: str) -> float:
     """Seconds of a --timeout value: a positive number, optionally with unit s, m or h (30, 1.5, 90s, 10m, 2h)."""
-    m = _DURATION.fullmatch(value.strip())
-    seconds = float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[m[2]] if m else 0.0
-    if not seconds > 0:
+    from fakegpu.durations import seconds
+
+    limit = seconds(value)
+    if not limit:
         raise LaunchUsageError(f"--timeout {shorten(value)} is not a duration; expected a positive number of seconds, "
                                "optionally with unit s, m or h (30, 1.5, 90s, 10m, 2h)")
-    return seconds
+    return limit
 
 
 @dataclass
@@ -264,8 +264,11 @@ def prepare(
     driver: str | None = None,
     on_device_read: str | None = None,
     record_activity: bool = False,
+    faults: Sequence[Fault] | None = None,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
+
+    `faults` (else $FAKEGPU_FAULTS: a plan file or the plan's text) go on the run's fault board, timed from now.
 
     `on_device_read` is native mode's policy for host reads of kernel-written memory (DEVICE_READ_POLICIES);
     `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout).
@@ -286,6 +289,10 @@ def prepare(
     spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
     resolved = resolve_devices(spec, seed=seed)  # raises InvalidDeviceSpec before anything is created
+    if faults is None and env.get("FAKEGPU_FAULTS"):
+        faults = fault_plan.from_environment(env["FAKEGPU_FAULTS"])
+    # A fault on a GPU the run lacks is refused before anything is created, too.
+    planned = fault_plan.records(faults or (), [d.uuid for d in resolved], time.time_ns())
     if mode == "native":
         from fakegpu.locations import native_lib_dir
 
@@ -294,6 +301,8 @@ def prepare(
     try:
         state = root / "state"
         state.mkdir()
+        if planned:
+            fault_board.append(str(state), planned)
         table = root / "devices.tbl"
         # The table names the driver too, for the readers that do not see this environment (fakegpu-procfs).
         chosen = driver or env.get("FAKEGPU_DRIVER_VERSION") or ""
@@ -354,6 +363,7 @@ def run(
     driver: str | None = None,
     on_device_read: str | None = None,
     timeout: str | float | None = None,
+    faults: Sequence[Fault] | None = None,
 ) -> int:
     """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do).
 
@@ -363,7 +373,8 @@ def run(
         raise LaunchUsageError("no command given: fakegpu run [--devices SPEC] [--mode native|fakecuda] -- CMD ...")
     limit = None if timeout is None else parse_timeout(str(timeout))
     launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver,
-                     on_device_read=on_device_read, record_activity=limit is not None and mode == "native")
+                     on_device_read=on_device_read, record_activity=limit is not None and mode == "native",
+                     faults=faults)
     try:
         argv = child_argv(command, launch, mode, lib_dir)
         try:

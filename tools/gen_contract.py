@@ -23,6 +23,7 @@ sys.path[:0] = [str(ROOT / "hook"), str(ROOT)]
 from fakegpu_hook import contract  # noqa: E402
 
 from fakegpu import locations, shared_state  # noqa: E402
+from fakegpu.faults import board  # noqa: E402
 
 
 def _c(value: str) -> str:
@@ -103,6 +104,17 @@ def header() -> str:
         f"#define FG_STATE_OFF_NAME {shared_state.OFF_NAME}",
         f"#define FG_STATE_OFF_USED {shared_state.OFF_USED}",
         f"#define FG_STATE_SIZE {shared_state.SIZE}",
+        "",
+        "/* The run's fault board (fakegpu/faults/board.py). */",
+        f"#define FG_FAULT_MAGIC {_c(board.MAGIC.decode('ascii'))}",
+        f"#define FG_FAULT_FILE {_c(board.FILE_NAME)}",
+        f"#define FG_FAULT_OFF_COUNT {board.OFF_COUNT}",
+        f"#define FG_FAULT_OFF_RECORDS {board.OFF_RECORDS}",
+        f"#define FG_FAULT_RECORD_SIZE {board.RECORD_SIZE}",
+        f"#define FG_FAULT_MAX_RECORDS {board.MAX_RECORDS}",
+        f"#define FG_FAULT_SIZE {board.SIZE}",
+        f"#define FG_FAULT_KIND_XID {board.KIND_XID}",
+        f"#define FG_FAULT_FLAG_LOST {board.FLAG_LOST}",
         "",
         "#endif",
         "",

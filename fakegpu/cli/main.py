@@ -5,7 +5,19 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import cluster, container, devices, doctor, estimate, fakecuda, profiles, run, validate
+from fakegpu.cli import (
+    cluster,
+    container,
+    devices,
+    doctor,
+    estimate,
+    fakecuda,
+    faults,
+    metrics,
+    profiles,
+    run,
+    validate,
+)
 
 app = typer.Typer(
     name="fakegpu",
@@ -21,6 +33,8 @@ app.add_typer(container.cdi_app, name="cdi")
 app.add_typer(container.hook_app, name="hook")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
+app.command("metrics")(metrics.metrics)
+app.add_typer(faults.app, name="fault")
 app.command("demo")(fakecuda.demo)
 app.command("preflight", context_settings={"allow_interspersed_args": False})(fakecuda.preflight)
 app.command("estimate-llm")(estimate.estimate_llm)

@@ -1,5 +1,5 @@
 """`fakegpu run [--devices SPEC] [--mode native|fakecuda] [--memory full|accounting] [--on-device-read POLICY]
-[--timeout DURATION] -- CMD ...`."""
+[--fault KEY=VALUE,...] [--faults PLAN] [--timeout DURATION] -- CMD ...`."""
 
 from __future__ import annotations
 
@@ -48,6 +48,13 @@ def run(
         "GPU gives: kernels do not run): warn (default, $FAKEGPU_ON_DEVICE_READ) prints one warning at the first; "
         "error stops the program there with exit status 86; ignore only counts them in the process report.",
     ),
+    fault: list[str] = typer.Option(
+        None, "--fault", metavar="KEY=VALUE,...",
+        help="Inject a fault into the run, e.g. xid=79,device=1,at=20s (Xid 79: GPU 1 falls off the bus 20 s "
+        "after the start; device is an index or UUID; at defaults to 0). Repeatable."),
+    faults: str | None = typer.Option(
+        None, "--faults", metavar="PLAN",
+        help="A fault plan (YAML or JSON: {faults: [{xid, device, at}, ...]}; default $FAKEGPU_FAULTS)."),
     timeout: str | None = typer.Option(
         None,
         "--timeout",
@@ -57,11 +64,15 @@ def run(
     ),
 ) -> None:
     """Run CMD seeing fake GPUs; exits with CMD's status."""
+    from fakegpu.faults import plan
     from fakegpu.launcher import run as launch
 
     try:
+        chosen = None
+        if faults is not None or fault:
+            chosen = [*(plan.load_file(faults) if faults is not None else ()), *(plan.parse_flag(f) for f in fault)]
         rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver,
-                    on_device_read=on_device_read, timeout=timeout)
+                    on_device_read=on_device_read, timeout=timeout, faults=chosen)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     raise typer.Exit(rc)

@@ -81,6 +81,11 @@ class MigInstance:
     def __repr__(self) -> str:
         return f"MigInstance({self.profile.name!r}, gi={self.gi_id}, start={self.start}, uuid={self.uuid!r})"
 
+    def renumbered(self, index: int) -> MigInstance:
+        """This MIG device under another index: the same instance (placement, IDs, UUID), as a container that
+        sees some of its parent's MIG devices numbers them."""
+        return MigInstance(index, self.profile, self.start, self.gi_id, self.uuid, self.ci_id)
+
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "profile": self.profile.name, "profile_id": self.profile.id,
                 "gpu_instance_id": self.gi_id, "compute_instance_id": self.ci_id,
@@ -232,6 +237,20 @@ def check_layout(profiles: Sequence[MigProfile], board: MigBoard, board_name: st
         f"the layout does not fit {board_name} ({compute} of {board.compute_slices} compute slices, {mem} of "
         f"{board.memory_slices} memory slices asked); after {what} there is room for "
         f"{', '.join(beside) if beside else 'no further instance'}")
+
+
+def remaining_capacity(mig: Sequence[MigInstance], board: MigBoard, profile: MigProfile) -> int:
+    """How many more GPU instances of `profile` fit beside the placed ones, as
+    nvmlDeviceGetGpuInstanceRemainingCapacity counts them (the free column of `nvidia-smi mig -lgip`)."""
+    placed = [m.profile for m in mig]
+    pins: list[int | None] = [m.start for m in mig]
+    # By ID, not identity: the instances may come from another MigBoard of the same catalog profile.
+    have = sum(1 for p in placed if p.id == profile.id)
+    n = 0
+    while have + n < profile.instances and \
+            place([*placed, *[profile] * (n + 1)], board, [*pins, *[None] * (n + 1)]) is not None:
+        n += 1
+    return n
 
 
 def placed_layout(mig: Sequence[MigInstance]) -> str:

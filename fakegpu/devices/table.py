@@ -71,3 +71,14 @@ def write_table(path: str | Path, devices: Iterable[Device], spec: str, seed: st
                 visible: Sequence[str] | None = None, driver: str | None = None) -> None:
     """Write atomically, so a reader never sees half a table."""
     write_atomic(path, render_table(devices, spec, seed, visible, driver), mode=0o644)
+
+
+def table_uuids(path: str | Path) -> list[str]:
+    """The UUIDs of a device table's devices, in index order (what its readers number 0, 1, ...)."""
+    uuids = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == "device":
+                uuids.extend(v[5:] for v in fields[1:] if v.startswith("uuid="))
+    return uuids

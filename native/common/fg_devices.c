@@ -266,7 +266,16 @@ static int fill_device(const fg_record *r, unsigned position, fg_device *d, char
         return -1;
     }
     const char *layout = fg_record_get(r, "mig.layout");
-    if (layout) {
+    if (layout && !*layout) {
+        /* A MIG-mode GPU named whole in a container: MIG mode on, no MIG device (fakegpu/devices/select.py). */
+        if (!d->mig_board.nprofiles) {
+            fg_seterr(err, errlen, "line %d: mig.layout: %s has no MIG profile table in the catalog", r->line,
+                      d->name);
+            return -1;
+        }
+        d->mig_mode = 1;
+        d->mig_count = 0;
+    } else if (layout) {
         char inner[200];
         if (apply_mig(d, layout, inner, sizeof inner)) {
             fg_seterr(err, errlen, "line %d: mig.layout: %s", r->line, inner);

@@ -54,6 +54,11 @@ unsigned fg_mig_gi_id(const fg_mig_board *b, unsigned start, unsigned size)
     return b->memory_slices / size - 1 + start / size;
 }
 
+void fg_mig_device_name(const char *board_name, const fg_mig_profile *p, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s MIG %s", board_name, p->name);
+}
+
 void fg_mig_uuid(const char *parent_uuid, unsigned gi_id, unsigned ci_id, char *buf, size_t len)
 {
     char msg[128];
@@ -127,6 +132,28 @@ static int search(const fg_mig_board *b, plan *p, unsigned i, unsigned compute, 
             used[j] = 0;
     }
     return 0;
+}
+
+unsigned fg_mig_remaining(const fg_mig_board *b, const fg_mig_instance *placed, unsigned n, unsigned profile)
+{
+    if (profile >= b->nprofiles || n > FG_MIG_MAX_INSTANCES || b->memory_slices > FG_MIG_MAX_SLICES)
+        return 0;
+    unsigned have = 0;
+    for (unsigned i = 0; i < n; i++)
+        have += placed[i].profile == profile;
+    unsigned more = 0;
+    while (have + more < b->profiles[profile].instances && n + more < FG_MIG_MAX_INSTANCES) {
+        plan p = {.n = n + more + 1};
+        for (unsigned i = 0; i < p.n; i++) {
+            p.profile[i] = i < n ? placed[i].profile : profile;
+            p.pin[i] = i < n ? (int)placed[i].start : -1;
+        }
+        int used[FG_MIG_MAX_SLICES] = {0};
+        if (!search(b, &p, 0, 0, used))
+            break;
+        more++;
+    }
+    return more;
 }
 
 static int is_suffix(const char *s) { return !strcmp(s, "me") || !strcmp(s, "gfx") || !strcmp(s, "me.all"); }

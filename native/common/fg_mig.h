@@ -42,6 +42,13 @@ FG_HIDDEN unsigned fg_mig_gi_id(const fg_mig_board *b, unsigned start, unsigned 
 FG_HIDDEN int fg_mig_layout(const fg_mig_board *b, const char *board_name, const char *layout, const char *parent_uuid,
                             fg_mig_instance *out, unsigned *count, char *err, size_t errlen);
 
+/* How many more GPU instances of profile `profile` (into b->profiles) fit beside the `n` placed ones:
+ * remaining_capacity() in mig.py. */
+FG_HIDDEN unsigned fg_mig_remaining(const fg_mig_board *b, const fg_mig_instance *placed, unsigned n, unsigned profile);
+
+/* A MIG device's name, "NVIDIA A100-SXM4-80GB MIG 3g.40gb", as CUDA and NVML both name it. */
+FG_HIDDEN void fg_mig_device_name(const char *board_name, const fg_mig_profile *p, char *buf, size_t len);
+
 /* MIG-<uuid> of an instance: mig_uuid() in mig.py. */
 FG_HIDDEN void fg_mig_uuid(const char *parent_uuid, unsigned gi_id, unsigned ci_id, char *buf, size_t len);
 

@@ -70,7 +70,7 @@ static void slice_of(const fg_device *board, const fg_mig_instance *m, fg_device
     *out = *board;
     const fg_mig_profile *p = &board->mig_board.profiles[m->profile];
     unsigned cores_per_sm = board->sm_count ? board->cuda_cores / board->sm_count : 0;
-    snprintf(out->name, sizeof out->name, "%s MIG %s", board->name, p->name);
+    fg_mig_device_name(board->name, p, out->name, sizeof out->name);
     fg_strlcpy(out->uuid, m->uuid, sizeof out->uuid);
     out->mem_total = out->cuda_total = (unsigned long long)p->memory_mib << 20;
     out->sm_count = p->sm_count;

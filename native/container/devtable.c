@@ -14,6 +14,15 @@ static const fg_record *catalog_record(const fg_table *cat, const char *id)
     return NULL;
 }
 
+/* placed_layout() of mig.py: every placement pinned, so the container's readers arrive at these instances (an
+ * empty value: MIG mode on with none). */
+static void put_layout(buf_t *b, const fg_device *d)
+{
+    bputs(b, "\tmig.layout=");
+    for (unsigned k = 0; k < d->mig_count; k++)
+        bprintf(b, "%s%s@%u", k ? "+" : "", d->mig_board.profiles[d->mig[k].profile].name, d->mig[k].start);
+}
+
 int render_table(buf_t *b, const fg_devset *set, const fg_table *cat, const char *spec, const char *seed,
                  const char *visible, const char *driver)
 {
@@ -43,6 +52,8 @@ int render_table(buf_t *b, const fg_devset *set, const fg_table *cat, const char
             const char *pv = fg_record_get(r, keys[k]);
             bprintf(b, "\t%s=%s", keys[k], pv ? pv : vals[k]);
         }
+        if (d->mig_mode)
+            put_layout(b, d);
         for (size_t f = 0; f < r->nfields; f++) {
             const char *key = r->fields[f].key;
             int skip = !strcmp(key, "id") || !strcmp(key, "aliases");

@@ -4,9 +4,10 @@
 
 #include "fg_devices.h"
 
-/* Keep the devices the comma-joined `visible` entries name (host indices, whole UUIDs; "" names none), in host
- * order, renumbered from 0 with their UUID, serial, PCI address and minor number kept. 0, or -1 when an
- * entry names no device (Python words that error), with the set unchanged. */
+/* Keep the devices the comma-joined `visible` entries name (host indices, whole GPU and MIG UUIDs, GPU:MIG; ""
+ * names none), in host order, renumbered from 0 with their UUID, serial, PCI address and minor number kept; a
+ * MIG-mode GPU keeps only the MIG devices named. 0, or -1 when an entry names no device (Python words that
+ * error), with the set unchanged. */
 int fg_select_visible(fg_devset *set, const char *visible);
 
 #endif

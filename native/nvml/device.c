@@ -15,6 +15,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     FG_NEED(device);
     if (index >= fg_devs.count)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (fg_fault_lost(index)) /* fallen off the bus: the driver hands out no handle for it */
+        return NVML_ERROR_GPU_IS_LOST;
     *device = handle_at(index);
     return NVML_SUCCESS;
 }
@@ -34,6 +36,8 @@ static nvmlReturn_t find(const char *key, nvmlDevice_t *device, match_fn match)
     FG_NEED(device);
     for (unsigned i = 0; i < fg_devs.count; i++)
         if (match(&fg_devs.dev[i], key)) {
+            if (fg_fault_lost(i))
+                return NVML_ERROR_GPU_IS_LOST;
             *device = handle_at(i);
             return NVML_SUCCESS;
         }
@@ -57,9 +61,19 @@ static int match_bus_id(const fg_device *d, const char *key)
     return dom == d->pci_domain && bus == d->pci_bus && dev == d->pci_dev && fn == d->pci_function;
 }
 
+/* A MIG- UUID names a MIG device (nvml.h: "The UUID of the target GPU or MIG instance"). */
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
-    return find(uuid, device, match_uuid);
+    nvmlReturn_t rc = find(uuid, device, match_uuid);
+    if (rc != NVML_ERROR_NOT_FOUND)
+        return rc;
+    for (unsigned i = 0; i < fg_devs.count; i++)
+        for (unsigned k = 0; k < fg_devs.dev[i].mig_count && k < FG_MIG_MAX_INSTANCES; k++)
+            if (strcasecmp(fg_devs.dev[i].mig[k].uuid, uuid) == 0) {
+                *device = &fg_mig_handles[i][k];
+                return NVML_SUCCESS;
+            }
+    return NVML_ERROR_NOT_FOUND;
 }
 
 nvmlReturn_t nvmlDeviceGetHandleBySerial(const char *serial, nvmlDevice_t *device)
@@ -79,14 +93,19 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *d
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
+    if (m) {
+        char buf[128];
+        fg_mig_device_name(d->name, &d->mig_board.profiles[m->profile], buf, sizeof buf);
+        return fg_copy_out(name, length, buf);
+    }
     return fg_copy_out(name, length, d->name);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    FG_DEVICE(device, d);
-    return fg_copy_out(uuid, length, d->uuid);
+    FG_DEVICE_OR_MIG(device, d, m);
+    return fg_copy_out(uuid, length, m ? m->uuid : d->uuid);
 }
 
 nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
@@ -158,11 +177,12 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
     return NVML_SUCCESS;
 }
 
+/* nvml.h: on a MIG handle, the index nvmlDeviceGetMigDeviceHandleByIndex takes back. */
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
     FG_NEED(index);
-    *index = d->index;
+    *index = m ? m->index : d->index;
     return NVML_SUCCESS;
 }
 
@@ -196,6 +216,7 @@ nvmlReturn_t nvmlDeviceGetNumGpuCores(nvmlDevice_t device, unsigned int *numCore
 {
     FG_DEVICE(device, d);
     FG_NEED(numCores);
+    FG_NOT_IN_MIG_MODE(d);
     if (!d->cuda_cores)
         return NVML_ERROR_NOT_SUPPORTED;
     *numCores = d->cuda_cores;

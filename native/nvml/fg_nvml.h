@@ -11,14 +11,17 @@
 #include <string.h>
 
 #include "fg_devices.h"
+#include "fg_faults.h"
 #include "fg_log.h"
 #include "fg_state.h"
 #include "stubs_generated.h"
 
 /* A device handle is the address of one of these; fg_lookup() validates it by address before use, so a
- * garbage handle is INVALID_ARGUMENT instead of a crash. */
+ * garbage handle is INVALID_ARGUMENT instead of a crash. MIG device handles live in their own table
+ * (fg_mig_handles, mig.c), so a MIG handle can never pass for its parent. */
 struct nvmlDevice_st {
-    unsigned index;
+    unsigned index; /* the board in fg_devs */
+    unsigned mig;   /* 0: the whole GPU; else 1 + the MIG device index under the board */
 };
 
 /* Knobs read once at first init, so queries never call getenv (which is not thread-safe against setenv). */
@@ -40,14 +43,25 @@ typedef struct {
 FG_HIDDEN extern fg_devset fg_devs;
 FG_HIDDEN extern fg_config fg_cfg;
 FG_HIDDEN extern struct nvmlDevice_st fg_handles[FG_MAX_DEVICES];
+FG_HIDDEN extern struct nvmlDevice_st fg_mig_handles[FG_MAX_DEVICES][FG_MIG_MAX_INSTANCES];
 
 /* The stub every not-implemented export returns through (generated bodies call it with their index). */
 FG_HIDDEN nvmlReturn_t fg_unsupported(unsigned stub_index);
 FG_HIDDEN extern const char *const fg_stub_names[FG_STUB_COUNT];
 
 FG_HIDDEN int fg_is_initialized(void);
-/* Init check plus handle validation; *d is the device behind a good handle. */
+/* Init check plus handle validation; *d is the device behind a good handle. A MIG device handle is
+ * NOT_SUPPORTED here: queries that do not say they take one refuse it, as drivers refuse per-instance clocks,
+ * power or temperatures (nvml.h: "not currently supported" on MIG). */
 FG_HIDDEN nvmlReturn_t fg_lookup(nvmlDevice_t h, const fg_device **d);
+
+/* ---- MIG (mig.c) ---- */
+/* Like fg_lookup, but a MIG device handle is accepted too: *m is its instance, NULL for a whole GPU. */
+FG_HIDDEN nvmlReturn_t fg_lookup_any(nvmlDevice_t h, const fg_device **d, const fg_mig_instance **m);
+/* Give every MIG handle its board and index (once, when the devices load). */
+FG_HIDDEN void fg_mig_handles_init(void);
+/* A MIG device's framebuffer: its profile's memory. */
+FG_HIDDEN void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total);
 
 #define FG_DEVICE(handle, var)                                                                                    \
     const fg_device *var = NULL;                                                                                  \
@@ -57,10 +71,28 @@ FG_HIDDEN nvmlReturn_t fg_lookup(nvmlDevice_t h, const fg_device **d);
             return fg_rc_;                                                                                        \
     } while (0)
 
+/* For queries real drivers answer on MIG device handles too: `mvar` is the instance or NULL. */
+#define FG_DEVICE_OR_MIG(handle, var, mvar)                                                                       \
+    const fg_device *var = NULL;                                                                                  \
+    const fg_mig_instance *mvar = NULL;                                                                           \
+    do {                                                                                                          \
+        nvmlReturn_t fg_rc_ = fg_lookup_any((handle), &var, &mvar);                                               \
+        if (fg_rc_ != NVML_SUCCESS)                                                                               \
+            return fg_rc_;                                                                                        \
+    } while (0)
+
 #define FG_NEED(ptr)                                                                                              \
     do {                                                                                                          \
         if (!(ptr))                                                                                               \
             return NVML_ERROR_INVALID_ARGUMENT;                                                                   \
+    } while (0)
+
+/* Whole-GPU queries nvml.h says a MIG-enabled GPU does not answer (utilization, engine and process
+ * utilization, core count, remapped rows): they are per instance there, and not reported per instance either. */
+#define FG_NOT_IN_MIG_MODE(d)                                                                                     \
+    do {                                                                                                          \
+        if ((d)->mig_mode)                                                                                        \
+            return NVML_ERROR_NOT_SUPPORTED;                                                                      \
     } while (0)
 
 /* Copy a string out the way NVML does: INSUFFICIENT_SIZE when it (with its NUL) does not fit. */

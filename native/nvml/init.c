@@ -27,10 +27,13 @@ nvmlReturn_t fg_lookup(nvmlDevice_t h, const fg_device **d)
     if (!fg_is_initialized())
         return NVML_ERROR_UNINITIALIZED;
     uintptr_t p = (uintptr_t)h, base = (uintptr_t)fg_handles;
-    if (p < base || p >= base + fg_devs.count * sizeof fg_handles[0] || (p - base) % sizeof fg_handles[0])
-        return NVML_ERROR_INVALID_ARGUMENT;
+    if (p < base || p >= base + fg_devs.count * sizeof fg_handles[0] || (p - base) % sizeof fg_handles[0]) {
+        const fg_mig_instance *m = NULL;
+        nvmlReturn_t rc = fg_lookup_any(h, d, &m);
+        return rc == NVML_SUCCESS ? NVML_ERROR_NOT_SUPPORTED : rc;
+    }
     *d = &fg_devs.dev[h->index];
-    return NVML_SUCCESS;
+    return fg_fault_lost(h->index) ? NVML_ERROR_GPU_IS_LOST : NVML_SUCCESS;
 }
 
 nvmlReturn_t fg_copy_out(char *dst, unsigned length, const char *src)
@@ -73,6 +76,7 @@ static void load_config(void)
     if (fg_cfg.cpu_count == 0)
         fg_cfg.cpu_count = 1;
     fg_state_dir(fg_cfg.state_dir, sizeof fg_cfg.state_dir);
+    fg_faults_init(fg_cfg.state_dir);
 }
 
 static nvmlReturn_t init_locked(void)
@@ -88,6 +92,7 @@ static nvmlReturn_t init_locked(void)
         fg_devs = fresh;
         for (unsigned i = 0; i < FG_MAX_DEVICES; i++)
             fg_handles[i].index = i;
+        fg_mig_handles_init();
         load_config();
         loaded = 1;
         fg_debug("NVML ready: %u device(s) from %s", fg_devs.count, fg_devs.source);

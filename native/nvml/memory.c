@@ -5,8 +5,14 @@
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
     FG_NEED(memory);
+    if (m) {
+        fg_mig_memory(d, m, &memory->total);
+        memory->used = 0;
+        memory->free = memory->total;
+        return NVML_SUCCESS;
+    }
     fg_usage u;
     fg_usage_of(d->index, &u);
     /* v1 counts the driver's reservation as used (the header says so), which is why v2 exists. */
@@ -19,10 +25,16 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
     FG_NEED(memory);
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (m) {
+        fg_mig_memory(d, m, &memory->total);
+        memory->reserved = memory->used = 0;
+        memory->free = memory->total;
+        return NVML_SUCCESS;
+    }
     fg_usage u;
     fg_usage_of(d->index, &u);
     unsigned long long used = fg_mem_allocated(d, &u);
@@ -164,6 +176,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     FG_DEVICE(device, d);
     FG_NEED(corrRows);
     FG_NEED(uncRows);
+    FG_NOT_IN_MIG_MODE(d);
     FG_NEED(isPending);
     FG_NEED(failureOccurred);
     /* Row remapping replaced page retirement with Ampere. */

@@ -1,10 +1,12 @@
-/* Operating modes: compute, persistence, display, MIG, virtualization, accounting. */
+/* Operating modes: compute, persistence, display, virtualization, accounting (MIG mode: mig.c). */
 #include "fg_nvml.h"
 
+/* nvml.h: on a MIG-enabled GPU the compute mode is a MIG device's, so MIG handles are taken. */
 nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
     (void)d;
+    (void)m;
     FG_NEED(mode);
     *mode = NVML_COMPUTEMODE_DEFAULT;
     return NVML_SUCCESS;
@@ -31,34 +33,6 @@ nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *di
 nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
 {
     return nvmlDeviceGetDisplayMode(device, isActive);
-}
-
-nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
-{
-    FG_DEVICE(device, d);
-    FG_NEED(currentMode);
-    FG_NEED(pendingMode);
-    if (!d->mig_supported)
-        return NVML_ERROR_NOT_SUPPORTED;
-    *currentMode = *pendingMode = NVML_DEVICE_MIG_DISABLE;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice)
-{
-    FG_DEVICE(device, d);
-    (void)d;
-    FG_NEED(isMigDevice);
-    *isMigDevice = 0;
-    return NVML_SUCCESS;
-}
-
-nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
-{
-    FG_DEVICE(device, d);
-    FG_NEED(count);
-    *count = d->mig_supported ? (d->mig_max_instances ? d->mig_max_instances : 7) : 0;
-    return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetVirtualizationMode(nvmlDevice_t device, nvmlGpuVirtualizationMode_t *pVirtualMode)

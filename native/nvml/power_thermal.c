@@ -148,6 +148,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 {
     FG_DEVICE(device, d);
     FG_NEED(utilization);
+    FG_NOT_IN_MIG_MODE(d);
     fg_usage u;
     fg_usage_of(d->index, &u);
     utilization->gpu = fg_gpu_util(d, &u);
@@ -159,9 +160,9 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
 static nvmlReturn_t idle_engine(nvmlDevice_t device, unsigned int *utilization, unsigned int *samplingPeriodUs)
 {
     FG_DEVICE(device, d);
-    (void)d;
     FG_NEED(utilization);
     FG_NEED(samplingPeriodUs);
+    FG_NOT_IN_MIG_MODE(d);
     *utilization = 0;
     *samplingPeriodUs = 167000;
     return NVML_SUCCESS;

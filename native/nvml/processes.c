@@ -104,6 +104,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
 {
     FG_DEVICE(device, d);
     FG_NEED(processSamplesCount);
+    FG_NOT_IN_MIG_MODE(d);
     static __thread fg_proc procs[FG_STATE_MAX_PROCS];
     unsigned n = fg_procs_of(d->index, 0, procs, FG_STATE_MAX_PROCS);
     struct timespec ts;

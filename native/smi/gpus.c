@@ -7,6 +7,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "fg_devices.h"
 #include "smi.h"
 
 static int find_one(const char *id, unsigned count, unsigned *index)
@@ -24,6 +25,19 @@ static int find_one(const char *id, unsigned count, unsigned *index)
         nvmlDeviceGetHandleBySerial(id, &d) != NVML_SUCCESS)
         return -1;
     return nvmlDeviceGetIndex(d, index) == NVML_SUCCESS ? 0 : -1;
+}
+
+/* NVML has no handle, hence no bus id, for a lost GPU; the driver names it from the bus, we from the table. */
+static void announce_lost(unsigned index)
+{
+    static fg_devset table;
+    static int loaded;
+    char err[256];
+    if (!loaded)
+        loaded = fg_devices_load(&table, err, sizeof err) == FG_DEV_OK ? 1 : -1;
+    const char *bus = loaded > 0 && index < table.count ? table.dev[index].pci_bus_id + 4 : "N/A";
+    printf("Unable to determine the device handle for GPU%u: %s: %s.  Reboot the system to recover this GPU\n", index,
+           bus, nvmlErrorString(NVML_ERROR_GPU_IS_LOST));
 }
 
 int smi_select(const char *ids, smi_gpus *out)
@@ -55,10 +69,18 @@ int smi_select(const char *ids, smi_gpus *out)
         if (!any)
             return SMI_EXIT_NOT_FOUND;
     }
-    for (unsigned i = 0; i < count; i++)
-        if (chosen[i] && nvmlDeviceGetHandleByIndex_v2(i, &out->dev[out->count]) == NVML_SUCCESS)
+    for (unsigned i = 0; i < count; i++) {
+        if (!chosen[i])
+            continue;
+        nvmlReturn_t rc = nvmlDeviceGetHandleByIndex_v2(i, &out->dev[out->count]);
+        if (rc == NVML_SUCCESS)
             out->index[out->count++] = i;
-    return out->count ? SMI_OK : SMI_EXIT_NOT_FOUND;
+        else if (rc == NVML_ERROR_GPU_IS_LOST) {
+            announce_lost(i);
+            out->lost++;
+        }
+    }
+    return out->count ? SMI_OK : out->lost ? SMI_EXIT_GPU_LOST : SMI_EXIT_NOT_FOUND;
 }
 
 void smi_system_info(smi_system *s)

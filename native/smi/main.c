@@ -202,10 +202,14 @@ static int init_failed(nvmlReturn_t rc)
     return rc == NVML_ERROR_LIBRARY_NOT_FOUND ? 9 : SMI_EXIT_OTHER;
 }
 
+static int view(const opts_t *o, const smi_format *fmt, const smi_gpus *g);
+
 static int run_once(const opts_t *o, const smi_format *fmt)
 {
     smi_gpus g;
     int rc = smi_select(o->ids, &g);
+    if (rc == SMI_EXIT_GPU_LOST)
+        return rc;
     if (rc == SMI_EXIT_NOT_FOUND) {
         /* An empty CSV query on a GPU-less box prints its header and nothing else; all else says so. */
         printf("No devices were found\n");
@@ -213,15 +217,22 @@ static int run_once(const opts_t *o, const smi_format *fmt)
     }
     if (rc)
         return rc;
+    int status = view(o, fmt, &g);
+    /* The other GPUs are shown; the status is 15, the return code man nvidia-smi gives a lost GPU. */
+    return status == SMI_OK && g.lost ? SMI_EXIT_GPU_LOST : status;
+}
+
+static int view(const opts_t *o, const smi_format *fmt, const smi_gpus *g)
+{
     switch (o->cmd) {
-    case CMD_LIST: return smi_view_list(&g);
-    case CMD_QUERY: return o->xml ? smi_view_query_xml(&g) : smi_view_query(&g, o->display_mask);
-    case CMD_TOPO: return smi_view_topo(&g);
-    case CMD_NVLINK_STATUS: return smi_view_nvlink_status(&g);
-    case CMD_MIG: return smi_view_mig(&g, o->mig_compute);
-    case CMD_QUERY_GPU: return smi_query_gpu(&g, o->fields, fmt);
-    case CMD_QUERY_APPS: return smi_query_apps(&g, o->fields, fmt);
-    default: return smi_view_default(&g);
+    case CMD_LIST: return smi_view_list(g);
+    case CMD_QUERY: return o->xml ? smi_view_query_xml(g) : smi_view_query(g, o->display_mask);
+    case CMD_TOPO: return smi_view_topo(g);
+    case CMD_NVLINK_STATUS: return smi_view_nvlink_status(g);
+    case CMD_MIG: return smi_view_mig(g, o->mig_compute);
+    case CMD_QUERY_GPU: return smi_query_gpu(g, o->fields, fmt);
+    case CMD_QUERY_APPS: return smi_query_apps(g, o->fields, fmt);
+    default: return smi_view_default(g);
     }
 }
 

@@ -14,6 +14,7 @@ enum {
     SMI_OK = 0,
     SMI_EXIT_ARGS = 2,
     SMI_EXIT_NOT_FOUND = 6,
+    SMI_EXIT_GPU_LOST = 15,
     SMI_EXIT_OTHER = 255,
 };
 
@@ -23,6 +24,7 @@ typedef struct {
     unsigned count;
     nvmlDevice_t dev[SMI_MAX_GPUS];
     unsigned index[SMI_MAX_GPUS];
+    unsigned lost; /* selected GPUs NVML reports lost: announced, left out of the views */
 } smi_gpus;
 
 /* Parsed --format=csv[,noheader][,nounits]. */
@@ -30,7 +32,8 @@ typedef struct {
     int csv, noheader, nounits;
 } smi_format;
 
-/* gpus.c: selection by -i (indices, UUIDs, PCI bus ids, serials); returns 0 or an exit code. */
+/* gpus.c: selection by -i (indices, UUIDs, PCI bus ids, serials); returns 0 or an exit code. A lost GPU gets
+ * the driver's "Unable to determine the device handle" line here, before any view prints. */
 int smi_select(const char *ids, smi_gpus *out);
 void smi_now(char *buf, size_t len, int csv_style);
 

@@ -89,6 +89,38 @@ def fakegpu_runtime(docker_client, base_image):
         daemon_json.reload_daemon()
 
 
+NATIVE = REPO / "native" / "build"
+
+
+@pytest.fixture
+def host_inventory():
+    """Set the host's inventory the way a user sets it (`fakegpu runtime install --devices SPEC`) for one test,
+    and take it out again afterwards. Returns the inventory's devices (seed 0), to derive expected values."""
+    from fakegpu.devices import resolve_devices
+
+    set_any = []
+
+    def set_inventory(spec: str):
+        need((NATIVE / "lib" / "libnvidia-ml.so.1").exists() and (NATIVE / "bin" / "nvidia-smi").exists(),
+             f"native build missing in {NATIVE} (run `make native`)")
+        need(bool(set_any) or not SITE_CONFIG.exists(), f"{SITE_CONFIG} exists; not overwriting a real configuration")
+        result = run_cli("runtime", "install", "--name", RUNTIME, "--devices", spec)
+        assert result.returncode == 0, result.stderr
+        set_any.append(spec)
+        assert json.loads(SITE_CONFIG.read_text()) == {"inventory": spec}
+        return resolve_devices(spec, seed="0")
+
+    yield set_inventory
+    if set_any:
+        from fakegpu_hook.settings import update_config
+
+        update_config(str(SITE_CONFIG), {"inventory": None, "injection": None})
+        try:
+            SITE_CONFIG.parent.rmdir()
+        except OSError:
+            pass
+
+
 def _cleanup(client) -> None:
     for c in client.containers.list(all=True, filters={"label": LABEL}):
         c.remove(force=True)

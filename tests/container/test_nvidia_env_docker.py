@@ -6,42 +6,23 @@ from `fakegpu.devices`, never from literals here."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
 from fakegpu.devices import resolve_devices
-from tests.conftest import REPO, run_cli
-from tests.container.conftest import LABEL, RUNTIME, SITE_CONFIG, build_image, docker, need, run
+from tests.container.conftest import LABEL, NATIVE, RUNTIME, SITE_CONFIG, build_image, docker, need, run
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("fakegpu_runtime")]
-NATIVE = REPO / "native" / "build"
 STATE_ROOT = Path("/run/fakegpu")
 SPEC = "a100:4"
 LIB = "/usr/lib/x86_64-linux-gnu"
 
 
 @pytest.fixture
-def inventory():
-    """The host's inventory set the way a user sets it, and taken out again afterwards."""
-    need((NATIVE / "lib" / "libnvidia-ml.so.1").exists() and (NATIVE / "bin" / "nvidia-smi").exists(),
-         f"native build missing in {NATIVE} (run `make native`)")
-    need(not SITE_CONFIG.exists(), f"{SITE_CONFIG} exists; not overwriting a real configuration")
-    result = run_cli("runtime", "install", "--name", RUNTIME, "--devices", SPEC)
-    assert result.returncode == 0, result.stderr
-    assert json.loads(SITE_CONFIG.read_text()) == {"inventory": SPEC}
-    try:
-        yield resolve_devices(SPEC, seed="0")
-    finally:
-        from fakegpu_hook.settings import update_config
-
-        update_config(str(SITE_CONFIG), {"inventory": None, "injection": None})
-        try:
-            SITE_CONFIG.parent.rmdir()
-        except OSError:
-            pass
+def inventory(host_inventory):
+    return host_inventory(SPEC)
 
 
 def smi_lines(devices, host: list[int]) -> list[str]:
@@ -103,7 +84,7 @@ def test_none_gives_the_driver_files_and_no_gpu(inventory):
 @pytest.mark.parametrize(("value", "named"), [
     ("0,7", "device '7': no GPU has this index (they are 0..3)"),
     ("GPU-00000000-0000-0000-0000-000000000000", "no GPU has this UUID"),
-    ("MIG-0c1c0d9c-dd6b-5d85-9d0d-2e3e4b7e7d0e", "MIG devices are not modelled"),
+    ("MIG-0c1c0d9c-dd6b-5d85-9d0d-2e3e4b7e7d0e", "no MIG device has this UUID"),
 ])
 def test_an_unknown_entry_fails_the_start_naming_it_and_the_inventory(inventory, value, named):
     before = state_folders()

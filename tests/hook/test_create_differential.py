@@ -314,6 +314,15 @@ def _uuid(index: int, spec: str = "a100:4", seed: str = "0") -> str:
 
     return resolve_devices(spec, seed=seed)[index].uuid
 
+MIG_INVENTORY = "a100:1:mig=3g.40gb+2g.20gb+1g.10gb,h100,a100:mig=1g.10gb*7"
+
+
+def _mig_uuid(gpu: int, mig: int) -> str:
+    from fakegpu.devices import resolve_devices
+
+    return resolve_devices(MIG_INVENTORY, seed="0")[gpu].mig[mig].uuid
+
+
 HANDLED = {
     # Every profile's device table byte for byte (64 devices at most per spec).
     **{f"every-profile-{k}": Case(spec=",".join(_IDS[k * 64:(k + 1) * 64])) for k in range((len(_IDS) + 63) // 64)},
@@ -400,6 +409,16 @@ HANDLED = {
     "driver-last-wins": Case(edit=_env_add("FAKEGPU_DRIVER_VERSION=550.127.08", "FAKEGPU_DRIVER_VERSION=570.86")),
     "driver-empty-is-unset": Case(edit=_env_add("FAKEGPU_DRIVER_VERSION=")),
     "driver-nvidia-request": _nvidia("NVIDIA_VISIBLE_DEVICES=1", "FAKEGPU_DRIVER_VERSION=550.127.08"),
+    # MIG: the table's mig.layout holds the instances named, each at its host placement.
+    "mig-all": _nvidia(inventory=MIG_INVENTORY),
+    "mig-fakegpu-devices": Case(spec=MIG_INVENTORY),
+    "mig-by-uuid": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_mig_uuid(0, 1)}", inventory=MIG_INVENTORY),
+    "mig-by-index": _nvidia("NVIDIA_VISIBLE_DEVICES=0:1", inventory=MIG_INVENTORY),
+    "mig-later-gpu": _nvidia("NVIDIA_VISIBLE_DEVICES=2:6", inventory=MIG_INVENTORY),
+    "mig-gpu-whole": _nvidia("NVIDIA_VISIBLE_DEVICES=0", inventory=MIG_INVENTORY),
+    "mig-gpu-uuid-whole": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_uuid(2, MIG_INVENTORY)}", inventory=MIG_INVENTORY),
+    "mig-union": _nvidia(f"NVIDIA_VISIBLE_DEVICES=2:3,1,0:2,{_mig_uuid(0, 0)},0,0:02,2:0",
+                         inventory=MIG_INVENTORY),
     "versioned-name-is-a-real-file": Case(root=_file_at("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.580.95.05")),
     "soname-is-a-real-file": Case(root=_file_at("usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")),
     "soname-is-a-folder": Case(root=_file_at("usr/lib/x86_64-linux-gnu/libcuda.so.1", directory=True)),
@@ -531,6 +550,14 @@ HANDED_OVER = {
     "nvidia-uuid-prefix": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_uuid(1)[:12]}"),
     "nvidia-bare-prefix": _nvidia("NVIDIA_VISIBLE_DEVICES=GPU-"),
     "nvidia-mig": _nvidia("NVIDIA_VISIBLE_DEVICES=MIG-0c1c0d9c-dd6b-5d85-9d0d-2e3e4b7e7d0e"),
+    "mig-index-past-the-last": _nvidia("NVIDIA_VISIBLE_DEVICES=0:3", inventory=MIG_INVENTORY),
+    "mig-on-a-gpu-not-in-mig-mode": _nvidia("NVIDIA_VISIBLE_DEVICES=0:0,1:0", inventory=MIG_INVENTORY),
+    "mig-gpu-past-the-last": _nvidia("NVIDIA_VISIBLE_DEVICES=3:0", inventory=MIG_INVENTORY),
+    "mig-unknown-uuid": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_mig_uuid(0, 1)[:-1]}0", inventory=MIG_INVENTORY),
+    "mig-uuid-prefix": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_mig_uuid(0, 1)[:20]}", inventory=MIG_INVENTORY),
+    "mig-uuid-upper": _nvidia(f"NVIDIA_VISIBLE_DEVICES={_mig_uuid(0, 1).upper()}", inventory=MIG_INVENTORY),
+    "mig-odd-forms": _nvidia("NVIDIA_VISIBLE_DEVICES=0:1:2", inventory=MIG_INVENTORY),
+    "mig-empty-half": _nvidia("NVIDIA_VISIBLE_DEVICES=0:", inventory=MIG_INVENTORY),
     "nvidia-upper-all": _nvidia("NVIDIA_VISIBLE_DEVICES=ALL"),
     "nvidia-tab-inside": _nvidia("NVIDIA_VISIBLE_DEVICES=0\t1"),
     "nvidia-too-long": _nvidia("NVIDIA_VISIBLE_DEVICES=" + "0," * 3000),

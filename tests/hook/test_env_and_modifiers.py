@@ -145,10 +145,10 @@ def test_a_container_seed_gives_the_inventory_other_identities():
     ("GPU-00000000-0000-0000-0000-000000000000", "no GPU has this UUID"),
     (INVENTORY[1].uuid[:20], "no GPU has this UUID (a UUID is matched whole)"),  # prefixes are not enough
     (INVENTORY[1].uuid.upper(), "no GPU has this UUID"),
-    ("MIG-0c1c0d9c-dd6b-5d85-9d0d-2e3e4b7e7d0e", "MIG devices are not modelled"),
-    ("0:1", "MIG devices are not modelled"),
-    ("ALL", "neither a GPU index nor a GPU UUID"),
-    ("-1", "neither a GPU index nor a GPU UUID"),
+    ("MIG-0c1c0d9c-dd6b-5d85-9d0d-2e3e4b7e7d0e", "no MIG device has this UUID"),
+    ("0:1", "GPU 0 is not in MIG mode"),
+    ("ALL", "neither a GPU index, a GPU UUID nor a MIG device"),
+    ("-1", "neither a GPU index, a GPU UUID nor a MIG device"),
 ])
 def test_an_entry_that_names_no_gpu_is_refused_naming_it_and_the_inventory(value, reason):
     req = device_request([f"NVIDIA_VISIBLE_DEVICES={value}"], inventory="a100:4")

@@ -90,8 +90,12 @@ MIG_SPECS = [
 
 
 def py_mig_devices(spec: str, catalog) -> list[list[str]]:
+    return mig_rows(resolve_devices(spec, "0", catalog))
+
+
+def mig_rows(devices) -> list[list[str]]:
     rows = []
-    for d in resolve_devices(spec, "0", catalog):
+    for d in devices:
         rows.append([str(d.index), d.uuid, d.serial, d.pci_bus_id, d.profile.name, d.profile.id,
                      str(d.profile.memory_total_bytes)])
         rows.extend(["mig", str(d.index), str(m.index), str(m.gi_id), str(m.start), m.profile.name, m.uuid]
@@ -165,3 +169,47 @@ def test_cuda_view_rules(test_catalog) -> None:
     assert rows["1,0"] == [h100, f"{a100} MIG 3g.40gb", f"{a100} MIG 2g.20gb", f"{a100} MIG 1g.10gb"]
     assert rows["0,7,2"] == rows[None][:3]  # enumeration stops at the first entry that names nothing
     assert rows["1,1,2"] == [h100]  # ... or repeats one
+
+
+SELECT_SPEC = "a100:1:mig=3g.40gb+2g.20gb+1g.10gb,h100,a100:mig=1g.10gb*7"
+
+
+def _selections(catalog) -> list[str]:
+    host = resolve_devices(SELECT_SPEC, "0", catalog)
+    return ["0:1", host[0].mig[1].uuid, "0", host[2].uuid, "2:3,1,0:2", f"2:6,{host[0].mig[0].uuid},0:2,0"]
+
+
+def test_selected_tables_read_back_alike(native: NativeEnv, test_catalog, tmp_path: Path) -> None:
+    """NVIDIA_VISIBLE_DEVICES's MIG selections as the container's table holds them (an empty mig.layout for a
+    MIG-mode GPU named whole): C reads the same MIG devices, and CUDA in C enumerates what cuda_view does."""
+    from fakegpu.devices.cuda_view import cuda_view
+    from fakegpu.devices.select import select_devices
+
+    catalog = test_catalog[1]
+    for visible in _selections(catalog):
+        entries = visible.split(",")
+        devices = select_devices(resolve_devices(SELECT_SPEC, "0", catalog), entries, SELECT_SPEC)
+        table = tmp_path / "devices.tbl"
+        write_table(table, devices, SELECT_SPEC, "0", entries)
+        assert c_devices(native, FAKEGPU_DEVICE_TABLE=str(table)) == mig_rows(devices), visible
+        full = native.env(FAKEGPU_DEVICE_TABLE=str(table))
+        full.pop("CUDA_VISIBLE_DEVICES", None)
+        out = subprocess.run([str(DEVTOOL), "--cuda"], capture_output=True, text=True, env=full, timeout=30)
+        assert out.returncode == 0, out.stderr
+        want = [[str(d.index), d.uuid, d.profile.name, str(board), str(d.profile.cuda_total_bytes),
+                 str(d.profile.data["sm_count"])] for d, board in cuda_view(devices, None)]
+        assert [line.split("\t") for line in out.stdout.splitlines()] == want, visible
+
+
+def test_a_mig_gpu_named_whole_is_no_cuda_device(native: NativeEnv, test_catalog, tmp_path: Path) -> None:
+    from fakegpu.devices.select import select_devices
+
+    devices = select_devices(resolve_devices(SELECT_SPEC, "0", test_catalog[1]), ["0", "1"], SELECT_SPEC)
+    table = tmp_path / "devices.tbl"
+    write_table(table, devices, SELECT_SPEC, "0", ["0", "1"])
+    assert "\tmig.layout=\t" in table.read_text()
+    full = native.env(FAKEGPU_DEVICE_TABLE=str(table))
+    full.pop("CUDA_VISIBLE_DEVICES", None)
+    out = subprocess.run([str(DEVTOOL), "--cuda"], capture_output=True, text=True, env=full, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert [line.split("\t")[2] for line in out.stdout.splitlines()] == ["NVIDIA H100 80GB HBM3"]

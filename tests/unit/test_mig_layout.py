@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fakegpu.devices import resolve_devices
-from fakegpu.devices.mig import MigBoard, mig_uuid, place
+from fakegpu.devices.mig import MigBoard, mig_uuid, place, remaining_capacity
 from fakegpu.devices.table import render_table
 from fakegpu.errors import InvalidDeviceSpec
 from fakegpu.profiles import load_catalog
@@ -85,3 +85,19 @@ def test_every_catalog_mig_table_places_its_own_maximum() -> None:
     for profile, board in boards:
         for gip in board.profiles:
             assert place([gip] * gip.instances, board) is not None, (profile.id, gip.name)
+
+
+def remaining(spec: str) -> dict[str, int]:
+    (device,) = resolve_devices(spec)
+    board = MigBoard.of(device.profile)  # a board of its own: counting must not rest on object identity
+    assert board is not None
+    return {p.name: remaining_capacity(device.mig or (), board, p) for p in board.profiles}
+
+
+def test_remaining_capacity_is_what_still_fits() -> None:
+    # 3g.40gb on slices 0-3: 2g.20gb starts at 0, 2 or 4 only, and no one-slice profile starts at slice 7.
+    assert remaining("a100:mig=3g.40gb") == {"1g.10gb": 3, "1g.10gb+me": 1, "1g.20gb": 2, "2g.20gb": 1,
+                                             "3g.40gb": 1, "4g.40gb": 0, "7g.80gb": 0}
+    # The board's own instance limit: one 1g.10gb+me at most.
+    assert remaining("a100:mig=1g.10gb+me")["1g.10gb+me"] == 0
+    assert set(remaining("a100:mig=1g.10gb*7").values()) == {0}

@@ -1,0 +1,31 @@
+"""`fakegpu fault inject --xid N --device GPU [--at DURATION] [--pid PID]` (fakegpu.faults.inject)."""
+
+from __future__ import annotations
+
+import typer
+
+from fakegpu.cli.output import fail
+from fakegpu.errors import FakeGPUError
+
+app = typer.Typer(help="Faults in a running run: Xid events, lost GPUs.", no_args_is_help=True)
+
+
+@app.command("inject")
+def inject(
+    xid: int = typer.Option(..., "--xid", help="The Xid (13, 31, 43, 48, 63, 64, 74, 79, 94, 95); 79 loses the GPU."),
+    device: str = typer.Option(..., "--device", help="The GPU: its index in the run, or its UUID."),
+    at: str = typer.Option("0", "--at", help="Delay from now (seconds, or 5s, 1m)."),
+    pid: int | None = typer.Option(None, "--pid", help="A process of the target run (default: this shell's run)."),
+) -> None:
+    """Inject a fault into a run now, as if the driver had reported it: NVML delivers the Xid event to those who
+    registered for it, and Xid 79 makes the GPU lost for NVML and nvidia-smi."""
+    from fakegpu.faults.inject import inject as put
+    from fakegpu.faults.plan import XIDS, parse_flag
+
+    try:
+        fault = parse_flag(f"xid={xid},device={device},at={at}", "fault inject")
+        done = put(fault, pid=pid)
+    except FakeGPUError as exc:
+        raise fail("fault inject", exc, False) from exc
+    typer.echo(f"Xid {xid} ({XIDS[xid][0]}) on GPU {done.record.device} ({done.uuid}) of the run in "
+               f"{done.state_dir}" + (f", in {at}" if fault.at_s else ""))

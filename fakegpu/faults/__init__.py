@@ -1,0 +1,2 @@
+"""Rehearsing failure and watching it: the metrics exporter (exporter.py) today; fault plans and the telemetry
+model join it here."""

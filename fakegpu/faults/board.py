@@ -1,0 +1,135 @@
+"""The fault board: the faults of one run, in one small file of its state folder that every process on the run's
+GPUs reads (NVML and nvidia-smi in C, through native/common/fg_faults.c) and that the launcher and
+`fakegpu fault inject` write.
+
+A fault is a record with the wall-clock time it takes effect, so a planned fault ("Xid 79 on GPU 1 after 20 s")
+and an injected one ("now") are the same thing, and every reader decides alone, with one clock read, whether it
+has happened: nothing has to wake the readers or rewrite their state. Writers append under an flock; a record is
+complete before the count that publishes it is stored, so lock-free readers never see half of one.
+
+The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout (native byte order):
+
+    0   magic    8 bytes  MAGIC
+    8   count    u32      records published
+    12  (zero)   u32
+    16  record[MAX_RECORDS], RECORD_SIZE bytes each:
+        0   fire_ns  u64  CLOCK_REALTIME nanoseconds at which the fault takes effect
+        8   kind     u32  KIND_XID
+        12  device   u32  index in the run's device table (NVML's index)
+        16  code     u32  the Xid
+        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on
+        24  data     u64  0 (room for a kind's argument)
+
+Standard library only: tools/gen_contract.py reads these constants into the C readers' header.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+MAGIC = b"FGFAULT1"
+FILE_NAME = "faults.board"
+OFF_COUNT = 8
+OFF_RECORDS = 16
+RECORD_SIZE = 32
+MAX_RECORDS = 64
+SIZE = OFF_RECORDS + RECORD_SIZE * MAX_RECORDS
+KIND_XID = 1
+FLAG_LOST = 1
+_RECORD = struct.Struct("=QIIIIQ")
+assert _RECORD.size == RECORD_SIZE
+
+
+class BoardFull(Exception):
+    """MAX_RECORDS faults are on the board already."""
+
+
+@dataclass(frozen=True)
+class Record:
+    fire_ns: int
+    device: int
+    code: int
+    kind: int = KIND_XID
+    flags: int = 0
+    data: int = 0
+
+    @property
+    def lost(self) -> bool:
+        return bool(self.flags & FLAG_LOST)
+
+
+def board_path(state_dir: str) -> str:
+    return os.path.join(state_dir, FILE_NAME)
+
+
+def _open(path: str) -> int:
+    """The board's descriptor, the file created empty (complete: renamed into place) if it is not there."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        pass
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, MAGIC + bytes(SIZE - len(MAGIC)))
+        os.link(tmp, path)  # fails if another writer created it meanwhile: then theirs is the board
+    except FileExistsError:
+        os.close(fd)
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except BaseException:
+        os.close(fd)
+        raise
+    finally:
+        os.unlink(tmp)
+    return fd
+
+
+def append(state_dir: str, records: Iterable[Record]) -> int:
+    """Publish records on the run's board (created if absent); returns how many the board holds now."""
+    os.makedirs(state_dir, exist_ok=True)
+    fd = _open(board_path(state_dir))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            if m[:len(MAGIC)] != MAGIC:
+                raise ValueError(f"{board_path(state_dir)} is not a fault board")
+            (count,) = struct.unpack_from("=I", m, OFF_COUNT)
+            for r in records:
+                if count >= MAX_RECORDS:
+                    raise BoardFull(f"the run's fault board holds {MAX_RECORDS} faults already")
+                _RECORD.pack_into(m, OFF_RECORDS + count * RECORD_SIZE, r.fire_ns, r.kind, r.device, r.code,
+                                  r.flags, r.data)
+                count += 1
+                # The record is in place before the count that publishes it (x86 keeps stores in order).
+                struct.pack_into("=I", m, OFF_COUNT, count)
+        return count
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def read(state_dir: str) -> list[Record]:
+    """Every record on the board, fired or not; [] when the run has none."""
+    try:
+        with open(board_path(state_dir), "rb") as f:
+            raw = f.read(SIZE)
+    except FileNotFoundError:
+        return []
+    if raw[:len(MAGIC)] != MAGIC or len(raw) < SIZE:
+        return []
+    (count,) = struct.unpack_from("=I", raw, OFF_COUNT)
+    out = []
+    for i in range(min(count, MAX_RECORDS)):
+        fire_ns, kind, device, code, flags, data = _RECORD.unpack_from(raw, OFF_RECORDS + i * RECORD_SIZE)
+        out.append(Record(fire_ns, device, code, kind, flags, data))
+    return out
+
+
+def fired(records: Iterable[Record], now_ns: int | None = None) -> list[Record]:
+    now = time.time_ns() if now_ns is None else now_ns
+    return [r for r in records if r.fire_ns <= now]

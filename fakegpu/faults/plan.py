@@ -1,0 +1,183 @@
+"""Fault plans: which faults a run gets, on which GPU, when; read from YAML or JSON (a file, or the text of
+$FAKEGPU_FAULTS) or from `--fault xid=79,device=1,at=20s`, checked against plan.schema.json, and turned into
+the records of the run's fault board (board.py) with each GPU named by its index in the run.
+
+What an Xid does is decided here, once: the readers in C only see the record's flags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from fakegpu.errors import UsageError, shorten
+from fakegpu.faults.board import FLAG_LOST, KIND_XID, Record
+
+SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
+
+# The Xids a plan may inject, with the driver's meaning (NVIDIA's Xid catalog) and whether the GPU is lost.
+XIDS: dict[int, tuple[str, bool]] = {
+    13: ("Graphics Engine Exception", False),
+    31: ("GPU memory page fault", False),
+    43: ("GPU stopped processing", False),
+    48: ("Double Bit ECC Error", False),
+    63: ("ECC page retirement or row remapping recording event", False),
+    64: ("ECC page retirement or row remapper recording failure", False),
+    74: ("NVLink Error", False),
+    79: ("GPU has fallen off the bus", True),
+    94: ("Contained ECC error", False),
+    95: ("Uncontained ECC error", False),
+}
+FAULT_KEYS = ("kind", "xid", "device", "at")
+
+
+class InvalidFaultPlan(UsageError):
+    """A plan that does not parse, breaks the schema, or names a GPU the run does not have."""
+
+    code = "invalid_fault_plan"
+
+
+@dataclass(frozen=True)
+class Fault:
+    xid: int
+    device: int | str
+    at_s: float = 0.0
+
+    @property
+    def lost(self) -> bool:
+        return XIDS[self.xid][1]
+
+
+def parse_duration(value: str | float, what: str) -> float:
+    """Seconds of a duration: a number, optionally with unit s, m or h (30, 1.5, 90s, 10m, 2h); >= 0."""
+    from fakegpu.durations import seconds
+
+    found = seconds(value)
+    if found is None:
+        raise InvalidFaultPlan(f"{what} {shorten(str(value))} is not a duration; expected seconds, optionally with "
+                               "unit s, m or h (20, 1.5, 90s, 10m)")
+    return found
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def _where(path: Sequence[Any]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "the plan"
+
+
+def _shown(value: Any) -> str:
+    return shorten(value) if isinstance(value, str) else shorten(repr(value))[1:-1]
+
+
+def _problem(error: Any) -> str:
+    """One schema violation as a sentence, with the close match for a misspelt key."""
+    from fakegpu.profiles.matching import closest
+
+    where = _where(list(error.absolute_path))
+    if error.validator == "additionalProperties":
+        allowed = list(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := closest(k, allowed, 1)) else "") for k in extra]
+        return f"{where}: unknown key {', '.join(hints)}; accepted: {', '.join(allowed)}"
+    if error.validator == "enum":
+        return f"{where}: {_shown(error.instance)} is not accepted; expected one of: " \
+               f"{', '.join(str(v) for v in error.validator_value)}"
+    if error.validator == "required":
+        return f"{where}: {error.message}"
+    if error.validator == "oneOf" and where.endswith(".device"):
+        return f"{where}: {_shown(error.instance)} is not a GPU; expected its index (0, 1) or UUID (GPU-...)"
+    if error.validator == "oneOf" and where.endswith(".at"):
+        return f"{where}: {_shown(error.instance)} is not a duration; expected seconds or 20s, 1.5m, 2h"
+    return f"{where}: {error.message}"
+
+
+def check(doc: Any, source: str) -> list[Fault]:
+    """The faults of a plan document, or InvalidFaultPlan naming every problem."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(_schema())
+    problems = [_problem(e) for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))]
+    if problems:
+        raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
+    return [Fault(int(f["xid"]), f["device"], parse_duration(f.get("at", 0), f"{source}: at"))
+            for f in doc["faults"]]
+
+
+def load_text(text: str, source: str) -> list[Fault]:
+    """A plan in YAML or JSON (JSON is YAML)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        raise InvalidFaultPlan(f"{source}{at}: not YAML or JSON ({getattr(exc, 'problem', None) or exc})") from exc
+    return check(doc, source)
+
+
+def load_file(path: str | os.PathLike[str]) -> list[Fault]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidFaultPlan(f"fault plan {shorten(str(path))}: {exc.strerror or exc}") from exc
+    return load_text(text, str(path))
+
+
+def parse_flag(value: str, source: str | None = None) -> Fault:
+    """One `--fault KEY=VALUE,...` (xid=79,device=1,at=20s), checked as a plan of one fault."""
+    source = source or f"--fault {shorten(value)}"
+    fault: dict[str, Any] = {}
+    for item in value.split(","):
+        key, sep, v = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
+                                   "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
+        v = v.strip()
+        fault[key] = int(v) if key in ("xid", "device") and v.isdigit() else v
+    return check({"faults": [fault]}, source)[0]
+
+
+def from_environment(value: str) -> list[Fault]:
+    """$FAKEGPU_FAULTS: a plan file's path, or the plan itself (YAML or JSON)."""
+    stripped = value.strip()
+    if stripped.startswith(("{", "faults:", "---")) or "\n" in stripped:
+        return load_text(value, "FAKEGPU_FAULTS")
+    return load_file(stripped)
+
+
+def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> list[Record]:
+    """The board records of a run's faults: each GPU by its index among `uuids` (the run's devices, in order)."""
+    out = []
+    for f in faults:
+        out.append(Record(fire_ns=start_ns + int(f.at_s * 1e9), device=device_index(f.device, uuids), code=f.xid,
+                          kind=KIND_XID, flags=FLAG_LOST if f.lost else 0))
+    return out
+
+
+def device_index(device: int | str, uuids: Sequence[str]) -> int:
+    """A fault's GPU as an index of the run; an index out of range or an unknown UUID is refused."""
+    from fakegpu.profiles.matching import closest
+
+    if isinstance(device, int):
+        if device >= len(uuids):
+            raise InvalidFaultPlan(f"fault on GPU {device}: the run has GPUs 0..{len(uuids) - 1}")
+        return device
+    for i, u in enumerate(uuids):
+        if u.lower() == device.lower():
+            return i
+    near = closest(device, list(uuids), 1)
+    raise InvalidFaultPlan(f"fault on {shorten(device)}: no GPU of the run has this UUID"
+                           + (f"; did you mean {near[0]}?" if near else f" (the run's: {', '.join(uuids)})"))

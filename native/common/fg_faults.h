@@ -1,0 +1,45 @@
+/* The run's fault board (fakegpu/faults/board.py): faults with the wall-clock time they take effect, which the
+ * launcher and `fakegpu fault inject` write and every reader judges alone against its clock. Mapped read-only
+ * at the first look; a run without a board is looked for again every 100 ms, so a board created later (the
+ * first `fault inject` of a run without a plan) is seen. The folder is given once, at the library's init, so
+ * no query calls getenv. */
+#ifndef FG_FAULTS_H
+#define FG_FAULTS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fg_contract.h" /* generated from fakegpu/faults/board.py */
+#include "fg_log.h"
+
+typedef struct {
+    uint64_t fire_ns; /* CLOCK_REALTIME */
+    uint32_t kind, device, code, flags;
+    uint64_t data;
+} fg_fault_record;
+
+typedef struct {
+    char magic[8];
+    _Atomic uint32_t count;
+    uint32_t zero_;
+    fg_fault_record rec[FG_FAULT_MAX_RECORDS];
+} fg_fault_board;
+
+_Static_assert(sizeof(fg_fault_record) == FG_FAULT_RECORD_SIZE, "record size differs from board.py");
+_Static_assert(offsetof(fg_fault_board, count) == FG_FAULT_OFF_COUNT, "count offset differs from board.py");
+_Static_assert(offsetof(fg_fault_board, rec) == FG_FAULT_OFF_RECORDS, "records offset differs from board.py");
+_Static_assert(sizeof(fg_fault_board) == FG_FAULT_SIZE, "board size differs from board.py");
+
+/* Where the board is: the run's state folder (fg_state_dir). Before the first fg_faults(); later calls are
+ * ignored. */
+FG_HIDDEN void fg_faults_init(const char *state_dir);
+/* The board of this process's run, or NULL while it has none. */
+FG_HIDDEN const fg_fault_board *fg_faults(void);
+/* How many records are published (0 without a board); record i < this is complete. */
+FG_HIDDEN unsigned fg_fault_count(const fg_fault_board *b);
+FG_HIDDEN uint64_t fg_fault_now_ns(void);
+/* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */
+FG_HIDDEN int fg_fault_lost(unsigned device);
+
+#endif

@@ -1,0 +1,142 @@
+"""Faults on a run's board as NVML's clients see them: pynvml's event wait returns the Xid with its data, a GPU
+that falls off the bus (Xid 79) is lost for NVML and nvidia-smi while the others answer, and `fakegpu fault
+inject --pid` reaches a running run from outside."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fakegpu.faults import board
+from tests.native.conftest import NativeEnv
+
+pytestmark = pytest.mark.native
+
+SECOND = 1_000_000_000
+
+WATCH = textwrap.dedent("""
+    import os, sys, time, pynvml as n
+    n.nvmlInit()
+    s = n.nvmlEventSetCreate()
+    for i in range(n.nvmlDeviceGetCount()):
+        n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(i), n.nvmlEventTypeXidCriticalError, s)
+    print("registered", os.getpid(), flush=True)
+    start = time.monotonic()
+    while True:
+        try:
+            e = n.nvmlEventSetWait(s, int(sys.argv[1]))
+        except n.NVMLError_Timeout:
+            print("timeout", round(time.monotonic() - start, 1), flush=True)
+            break
+        uuid = n.nvmlDeviceGetUUID(e.device) if e.eventData != 79 else "lost"
+        print("event", e.eventType == n.nvmlEventTypeXidCriticalError, e.eventData, uuid,
+              e.gpuInstanceId == 0xFFFFFFFF, round(time.monotonic() - start, 1), flush=True)
+""")
+
+QUERY = textwrap.dedent("""
+    import pynvml as n
+    n.nvmlInit()
+    for i in range(n.nvmlDeviceGetCount()):
+        try:
+            h = n.nvmlDeviceGetHandleByIndex(i)
+            print(i, "ok", n.nvmlDeviceGetName(h), n.nvmlDeviceGetMemoryInfo(h).total)
+        except n.NVMLError as e:
+            print(i, type(e).__name__)
+""")
+
+
+def uuids(native: NativeEnv, devices: str) -> list[str]:
+    out = native.smi("--query-gpu=uuid", "--format=csv,noheader", devices=devices)
+    return out.stdout.split()
+
+
+def test_a_planned_xid_reaches_an_event_wait_with_its_data(native: NativeEnv) -> None:
+    devices = "a100:2"
+    ids = uuids(native, devices)
+    watcher = subprocess.Popen([sys.executable, "-c", WATCH, "3000"], stdout=subprocess.PIPE, text=True,
+                               env=native.env(devices))
+    try:
+        assert watcher.stdout.readline().startswith("registered")
+        board.append(str(native.state_dir), [board.Record(time.time_ns() + SECOND // 2, 0, 48)])
+        lines = watcher.communicate(timeout=30)[0].splitlines()
+    finally:
+        watcher.kill()
+    event = lines[0].split()
+    assert event[:5] == ["event", "True", "48", ids[0], "True"]
+    assert 0.3 <= float(event[5]) < 2.5  # it fires when planned, not at once, and is delivered promptly
+    assert lines[1].startswith("timeout")  # delivered once
+
+
+def test_an_xid_before_registration_is_not_delivered(native: NativeEnv) -> None:
+    board.append(str(native.state_dir), [board.Record(time.time_ns() - SECOND, 1, 13)])
+    out = native.python(WATCH.replace("sys.argv[1]", "300"), devices="a100:2")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[1].startswith("timeout 0.3")
+
+
+def test_xid_79_loses_that_gpu_for_nvml_and_nvidia_smi_only(native: NativeEnv) -> None:
+    devices = "a100:3"
+    ids = uuids(native, devices)
+    before = native.python(QUERY, devices=devices)
+    before_bus = native.smi("--query-gpu=pci.bus_id", "--format=csv,noheader", devices=devices).stdout.split()
+    assert [line.split()[1] for line in before.stdout.splitlines()] == ["ok", "ok", "ok"]
+    board.append(str(native.state_dir), [board.Record(time.time_ns(), 1, 79, flags=board.FLAG_LOST),
+                                         board.Record(time.time_ns(), 2, 13)])
+    after = native.python(QUERY + textwrap.dedent(f"""
+        try:
+            n.nvmlDeviceGetHandleByUUID("{ids[1]}")
+        except n.NVMLError as e:
+            print("by uuid", type(e).__name__)
+    """), devices=devices).stdout.splitlines()
+    assert after[0].startswith("0 ok NVIDIA A100-SXM4-80GB")
+    assert after[1] == "1 NVMLError_GpuIsLost"
+    assert after[2].startswith("2 ok")  # an application Xid does not lose the board
+    assert after[3] == "by uuid NVMLError_GpuIsLost"
+
+    # The driver names the lost GPU by its bus id (domain in 4 digits), which NVML no longer gives.
+    bus = before_bus[1][4:]
+    lost_line = (f"Unable to determine the device handle for GPU1: {bus}: GPU is lost.  Reboot the system to "
+                 "recover this GPU")
+    listed = native.smi("-L", devices=devices)
+    assert listed.returncode == 15
+    first, *rest = listed.stdout.splitlines()
+    assert first == lost_line
+    assert [r.split(":")[0] for r in rest] == ["GPU 0", "GPU 2"]
+    rows = native.smi("--query-gpu=index,pci.bus_id", "--format=csv,noheader", devices=devices).stdout.splitlines()
+    assert rows == [lost_line, f"0, {before_bus[0]}", f"2, {before_bus[2]}"]
+    default = native.smi(devices=devices)
+    assert default.returncode == 15 and default.stdout.startswith("Unable to determine the device handle for GPU1")
+    assert "A100-SXM4-80GB" in default.stdout
+
+
+def test_a_gpu_lost_in_the_future_is_healthy_until_then(native: NativeEnv) -> None:
+    board.append(str(native.state_dir), [board.Record(time.time_ns() + 3 * SECOND, 0, 79, flags=board.FLAG_LOST)])
+    assert native.smi("-L", devices="a100").returncode == 0
+    time.sleep(3.2)
+    assert native.smi("-L", devices="a100").returncode == 15
+
+
+def test_fault_inject_reaches_a_running_run_by_pid(tmp_path: Path) -> None:
+    fakegpu = str(Path(sys.executable).with_name("fakegpu"))
+    watcher = subprocess.Popen([fakegpu, "run", "--devices", "h100:2", "--",
+                                sys.executable, "-c", WATCH, "20000"], stdout=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        pid = watcher.stdout.readline().split()[1]
+        done = subprocess.run([fakegpu, "fault", "inject", "--pid", pid, "--xid", "79", "--device", "1"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Xid 79 (GPU has fallen off the bus) on GPU 1 (GPU-")
+        line = watcher.stdout.readline().split()
+        assert line[:4] == ["event", "True", "79", "lost"]
+    finally:
+        watcher.kill()
+        watcher.wait()
+    bad = subprocess.run([fakegpu, "fault", "inject", "--pid", "999999999", "--xid", "79", "--device", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--pid 999999999: no such process" in bad.stderr

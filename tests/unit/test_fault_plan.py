@@ -1,0 +1,121 @@
+"""Fault plans (fakegpu/faults/plan.py) and the fault board file (fakegpu/faults/board.py)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+import pytest
+
+from fakegpu.faults import board
+from fakegpu.faults.plan import (
+    Fault,
+    InvalidFaultPlan,
+    from_environment,
+    load_file,
+    load_text,
+    parse_flag,
+    records,
+)
+from fakegpu.launcher import prepare
+
+UUIDS = ["GPU-4d848940-5f8d-7a56-4be6-e569ff6f9f01", "GPU-9bd2ed49-1905-5dbd-e432-494455cda8c4"]
+
+
+def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
+    flag = parse_flag("xid=79,device=1,at=20s")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - {kind: xid, xid: 79, device: 1, at: 20s}\n  - {xid: 13, device: " + UUIDS[0] +
+                    ", at: 1.5m}\n")
+    assert flag == Fault(79, 1, 20.0) and flag.lost
+    assert load_file(plan) == [flag, Fault(13, UUIDS[0], 90.0)]
+    assert not load_file(plan)[1].lost
+    assert from_environment(str(plan)) == load_file(plan)
+    assert from_environment('{"faults": [{"xid": 48, "device": 0}]}') == [Fault(48, 0, 0.0)]
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("xid=79,device=1,att=2", "unknown key 'att' (did you mean 'at'?); accepted: kind, xid, device, at"),
+    ("xid=80,device=1", "faults[0].xid: 80 is not accepted; expected one of: 13, 31, 43, 48, 63, 64, 74, 79, 94, 95"),
+    ("xid=79,device=GPU-zz", "faults[0].device: 'GPU-zz' is not a GPU; expected its index (0, 1) or UUID"),
+    ("xid=79,device=1,at=soon", "faults[0].at: 'soon' is not a duration"),
+    ("xid=79", "faults[0]: 'device' is a required property"),
+    ("xid=79,device", "'device' is not KEY=VALUE; expected e.g. xid=79,device=1,at=20s"),
+    ("xid=79,device=1,kind=ecc", "faults[0].kind: 'ecc' is not accepted; expected one of: xid"),
+])
+def test_bad_flags_say_what_is_wrong_and_what_is_accepted(value, expected):
+    with pytest.raises(InvalidFaultPlan) as err:
+        parse_flag(value)
+    assert expected in err.value.message
+    assert err.value.exit_code == 2
+
+
+def test_a_yaml_error_names_its_line(tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("faults:\n  - xid: 79\n    device: [1\n")
+    with pytest.raises(InvalidFaultPlan, match=r"plan.yaml:4:1: not YAML or JSON"):
+        load_file(plan)
+    with pytest.raises(InvalidFaultPlan, match="the plan: 'faults' is a required property"):
+        load_text("{}", "x")
+    with pytest.raises(InvalidFaultPlan, match="No such file"):
+        load_file(tmp_path / "missing.yaml")
+
+
+def test_records_name_each_gpu_by_its_index_in_the_run():
+    got = records([Fault(79, UUIDS[1].upper(), 2.0), Fault(13, 0)], UUIDS, start_ns=1_000)
+    assert got == [board.Record(2_000_001_000, 1, 79, board.KIND_XID, board.FLAG_LOST),
+                   board.Record(1_000, 0, 13, board.KIND_XID, 0)]
+    with pytest.raises(InvalidFaultPlan, match=r"fault on GPU 2: the run has GPUs 0\.\.1"):
+        records([Fault(79, 2)], UUIDS, 0)
+    with pytest.raises(InvalidFaultPlan, match=f"no GPU of the run has this UUID; did you mean {UUIDS[0]}"):
+        records([Fault(79, UUIDS[0][:-1] + "0")], UUIDS, 0)
+
+
+def test_board_round_trip_fired_and_full(tmp_path):
+    state = str(tmp_path)
+    assert board.read(state) == []
+    planned = [board.Record(10, 0, 13), board.Record(30, 1, 79, flags=board.FLAG_LOST)]
+    assert board.append(state, planned) == 2
+    assert board.read(state) == planned
+    assert board.fired(board.read(state), now_ns=20) == planned[:1]
+    assert os.path.getsize(board.board_path(state)) == board.SIZE
+    with pytest.raises(board.BoardFull):
+        board.append(state, [board.Record(0, 0, 13)] * (board.MAX_RECORDS - 1))
+    assert len(board.read(state)) == board.MAX_RECORDS  # the ones that fitted are published
+
+
+def _append_many(state: str, device: int) -> None:
+    for n in range(10):
+        board.append(state, [board.Record(n, device, 13)])
+
+
+def test_concurrent_writers_lose_no_record(tmp_path):
+    # Writers race to create the board and to append: the flock and the link-into-place keep every record.
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), d)) for d in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    got = board.read(str(tmp_path))
+    assert sorted((r.device, r.fire_ns) for r in got) == sorted((d, n) for d in range(6) for n in range(10))
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+
+
+def test_a_run_puts_its_plan_on_its_board_before_the_command_starts(monkeypatch):
+    monkeypatch.delenv("FAKEGPU_FAULTS", raising=False)
+    launch = prepare("a100:2", mode="fakecuda", faults=[Fault(79, 1, 5.0)])
+    try:
+        (r,) = board.read(launch.env["FAKEGPU_STATE_DIR"])
+        assert (r.device, r.code, r.lost) == (1, 79, True)
+    finally:
+        launch.cleanup()
+    with pytest.raises(InvalidFaultPlan, match=r"the run has GPUs 0\.\.1"):
+        prepare("a100:2", mode="fakecuda", faults=[Fault(79, 5)])
+    monkeypatch.setenv("FAKEGPU_FAULTS", '{"faults": [{"xid": 13, "device": 0}]}')
+    launch = prepare("a100:2", mode="fakecuda")
+    try:
+        assert [r.code for r in board.read(launch.env["FAKEGPU_STATE_DIR"])] == [13]
+    finally:
+        launch.cleanup()
