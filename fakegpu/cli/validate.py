@@ -10,7 +10,7 @@ import typer
 
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError, UsageError
-from fakegpu.validate import DEFAULT_OUT
+from fakegpu.validate import DEFAULT_OUT, CaseResult
 
 # As a shell reports a command ended by SIGINT.
 EXIT_INTERRUPTED = 130
@@ -38,7 +38,7 @@ def validate(
         cases = plan(manifest, out, filters)
         done = [0]
 
-        def on_done(result) -> None:
+        def on_done(result: CaseResult) -> None:
             done[0] += 1
             print(text.progress_line(result, done[0], len(cases)), file=stream, flush=True)
 
