@@ -343,6 +343,16 @@ def prepare(
     return LaunchEnv(env=env, root=root, devices=resolved)
 
 
+def child_argv(command: Sequence[str], launch: LaunchEnv, mode: str = "native",
+               lib_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """What `fakegpu run` starts for `command` in the environment `prepare` made: LaunchError when native mode
+    cannot serve the program (it carries a static CUDA runtime); as root, under fakegpu-procfs. `fakegpu run` and
+    `fakegpu validate`'s cases both start their commands through it."""
+    if mode == "native":
+        _refuse_a_static_cuda_runtime(command[0], launch.env)
+    return _with_procfs(list(command), launch.env, lib_dir)
+
+
 def run(
     command: Sequence[str],
     devices: str | None = None,
@@ -366,9 +376,7 @@ def run(
                      on_device_read=on_device_read, record_activity=limit is not None and mode == "native",
                      faults=faults)
     try:
-        if mode == "native":
-            _refuse_a_static_cuda_runtime(command[0], launch.env)
-        argv = _with_procfs(list(command), launch.env, lib_dir)
+        argv = child_argv(command, launch, mode, lib_dir)
         try:
             if limit is None:
                 rc = subprocess.run(argv, env=launch.env, check=False).returncode
@@ -393,7 +401,7 @@ def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode:
         except subprocess.TimeoutExpired:
             pass
         ended_at = time.monotonic_ns()
-        ended = _end_tree(proc)
+        ended = end_tree(proc)
         last = last_cuda_activity(launch.root / "activity", ended_at) if mode == "native" else (
             "not recorded (fakecuda mode; native mode records it)")
         others = f" and {ended - 1} process{'es' if ended != 2 else ''} it started" if ended > 1 else ""
@@ -403,7 +411,7 @@ def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode:
         for sig, handler in forwarded.items():
             signal.signal(sig, handler)
         if proc.poll() is None:  # the launcher itself was interrupted: leave nothing behind
-            _end_tree(proc)
+            end_tree(proc)
 
 
 def _forward_signals(pgid: int) -> dict[int, object]:
@@ -459,13 +467,14 @@ def _signal_tree(proc: subprocess.Popen, pids: set[int], sig: int) -> None:
             pass
 
 
-def _end_tree(proc: subprocess.Popen) -> int:
-    """SIGTERM to the command's group and every descendant, SIGKILL to what is left after the grace period; waits
-    for them to be gone. Returns how many processes there were."""
+def end_tree(proc: subprocess.Popen, grace_s: float = TIMEOUT_GRACE_S) -> int:
+    """SIGTERM to the group of `proc` (started as a group leader) and every descendant, SIGKILL to what is left
+    after `grace_s`; waits for them to be gone. Returns how many processes there were. `fakegpu run --timeout`
+    and `fakegpu validate`'s per-case timeouts both end a command's tree with it."""
     pids = _descendants(proc.pid)
     _signal_tree(proc, pids, signal.SIGTERM)
     try:
-        proc.wait(timeout=TIMEOUT_GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
     pids |= _descendants(proc.pid)

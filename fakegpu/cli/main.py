@@ -5,7 +5,19 @@ from __future__ import annotations
 import typer
 
 from fakegpu import __version__
-from fakegpu.cli import cluster, container, devices, doctor, estimate, fakecuda, faults, metrics, profiles, run
+from fakegpu.cli import (
+    cluster,
+    container,
+    devices,
+    doctor,
+    estimate,
+    fakecuda,
+    faults,
+    metrics,
+    profiles,
+    run,
+    validate,
+)
 
 app = typer.Typer(
     name="fakegpu",
@@ -28,6 +40,7 @@ app.command("preflight", context_settings={"allow_interspersed_args": False})(fa
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.add_typer(estimate.calibrate_app, name="calibrate")
+app.command("validate")(validate.validate)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 app.command("nvidia-smi", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                                             "help_option_names": []})(run.nvidia_smi)

@@ -139,6 +139,13 @@ def written(fakecuda_run: Path, minilm_dir: Path, tmp_path_factory) -> dict[str,
     assert smi.returncode == 0 and "not supported" in smi.stdout, smi.stderr[-3000:]
     out["nvml-process"] = _json_files(nvml, "nvml-*.json")
     out.update(_estimates(minilm_dir, tmp))
+    # fakegpu validate: a case that passes and one that fails a check, on the example manifest's profiles.
+    manifest = tmp / "validate.yaml"
+    manifest.write_text('matrix: {profile: [t4, "a100:2"]}\ncases:\n  - name: smi\n    command: [nvidia-smi, -L]\n'
+                        '    expect: {stdout_contains: "GPU 1:"}\n')
+    checked = _fakegpu("validate", str(manifest), "--out", str(tmp / "validate"), env=_clean_env())
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    out["validate"] = [json.loads((tmp / "validate" / "report.json").read_text())]
     # The envelope, around a result and around an error.
     ok, bad = (CliRunner().invoke(app, ["devices", spec, "--json"]) for spec in ("h100:2", "a10O:2"))
     assert (ok.exit_code, bad.exit_code) == (0, 2)

@@ -1,0 +1,56 @@
+"""`fakegpu validate MANIFEST [-j N] [--filter PATTERN]... [--fail-fast] [--out DIR] [--json]`: run a matrix
+of commands on fake GPU profiles and check their expectations (library: fakegpu.validate)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from fakegpu.cli.output import emit_json, fail
+from fakegpu.errors import FakeGPUError, UsageError
+from fakegpu.validate import DEFAULT_OUT, CaseResult
+
+# As a shell reports a command ended by SIGINT.
+EXIT_INTERRUPTED = 130
+
+
+def validate(
+    manifest: Path = typer.Argument(..., help="The manifest: .yaml, .yml, .json or .toml."),
+    jobs: int = typer.Option(1, "--jobs", "-j", help="Cases run at once."),
+    filters: list[str] = typer.Option(
+        [], "--filter", "-k", help="Run only cases whose id (as progress prints it: the case name, then its "
+        "axis values) contains this, e.g. t4 or batch=8, or matches it whole as a glob with * and ?; repeat for more."),
+    fail_fast: bool = typer.Option(False, "--fail-fast", help="Start no new case after the first that fails."),
+    out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for report.json and each case's logs."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (progress goes to stderr)."),
+) -> None:
+    """Run MANIFEST's cases on every profile of its matrix; exit 0 when all pass, 1 when one does not, 2 for a
+    bad manifest or usage."""
+    from fakegpu.validate import plan, run_plan
+    from fakegpu.validate import report as text
+
+    stream = sys.stderr if as_json else sys.stdout
+    try:
+        if jobs < 1:
+            raise UsageError(f"--jobs {jobs}: at least 1")
+        cases = plan(manifest, out, filters)
+        done = [0]
+
+        def on_done(result: CaseResult) -> None:
+            done[0] += 1
+            print(text.progress_line(result, done[0], len(cases)), file=stream, flush=True)
+
+        doc = run_plan(cases, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done)
+    except FakeGPUError as exc:
+        raise fail("validate", exc, as_json) from exc
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while cases ran: their process trees are ended
+        print("fakegpu validate: interrupted; the running cases were ended", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except OSError as exc:
+        raise fail("validate", FakeGPUError(f"cannot write under {out}: {exc.strerror or exc}"), as_json) from exc
+    print(f"{text.summary_line(doc)}; report: {out / 'report.json'}", file=stream)
+    if as_json:
+        emit_json("validate", doc, doc["exit_code"])
+    raise typer.Exit(doc["exit_code"])

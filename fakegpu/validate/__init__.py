@@ -1,0 +1,56 @@
+"""`fakegpu validate`: run a declarative matrix of commands against fake GPU profiles and check what each does.
+
+    manifest.py   read a YAML/JSON/TOML manifest, check it against manifest.schema.json (file:line errors)
+    matrix.py     axes x cases with include/exclude, placeholders filled in, --filter
+    checks.py     expectations: exit code, stdout/stderr contains/matches, JSON pointer operators
+    runner.py     each case as `fakegpu run` runs it, own process group, timeout ends the tree, -j N
+    report.py     progress lines, summary, the JSON report (reports/schemas/validate.schema.json)
+
+`run_manifest` is the whole of it for a caller that is not the CLI.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fakegpu.validate import report
+from fakegpu.validate.manifest import ManifestError, load
+from fakegpu.validate.matrix import Case, expand, select
+from fakegpu.validate.runner import CaseResult, check_runnable, run_cases
+
+DEFAULT_OUT = Path(".fakegpu") / "validate"
+
+__all__ = ["DEFAULT_OUT", "Case", "CaseResult", "ManifestError", "plan", "run_manifest", "run_plan"]
+
+
+def plan(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, filters: Sequence[str] = ()) -> list[Case]:
+    """The cases a run would run, checked runnable; ManifestError when the manifest is bad or a filter
+    selects nothing."""
+    manifest = load(manifest_path)
+    cases = expand(manifest, Path(out_dir).resolve())
+    chosen = select(cases, filters)
+    if not chosen:
+        raise ManifestError([f"{manifest_path}: --filter {' '.join(filters)} selects none of the "
+                             f"{len(cases)} cases (e.g. {cases[0].id})"])
+    check_runnable(chosen)
+    return chosen
+
+
+def run_plan(cases: Sequence[Case], manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
+             fail_fast: bool = False, on_start: Callable[[Case], None] | None = None,
+             on_done: Callable[[CaseResult], None] | None = None) -> dict[str, Any]:
+    """Run planned cases and write <out_dir>/report.json; returns the report."""
+    started, clock = time.time(), time.monotonic()
+    results = run_cases(cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
+    doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock)
+    report.write(Path(out_dir) / "report.json", doc)
+    return doc
+
+
+def run_manifest(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
+                 filters: Sequence[str] = (), fail_fast: bool = False) -> dict[str, Any]:
+    """plan, then run_plan."""
+    return run_plan(plan(manifest_path, out_dir, filters), manifest_path, out_dir, jobs, fail_fast)
