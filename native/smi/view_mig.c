@@ -3,7 +3,8 @@
  * ztouchnetworks/k8s-dra-driver-gpu README.md lays it out:
  *   |  0    1   0   0  |             107MiB / 40192MiB    | 42      0 |  3   0    2    0    0 |
  *   |                  |                 0MiB / 65535MiB  |           |                       |
- * 580 right-aligns the BAR1 pair like the framebuffer one (580.105.08, RTX PRO 6000: "0MiB /  8327MiB    |").
+ * 580 right-aligns the BAR1 pair like the framebuffer one (580.105.08, RTX PRO 6000: "0MiB /  8327MiB    |");
+ * 550 has the 570 rows under other engine headings (550.54.14 on an A100-SXM4-80GB).
  * A GPU in MIG mode with no MIG device gets the "No MIG devices found" row. */
 #include <stdio.h>
 
@@ -71,12 +72,16 @@ void smi_mig_table(const smi_gpus *g, int branch)
         any_mode |= smi_mig_on(g->dev[k]);
     if (!any_mode)
         return;
+    /* 550 centres "Shared" less and packs the engine names (550.54.14, A100-SXM4-80GB). */
+    int r550 = branch < 570;
     printf("\n" WIDE_RULE "\n"
            "| MIG devices:                                                                            |\n" MIG_RULE "\n"
-           "| GPU  GI  CI  MIG |                     Memory-Usage |        Vol|        Shared         |\n"
-           "|      ID  ID  Dev |                       BAR1-Usage | SM     Unc| CE ENC  DEC  OFA  JPG |\n"
+           "| GPU  GI  CI  MIG |                     Memory-Usage |        Vol|%s|\n"
+           "|      ID  ID  Dev |                       BAR1-Usage | SM     Unc|%s|\n"
            "|                  |                                  |        ECC|                       |\n"
-           "|==================+==================================+===========+=======================|\n");
+           "|==================+==================================+===========+=======================|\n",
+           r550 ? "      Shared           " : "        Shared         ",
+           r550 ? " CE ENC DEC OFA JPG    " : " CE ENC  DEC  OFA  JPG ");
     int any = 0;
     for (unsigned k = 0; k < g->count; k++) {
         if (!smi_mig_on(g->dev[k]))

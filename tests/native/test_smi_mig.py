@@ -263,3 +263,20 @@ def test_query_xml_lists_mig_device_elements(native: NativeEnv, a100) -> None:
     assert [d.findtext("device_attributes/shared/copy_engine_count") for d in migs] == ["3", "2", "1"]
     plain = ET.fromstring(native.smi("-q", "-x", devices="a100:1").stdout).find("gpu")
     assert plain.findtext("mig_devices").strip() == "None"
+
+
+@pytest.mark.parametrize(("driver", "engines", "bar1"), [
+    # 580.105.08 (RTX PRO 6000): BAR1 right-aligned like the framebuffer pair; 570.148.08 (A100 80GB,
+    # ztouchnetworks/k8s-dra-driver-gpu README.md) two columns further right; 550.54.14 (A100-SXM4-80GB) the 570
+    # rows under "CE ENC DEC OFA JPG    ".
+    ("580.95.05", "| CE ENC  DEC  OFA  JPG |", "|               0MiB / 65535MiB    |"),
+    ("570.148.08", "| CE ENC  DEC  OFA  JPG |", "|                 0MiB / 65535MiB  |"),
+    ("550.54.14", "| CE ENC DEC OFA JPG    |", "|                 0MiB / 65535MiB  |"),
+])
+def test_mig_table_follows_the_drivers_branch(native: NativeEnv, driver: str, engines: str, bar1: str) -> None:
+    out = native.smi(devices=A100_LAYOUT, FAKEGPU_DRIVER_VERSION=driver)
+    assert out.returncode == 0 and f"Driver Version: {driver}" in out.stdout
+    lines = out.stdout.splitlines()
+    assert any(line.endswith(engines) and "BAR1-Usage" in line for line in lines)
+    first = next(i for i, line in enumerate(lines) if line.startswith("|  0    1   0   0  |"))
+    assert lines[first + 1].startswith("|                  " + bar1)
