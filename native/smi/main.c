@@ -121,7 +121,8 @@ static int parse(int argc, char **argv, opts_t *o)
                     return -1;
                 }
             }
-            if (!found)
+            /* -cgi names what to create; -cci alone creates each GPU instance's default compute instance. */
+            if (!found || (o->mig.op == SMI_MIG_CGI && !o->mig.profiles))
                 return -1;
             o->cmd = CMD_MIG;
         } else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) {
