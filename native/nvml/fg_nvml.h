@@ -62,6 +62,9 @@ FG_HIDDEN nvmlReturn_t fg_lookup_any(nvmlDevice_t h, const fg_device **d, const 
 FG_HIDDEN void fg_mig_handles_init(void);
 /* A MIG device's framebuffer: its profile's memory. */
 FG_HIDDEN void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total);
+/* A MIG device's BAR1: its share of the board's (parent_total), all free. */
+FG_HIDDEN void fg_mig_bar1(const fg_device *d, const fg_mig_instance *m, unsigned long long parent_total,
+                           nvmlBAR1Memory_t *out);
 
 #define FG_DEVICE(handle, var)                                                                                    \
     const fg_device *var = NULL;                                                                                  \

@@ -47,7 +47,7 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 
 nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
     FG_NEED(bar1Memory);
     /* Datacenter boards map the whole framebuffer (next power of two: 128 GiB on an 80 GB board); desktop
      * cards without resizable BAR expose 256 MiB. */
@@ -55,6 +55,10 @@ nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *
     if (fg_is_datacenter(d))
         while (total < d->mem_total)
             total <<= 1;
+    if (m) {
+        fg_mig_bar1(d, m, total, bar1Memory);
+        return NVML_SUCCESS;
+    }
     bar1Memory->bar1Total = total;
     bar1Memory->bar1Used = 2 * MIB;
     bar1Memory->bar1Free = total - 2 * MIB;

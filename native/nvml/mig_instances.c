@@ -416,7 +416,10 @@ nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance
     info->gpuInstance = gi_handle(&r);
     info->id = r.m->ci_id;
     info->profileId = ci_full_profile(r.p);
-    info->placement = (nvmlComputeInstancePlacement_t){.start = 0, .size = r.p->compute_slices};
+    /* The spanning compute instance's placement covers its GPU instance's slots: 0:4 for a 3g.40gb, 0:2 for an
+     * H100's 1g.24gb, 0:1 for a 1g.10gb (`nvidia-smi mig -lci` captures, e.g. aminmsalimi/migops
+     * tests/test_h100_ci_parser.py), not its compute slice count. */
+    info->placement = (nvmlComputeInstancePlacement_t){.start = 0, .size = r.p->size};
     return NVML_SUCCESS;
 }
 

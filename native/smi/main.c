@@ -26,7 +26,7 @@ typedef struct {
     const char *fields;
     const char *format;
     int xml;
-    int mig_compute; /* mig: a report or change about compute instances */
+    smi_mig_args mig;
     const char *display; /* -d */
     unsigned display_mask;
     double loop_s;
@@ -89,23 +89,31 @@ static int parse(int argc, char **argv, opts_t *o)
             int found = 0;
             for (i++; i < argc; i++) {
                 const char *m = argv[i];
-                int op = 0;
+                int op = -1;
+                /* The tables pair each short flag with its long one, in smi_mig_op order. */
                 for (size_t k = 0; k < sizeof gpu_ops / sizeof *gpu_ops; k++)
-                    op |= !strcmp(m, gpu_ops[k]) ? 1 : !strcmp(m, ci_ops[k]) ? 2 : 0;
-                if (op) {
+                    if (!strcmp(m, gpu_ops[k]) || !strcmp(m, ci_ops[k]))
+                        op = (int)(k / 2) + (!strcmp(m, ci_ops[k]) ? SMI_MIG_LCI : 0);
+                if (op >= 0) {
                     if (found)
                         return -1;
-                    found = op;
-                    o->mig_compute = op == 2;
+                    found = 1;
+                    o->mig.op = (smi_mig_op)op;
                     /* -cgi and -cci take their profiles as the next word */
-                    if ((!strcmp(m, "-cgi") || !strcmp(m, "--create-gpu-instance") || !strcmp(m, "-cci") ||
-                         !strcmp(m, "--create-compute-instance")) && i + 1 < argc && argv[i + 1][0] != '-')
-                        i++;
+                    if ((op == SMI_MIG_CGI || op == SMI_MIG_CCI) && i + 1 < argc && argv[i + 1][0] != '-')
+                        o->mig.profiles = argv[++i];
                 } else if (is_opt(m, "-i", "--id")) {
                     if (!(o->ids = option_value(argc, argv, &i, m, "--id")))
                         return -1;
-                } else if (!strcmp(m, "-gi") || !strcmp(m, "--gpu-instance-id") || !strcmp(m, "-ci") ||
-                           !strcmp(m, "--compute-instance-id") || !strcmp(m, "-gip") || !strcmp(m, "-cip")) {
+                } else if (!strcmp(m, "-gi") || !strcmp(m, "--gpu-instance-id")) {
+                    if (++i >= argc)
+                        return -1;
+                    o->mig.gi = argv[i];
+                } else if (!strcmp(m, "-ci") || !strcmp(m, "--compute-instance-id")) {
+                    if (++i >= argc)
+                        return -1;
+                    o->mig.ci = argv[i];
+                } else if (!strcmp(m, "-gip") || !strcmp(m, "-cip")) {
                     if (++i >= argc)
                         return -1;
                 } else if (!strcmp(m, "-C") || !strcmp(m, "--default-compute-instance")) {
@@ -113,7 +121,8 @@ static int parse(int argc, char **argv, opts_t *o)
                     return -1;
                 }
             }
-            if (!found)
+            /* -cgi names what to create; -cci alone creates each GPU instance's default compute instance. */
+            if (!found || (o->mig.op == SMI_MIG_CGI && !o->mig.profiles))
                 return -1;
             o->cmd = CMD_MIG;
         } else if (!strcmp(a, "-L") || !strcmp(a, "--list-gpus")) {
@@ -229,7 +238,7 @@ static int view(const opts_t *o, const smi_format *fmt, const smi_gpus *g)
     case CMD_QUERY: return o->xml ? smi_view_query_xml(g) : smi_view_query(g, o->display_mask);
     case CMD_TOPO: return smi_view_topo(g);
     case CMD_NVLINK_STATUS: return smi_view_nvlink_status(g);
-    case CMD_MIG: return smi_view_mig(g, o->mig_compute);
+    case CMD_MIG: return smi_view_mig(g, &o->mig);
     case CMD_QUERY_GPU: return smi_query_gpu(g, o->fields, fmt);
     case CMD_QUERY_APPS: return smi_query_apps(g, o->fields, fmt);
     default: return smi_view_default(g);

@@ -57,8 +57,54 @@ int smi_view_query(const smi_gpus *g, unsigned display);
 int smi_view_query_xml(const smi_gpus *g);
 int smi_view_topo(const smi_gpus *g);
 int smi_view_nvlink_status(const smi_gpus *g);
-/* nvidia-smi mig's reports and changes (mig.c); compute: about compute instances rather than GPU instances. */
-int smi_view_mig(const smi_gpus *g, int compute);
+/* nvidia-smi mig: one report or change (the GPU instance ones, then the compute instance ones, as main.c's flag
+ * tables list them), with the -gi/-ci ID lists and the -cgi/-cci profile list (NULL: not given). */
+typedef enum {
+    SMI_MIG_LGI, SMI_MIG_LGIP, SMI_MIG_LGIPP, SMI_MIG_CGI, SMI_MIG_DGI,
+    SMI_MIG_LCI, SMI_MIG_LCIP, SMI_MIG_LCIPP, SMI_MIG_CCI, SMI_MIG_DCI
+} smi_mig_op;
+typedef struct {
+    smi_mig_op op;
+    const char *gi, *ci, *profiles;
+} smi_mig_args;
+int smi_view_mig(const smi_gpus *g, const smi_mig_args *a);
+
+/* mig.c: what the MIG views share. MIG mode on? The MIG device handles (by index, the slots the layout fills). */
+int smi_mig_on(nvmlDevice_t d);
+unsigned smi_mig_devices(nvmlDevice_t d, nvmlDevice_t *out, unsigned max);
+/* Is id in the comma list (-gi 1,5)? A NULL list holds every id. */
+int smi_id_listed(const char *list, unsigned id);
+/* The board's GPU instance profiles in the order -lgip lists them; the count. */
+unsigned smi_gi_profiles(nvmlDevice_t d, nvmlGpuInstanceProfileInfo_v2_t *out, unsigned max);
+/* The GPU instances in the order -lgi lists them (by profile as -lgip, then by ID); the count. */
+unsigned smi_gpu_instances(nvmlDevice_t d, nvmlGpuInstance_t *out, nvmlGpuInstanceInfo_t *info, unsigned max);
+/* The name column of the mig tables: 16 wide, wider for a board with a longer profile name. */
+int smi_mig_name_width(nvmlDevice_t d);
+
+/* A table row built by column: '|' at both ends, text placed left-aligned at a column or right-aligned to end
+ * before one (what the real tables' columns line up on). */
+typedef struct {
+    char s[224];
+    int width;
+} smi_row;
+void smi_row_init(smi_row *r, int width);
+void smi_row_left(smi_row *r, int col, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void smi_row_right(smi_row *r, int end, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void smi_row_print(const smi_row *r);
+void smi_rule(int width, char fill); /* '-': "+---+", '=': "|===|" */
+void smi_row_text(int width, const char *text);
+
+/* mig_list.c: -lgi, -lci and the MIG device lines of -L; mig_profiles.c: -lgip, -lgipp, -lcip; mig_change.c:
+ * -cgi, -dgi, -cci, -dci. Each takes the MIG-enabled GPUs of the selection. */
+int smi_mig_lgi(const smi_gpus *g);
+int smi_mig_lci(const smi_gpus *g, const smi_mig_args *a);
+void smi_mig_list_lines(nvmlDevice_t d);
+int smi_mig_lgip(const smi_gpus *g);
+int smi_mig_lgipp(const smi_gpus *g);
+int smi_mig_lcip(const smi_gpus *g, const smi_mig_args *a);
+int smi_mig_change(const smi_gpus *g, const smi_mig_args *a);
+/* view_mig.c: the default view's "MIG devices:" table, when a GPU shown is in MIG mode. */
+void smi_mig_table(const smi_gpus *g, int branch);
 int smi_query_gpu(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_query_apps(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_help_query_gpu(void);

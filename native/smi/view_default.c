@@ -50,6 +50,8 @@ static void gpu_rows(nvmlDevice_t d, unsigned index)
         unsigned long long unc = 0;
         if (!cur)
             snprintf(ecc, sizeof ecc, "Off");
+        else if (smi_mig_on(d)) /* errors are the instances' then: the MIG table shows them */
+            snprintf(ecc, sizeof ecc, "On");
         else if (nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &unc) == 0)
             snprintf(ecc, sizeof ecc, "%llu", unc);
     }
@@ -139,6 +141,7 @@ int smi_view_default(const smi_gpus *g)
         gpu_rows(g->dev[k], g->index[k]);
         printf(GPU_RULE "\n");
     }
+    smi_mig_table(g, branch);
     printf("                                                                                         \n");
     printf(RULE "\n"
            "| Processes:                                                                              |\n"

@@ -1,4 +1,4 @@
-/* -L: one line per GPU (nvlink -s opens each GPU with the same line). */
+/* -L: one line per GPU (nvlink -s opens each GPU with the same line), then a MIG-mode GPU's MIG devices. */
 #include <stdio.h>
 
 #include "smi.h"
@@ -13,7 +13,10 @@ void smi_gpu_line(const smi_gpus *g, unsigned k)
 
 int smi_view_list(const smi_gpus *g)
 {
-    for (unsigned k = 0; k < g->count; k++)
+    for (unsigned k = 0; k < g->count; k++) {
         smi_gpu_line(g, k);
+        if (smi_mig_on(g->dev[k]))
+            smi_mig_list_lines(g->dev[k]);
+    }
     return SMI_OK;
 }

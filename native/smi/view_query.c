@@ -99,6 +99,49 @@ static void processes(nvmlDevice_t d)
     }
 }
 
+/* A MIG-mode GPU's MIG devices, after its MIG Mode, with the children -q -x gives <mig_device> (a 575.57.08
+ * `-q -x` of an H100 in MIG mode, quoted in a public MIG device parser that the code index finds by
+ * "<multiprocessor_count>": index, instance IDs, shared engines, framebuffer); the keys are the report's spellings
+ * of those elements. Nothing for a GPU not in MIG mode. */
+static void mig_devices(nvmlDevice_t d)
+{
+    nvmlDevice_t migs[16];
+    unsigned n = smi_mig_on(d) ? smi_mig_devices(d, migs, 16) : 0, v;
+    if (!n)
+        return;
+    section(1, "MIG Devices");
+    for (unsigned i = 0; i < n; i++) {
+        nvmlDevice_t m = migs[i];
+        section(2, "MIG Device");
+        uint_or_na(3, "Index", nvmlDeviceGetIndex(m, &v), &v, "");
+        uint_or_na(3, "GPU Instance ID", nvmlDeviceGetGpuInstanceId(m, &v), &v, "");
+        uint_or_na(3, "Compute Instance ID", nvmlDeviceGetComputeInstanceId(m, &v), &v, "");
+        nvmlDeviceAttributes_t a;
+        nvmlReturn_t rc = nvmlDeviceGetAttributes_v2(m, &a);
+        section(3, "Device Attributes");
+        section(4, "Shared");
+        uint_or_na(5, "Multiprocessor count", rc, &a.multiprocessorCount, "");
+        uint_or_na(5, "Copy Engine count", rc, &a.sharedCopyEngineCount, "");
+        uint_or_na(5, "Encoder count", rc, &a.sharedEncoderCount, "");
+        uint_or_na(5, "Decoder count", rc, &a.sharedDecoderCount, "");
+        uint_or_na(5, "OFA count", rc, &a.sharedOfaCount, "");
+        uint_or_na(5, "JPG count", rc, &a.sharedJpegCount, "");
+        nvmlMemory_v2_t mem = {.version = nvmlMemory_v2};
+        rc = nvmlDeviceGetMemoryInfo_v2(m, &mem);
+        section(3, "FB Memory Usage");
+        kv(4, "Total", rc ? "N/A" : "%llu MiB", smi_mib(mem.total));
+        kv(4, "Reserved", rc ? "N/A" : "%llu MiB", smi_mib(mem.reserved));
+        kv(4, "Used", rc ? "N/A" : "%llu MiB", smi_mib(mem.used));
+        kv(4, "Free", rc ? "N/A" : "%llu MiB", smi_mib(mem.free));
+        nvmlBAR1Memory_t b;
+        rc = nvmlDeviceGetBAR1MemoryInfo(m, &b);
+        section(3, "BAR1 Memory Usage");
+        kv(4, "Total", rc ? "N/A" : "%llu MiB", smi_mib(b.bar1Total));
+        kv(4, "Used", rc ? "N/A" : "%llu MiB", smi_mib(b.bar1Used));
+        kv(4, "Free", rc ? "N/A" : "%llu MiB", smi_mib(b.bar1Free));
+    }
+}
+
 /* mask: -d's display types (display.c), 0 for the whole report. */
 static void one_gpu(nvmlDevice_t d, unsigned mask)
 {
@@ -126,6 +169,7 @@ static void one_gpu(nvmlDevice_t d, unsigned mask)
     rc = nvmlDeviceGetMigMode(d, &v, &v2);
     kv(2, "Current", "%s", onoff(rc, v));
     kv(2, "Pending", "%s", onoff(rc, v2));
+    mig_devices(d);
     rc = nvmlDeviceGetAccountingMode(d, &e);
     kv(1, "Accounting Mode", "%s", onoff(rc, e));
     str_or_na(1, "Serial Number", nvmlDeviceGetSerial(d, s, sizeof s), s);

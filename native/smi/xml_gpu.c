@@ -370,11 +370,66 @@ static nvmlReturn_t v_power_range(nvmlDevice_t d, int arg, char *o, unsigned n)
     return put(rc, o, n, "%.2f W", mw[arg] / 1000.0);
 }
 
-/* MIG partitions are not simulated (nvmlDeviceGetGpuInstances is a stub), so there is never a MIG device. */
+static void xml_mib(int depth, const char *tag, nvmlReturn_t rc, unsigned long long bytes)
+{
+    char v[32];
+    snprintf(v, sizeof v, "%llu MiB", smi_mib(bytes));
+    smi_xml_leaf(depth, tag, rc == NVML_SUCCESS ? v : "N/A");
+}
+
+/* v by address: the NVML call that fills it is another argument (see uint_or_na in view_query.c). */
+static void xml_uint(int depth, const char *tag, nvmlReturn_t rc, const unsigned *v)
+{
+    char t[16];
+    snprintf(t, sizeof t, "%u", *v);
+    smi_xml_leaf(depth, tag, rc == NVML_SUCCESS ? t : "N/A");
+}
+
+/* A MIG-mode GPU's <mig_device> elements, in the tree of a 575.57.08 H100 capture (index, instance IDs,
+ * device_attributes/shared, fb_memory_usage) plus bar1_memory_usage; "None" otherwise. */
 static void t_mig_devices(nvmlDevice_t d, int depth)
 {
-    (void)d;
-    smi_xml_text(depth, "None");
+    nvmlDevice_t migs[16];
+    unsigned n = smi_mig_on(d) ? smi_mig_devices(d, migs, 16) : 0, v = 0;
+    if (!n) {
+        smi_xml_text(depth, "None");
+        return;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        nvmlDevice_t m = migs[i];
+        smi_xml_open(depth, "mig_device");
+        xml_uint(depth + 1, "index", nvmlDeviceGetIndex(m, &v), &v);
+        xml_uint(depth + 1, "gpu_instance_id", nvmlDeviceGetGpuInstanceId(m, &v), &v);
+        xml_uint(depth + 1, "compute_instance_id", nvmlDeviceGetComputeInstanceId(m, &v), &v);
+        nvmlDeviceAttributes_t a = {0};
+        nvmlReturn_t rc = nvmlDeviceGetAttributes_v2(m, &a);
+        smi_xml_open(depth + 1, "device_attributes");
+        smi_xml_open(depth + 2, "shared");
+        xml_uint(depth + 3, "multiprocessor_count", rc, &a.multiprocessorCount);
+        xml_uint(depth + 3, "copy_engine_count", rc, &a.sharedCopyEngineCount);
+        xml_uint(depth + 3, "encoder_count", rc, &a.sharedEncoderCount);
+        xml_uint(depth + 3, "decoder_count", rc, &a.sharedDecoderCount);
+        xml_uint(depth + 3, "ofa_count", rc, &a.sharedOfaCount);
+        xml_uint(depth + 3, "jpg_count", rc, &a.sharedJpegCount);
+        smi_xml_close(depth + 2, "shared");
+        smi_xml_close(depth + 1, "device_attributes");
+        nvmlMemory_v2_t mem = {.version = nvmlMemory_v2};
+        rc = nvmlDeviceGetMemoryInfo_v2(m, &mem);
+        smi_xml_open(depth + 1, "fb_memory_usage");
+        xml_mib(depth + 2, "total", rc, mem.total);
+        xml_mib(depth + 2, "reserved", rc, mem.reserved);
+        xml_mib(depth + 2, "used", rc, mem.used);
+        xml_mib(depth + 2, "free", rc, mem.free);
+        smi_xml_close(depth + 1, "fb_memory_usage");
+        nvmlBAR1Memory_t b = {0};
+        rc = nvmlDeviceGetBAR1MemoryInfo(m, &b);
+        smi_xml_open(depth + 1, "bar1_memory_usage");
+        xml_mib(depth + 2, "total", rc, b.bar1Total);
+        xml_mib(depth + 2, "used", rc, b.bar1Used);
+        xml_mib(depth + 2, "free", rc, b.bar1Free);
+        smi_xml_close(depth + 1, "bar1_memory_usage");
+        smi_xml_close(depth, "mig_device");
+    }
 }
 
 static void supported_mem_clock(nvmlDevice_t d, unsigned mem_mhz, int depth)

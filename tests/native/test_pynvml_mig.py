@@ -22,7 +22,7 @@ MIG_WALK = Path(__file__).with_name("pynvml_mig_walk.py")
 LAYOUT_SPEC = "a100:1:mig=3g.40gb+2g.20gb+1g.10gb"
 MIB = 1 << 20
 # What a MIG device handle answers; every other query pynvml_walk.py asks a whole GPU is refused.
-MIG_ANSWERS = {"name", "uuid", "index", "memory", "memory_v2", "compute_mode", "attributes", "is_mig",
+MIG_ANSWERS = {"name", "uuid", "index", "memory", "memory_v2", "bar1", "compute_mode", "attributes", "is_mig",
                "gpu_instance_id", "compute_instance_id", "parent_index", "by_uuid", "by_uuid_index"}
 
 
@@ -75,6 +75,10 @@ def test_mig_devices_match_the_placement(layout_walk) -> None:
     # The catalog's A100 80GB sizes, as `nvidia-smi mig -lgip` prints them.
     assert [m["memory"]["value"]["total"] // MIB for m in migs] == [40192, 19968, 9728]
     assert [m["gpu_instance_id"]["value"] for m in migs] == [1, 5, 13]
+    # BAR1 split by memory slices less a MiB, nothing used: the R570 nvidia-smi MIG table of an A100 80GB split
+    # 3g.40gb+2g.20gb+1g.10gb (ztouchnetworks/k8s-dra-driver-gpu README.md) shows 65535, 32767 and 16383 MiB.
+    assert [(m["bar1"]["value"]["bar1Total"] // MIB, m["bar1"]["value"]["bar1Used"]) for m in migs] == \
+        [(65535, 0), (32767, 0), (16383, 0)]
 
 
 def test_mig_handles_refuse_whole_gpu_queries(layout_walk) -> None:
@@ -153,8 +157,10 @@ def test_gpu_and_compute_instances(layout_walk) -> None:
         m = want[gi["id"]]
         p = m.profile
         assert gi["profile_id"] == p.id and gi["placement"] == [m.start, p.size] and gi["parent_index"] == 0
-        # One compute instance spanning the GPU instance (`-cgi ... -C`).
-        assert gi["cis"] == [{"id": 0, "profile_id": gi["cis"][0]["profile_id"], "placement": [0, p.compute_slices],
+        # One compute instance spanning the GPU instance (`-cgi ... -C`); its placement covers the GPU instance's
+        # slots, as `nvidia-smi mig -lci` shows "0:4" for a 3g.40gb and "0:2" for an H100 1g.24gb (aminmsalimi/migops
+        # tests/test_h100_ci_parser.py).
+        assert gi["cis"] == [{"id": 0, "profile_id": gi["cis"][0]["profile_id"], "placement": [0, p.size],
                               "parent_index": 0, "gi_id": m.gi_id}]
         spanning = gi["ci_profiles"][str(gi["cis"][0]["profile_id"])]
         assert spanning["value"]["sliceCount"] == p.compute_slices

@@ -320,13 +320,14 @@ def test_a_selection_of_none_finds_no_devices(native: NativeEnv, tmp_path) -> No
 @pytest.mark.parametrize("spec", ["a100:2", "l4-24gb"])
 def test_mig_reports_say_no_mig_enabled_device_as_a_driver_does(native: NativeEnv, args: tuple[str, ...],
                                                                 spec: str) -> None:
-    # MIG mode is off on every board until a layout enables it; MIG-capable or not, the driver answers the one
+    # MIG mode is off on these boards (no layout); MIG-capable or not, the driver answers the one
     # line scripts test for (`grep "No MIG-enabled devices found"`), with status 6.
     out = native.smi(*args, devices=spec)
     assert (out.returncode, out.stdout) == (6, "No MIG-enabled devices found.\n"), out.stdout + out.stderr
 
 
-@pytest.mark.parametrize("args", [("mig",), ("mig", "-lgi", "-lci"), ("mig", "-x"), ("mig", "-i")])
+@pytest.mark.parametrize("args", [("mig",), ("mig", "-lgi", "-lci"), ("mig", "-x"), ("mig", "-i"),
+                                  ("mig", "-cgi", "-C")])
 def test_mig_with_no_report_or_two_is_refused(native: NativeEnv, args: tuple[str, ...]) -> None:
     out = native.smi(*args)
     assert out.returncode == 2 and out.stdout.startswith("Invalid combination of input arguments.")
