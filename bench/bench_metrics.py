@@ -39,9 +39,9 @@ def prometheus_client_scrape(collector) -> bytes:
         def collect(self):
             for field, values in collector.readings():
                 kind = UnknownMetricFamily if field.counter else GaugeMetricFamily
-                family = kind(field.name, field.help, labels=list(collector.devices[0][1]))
+                family = kind(field.name, field.help, labels=list(collector.entities[0].labels))
                 for k, v in values:
-                    family.add_metric(list(collector.devices[k][1].values()), v)
+                    family.add_metric(list(collector.entities[k].labels.values()), v)
                 yield family
 
     registry = CollectorRegistry(auto_describe=False)

@@ -46,7 +46,7 @@ def metrics(
             sys.stdout.write(collector.scrape().decode())
             return
         server = serve(collector, address, port)
-        print(f"fakegpu metrics: {len(collector.devices)} GPU(s) on http://{address}:{server.server_port}/metrics",
+        print(f"fakegpu metrics: {len(collector.entities)} GPU(s) or GPU instance(s) on http://{address}:{server.server_port}/metrics",
               flush=True)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -45,11 +45,24 @@ class Field:
 
 @dataclass(frozen=True)
 class Probe:
-    """What a field reads from: NVML, the device's handle, and the last Xid the run's fault board holds for it."""
+    """What a field reads from: NVML, the GPU's handle, the handle whose framebuffer it reports (a MIG device's,
+    else the GPU's), and the last Xid the run's fault board holds for the GPU."""
 
     nvml: Any
     handle: Any
+    memory_handle: Any
     last_xid: int
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One series of labels: a GPU, or in MIG mode one of its GPU instances (dcgm-exporter reports a MIG-mode
+    GPU only through its instances: the GPU's own fields repeated on each, the framebuffer per instance)."""
+
+    index: int
+    handle: Any
+    memory_handle: Any
+    labels: dict[str, str]
 
 
 def _fields() -> tuple[Field, ...]:
@@ -59,7 +72,7 @@ def _fields() -> tuple[Field, ...]:
 
     def memory(attr: str) -> Callable[[Probe], float]:
         def read(p: Probe) -> float:
-            return getattr(p.nvml.nvmlDeviceGetMemoryInfo(p.handle, version=p.nvml.nvmlMemory_v2), attr) // mib
+            return getattr(p.nvml.nvmlDeviceGetMemoryInfo(p.memory_handle, version=p.nvml.nvmlMemory_v2), attr) // mib
         return read
 
     def ecc(error_type: int, counter_type: int) -> Callable[[Probe], float]:
@@ -169,21 +182,19 @@ class DcgmCollector:
         self.driver = nvml.nvmlSystemGetDriverVersion()
         self.state_dir = state_dir()
         # Identity does not change while the library is loaded; only the readings are taken per scrape.
-        self.devices: list[tuple[Any, dict[str, str]]] = []
-        self.indices: list[int] = []
+        self.entities: list[Entity] = []
         for i in range(nvml.nvmlDeviceGetCount()):
             try:
-                self.devices.append((nvml.nvmlDeviceGetHandleByIndex(i), self._labels(i)))
+                self.entities.extend(self._entities(i))
             except nvml.NVMLError:  # lost before we started: no handle to watch, as DCGM would not attach it
                 continue
-            self.indices.append(i)
-        self._label_text = [_label_text(labels) for _, labels in self.devices]
+        self._label_text = [_label_text(e.labels) for e in self.entities]
         self._lock = threading.Lock()
 
-    def _labels(self, index: int) -> dict[str, str]:
+    def _entities(self, index: int) -> list[Entity]:
         nvml = self.nvml
         h = nvml.nvmlDeviceGetHandleByIndex(index)
-        return {
+        labels = {
             "gpu": str(index),
             "UUID": nvml.nvmlDeviceGetUUID(h),
             "pci_bus_id": nvml.nvmlDeviceGetPciInfo(h).busId,
@@ -192,13 +203,30 @@ class DcgmCollector:
             "Hostname": self.host,
             "DCGM_FI_DRIVER_VERSION": self.driver,
         }
+        try:
+            mig = nvml.nvmlDeviceGetMigMode(h)[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        except nvml.NVMLError:  # a board without MIG
+            mig = False
+        if not mig:
+            return [Entity(index, h, h, labels)]
+        out = []
+        for k in range(nvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                m = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except nvml.NVMLError:  # an empty slot
+                continue
+            # The instance's profile, as the GPU instance profile names it ("... MIG 2g.20gb" -> "2g.20gb").
+            profile = nvml.nvmlDeviceGetName(m).rsplit(" MIG ", 1)[-1]
+            tail = {"GPU_I_PROFILE": profile, "GPU_I_ID": str(nvml.nvmlDeviceGetGpuInstanceId(m))}
+            out.append(Entity(index, h, m, {**dict(list(labels.items())[:5]), **tail, "Hostname": self.host,
+                                            "DCGM_FI_DRIVER_VERSION": self.driver}))
+        return out
 
     def readings(self) -> list[tuple[Field, list[tuple[int, float]]]]:
         """Every field with the (device position, value) pairs NVML answers now."""
         error = self.nvml.NVMLError
         xids = last_xids(self.state_dir)
-        probes = [Probe(self.nvml, handle, xids.get(i, 0))
-                  for i, (handle, _) in zip(self.indices, self.devices, strict=True)]
+        probes = [Probe(self.nvml, e.handle, e.memory_handle, xids.get(e.index, 0)) for e in self.entities]
         out = []
         with self._lock:  # one NVML pass at a time: scrapes may overlap on the server's threads
             for field in self.fields:

@@ -123,3 +123,49 @@ def test_bad_input_is_refused_clearly(native: NativeEnv) -> None:
                              env=native.env("a100", FAKEGPU_NATIVE_DIR=str(REPO / "no-such-build")))
     assert unbuilt.returncode == 1
     assert "FakeGPU's NVML is not built" in unbuilt.stderr
+
+
+MIG_PROBE = """
+import json, pynvml as n
+n.nvmlInit()
+h = n.nvmlDeviceGetHandleByIndex(0)
+out = {}
+for k in range(n.nvmlDeviceGetMaxMigDeviceCount(h)):
+    try:
+        m = n.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+    except n.NVMLError:
+        continue
+    out[str(n.nvmlDeviceGetGpuInstanceId(m))] = n.nvmlDeviceGetMemoryInfo(m).total >> 20
+print(json.dumps(out))
+"""
+
+
+def test_a_mig_gpu_is_reported_through_its_gpu_instances_as_dcgm_exporter_does(native: NativeEnv) -> None:
+    import json
+
+    devices = "a100:mig=3g.40gb+2g.20gb+1g.10gb,l4"
+    out = native.python(SCRAPE, devices=devices)
+    assert out.returncode == 0, out.stderr
+    series: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(out.stdout):
+        for s in family.samples:
+            series.setdefault(s.name, []).append((s.labels, s.value))
+    totals = json.loads(native.python(MIG_PROBE, devices=devices).stdout)
+    fb = {}
+    for labels, value in series["DCGM_FI_DEV_FB_FREE"]:
+        if labels["gpu"] == "0":
+            assert labels["modelName"] == "NVIDIA A100-SXM4-80GB"  # the GPU's, with the instance in its own labels
+            fb[labels["GPU_I_ID"]] = (labels["GPU_I_PROFILE"], value)
+    assert sorted(p for p, _ in fb.values()) == ["1g.10gb", "2g.20gb", "3g.40gb"]
+    assert set(fb) == set(totals)
+    used = {la["GPU_I_ID"]: v for la, v in series["DCGM_FI_DEV_FB_USED"] if la["gpu"] == "0"}
+    reserved = {la["GPU_I_ID"]: v for la, v in series["DCGM_FI_DEV_FB_RESERVED"] if la["gpu"] == "0"}
+    for gi, (_, free) in fb.items():
+        assert totals[gi] - 2 <= free + used[gi] + reserved[gi] <= totals[gi], gi
+    # Every field of the GPU comes per instance (none bare); what a MIG-mode GPU refuses is left out.
+    for name, samples in series.items():
+        assert all("GPU_I_ID" in la for la, _ in samples if la["gpu"] == "0"), name
+    clocks = {v for la, v in series["DCGM_FI_DEV_SM_CLOCK"] if la["gpu"] == "0"}
+    assert len(clocks) == 1 and len([1 for la, _ in series["DCGM_FI_DEV_SM_CLOCK"] if la["gpu"] == "0"]) == 3
+    assert [la["gpu"] for la, _ in series["DCGM_FI_DEV_ENC_UTIL"]] == ["1"]
+    assert all("GPU_I_ID" not in la for la, _ in series["DCGM_FI_DEV_FB_USED"] if la["gpu"] == "1")
