@@ -128,10 +128,15 @@ def read(state_dir: str) -> list[Record]:
         return []
     if raw[:len(MAGIC)] != MAGIC or len(raw) < SIZE:
         return []
-    (count,) = struct.unpack_from("=I", raw, OFF_COUNT)
+    return _published(raw)
+
+
+def _published(buffer: bytes | mmap.mmap) -> list[Record]:
+    """The records a board's bytes publish (its count's first ones)."""
+    (count,) = struct.unpack_from("=I", buffer, OFF_COUNT)
     out = []
     for i in range(min(count, MAX_RECORDS)):
-        fire_ns, kind, device, code, flags, data = _RECORD.unpack_from(raw, OFF_RECORDS + i * RECORD_SIZE)
+        fire_ns, kind, device, code, flags, data = _RECORD.unpack_from(buffer, OFF_RECORDS + i * RECORD_SIZE)
         out.append(Record(fire_ns, device, code, kind, flags, data))
     return out
 
@@ -186,14 +191,7 @@ class Watch:
 
     def _records(self) -> list[Record]:
         m = self._board()
-        if m is None:
-            return []
-        (count,) = struct.unpack_from("=I", m, OFF_COUNT)
-        out = []
-        for i in range(min(count, MAX_RECORDS)):
-            fire_ns, kind, device, code, flags, data = _RECORD.unpack_from(m, OFF_RECORDS + i * RECORD_SIZE)
-            out.append(Record(fire_ns, device, code, kind, flags, data))
-        return out
+        return [] if m is None else _published(m)
 
     def lost(self, device: int) -> bool:
         """The GPU (its table index) fell off the bus by now."""

@@ -131,3 +131,23 @@ def test_an_allocation_trigger_waits_on_the_board_until_it_fires():
         parse_flag("xid=79,device=1,at=2s,after_allocations=20")
     with pytest.raises(InvalidFaultPlan, match="after_allocations: 0 is less than the minimum of 1"):
         parse_flag("xid=79,device=1,after_allocations=0")
+
+
+def test_a_watch_sees_lost_gpus_and_fires_allocation_triggers_once(tmp_path):
+    watch = board.Watch(str(tmp_path))
+    assert not watch.lost(1)  # no board yet: looked for again only after RETRY_S
+    (record,) = records([parse_flag("xid=79,device=1,after_allocations=2")], UUIDS, 0)
+    board.append(str(tmp_path), [record])
+    watch._looked -= board.Watch.RETRY_S
+    watch.allocated(0)
+    watch.allocated(1)
+    assert not watch.lost(1) and board.fired(board.read(str(tmp_path))) == []
+    watch.allocated(1)
+    assert watch.lost(1) and not watch.lost(0)
+    (fired,) = board.read(str(tmp_path))
+    stamped = fired.fire_ns
+    board.Watch(str(tmp_path)).allocated(1)  # another process reaching the count later changes nothing
+    other = board.Watch(str(tmp_path))
+    other.allocated(1)
+    other.allocated(1)
+    assert board.read(str(tmp_path))[0].fire_ns == stamped
