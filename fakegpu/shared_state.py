@@ -15,6 +15,13 @@ real driver reaps a killed process's context. Layout (native byte order, fixed o
     12  type      1 byte   C (compute) or G (graphics)
     16  name      64 bytes what nvidia-smi shows, NUL-terminated, no tab or newline
     80  used      u64[64]  bytes in use per device index: 0 = this process does not use that device
+    592 busy      u64[64][BUSY_SLOTS] per device, the recent time slots in which this process kept it busy
+
+Busy time is what utilization, power, temperature and clocks follow (native/nvml/model.c): the second before a
+query is cut into BUSY_SLOTS slots of SLOT_NS (CLOCK_MONOTONIC, which every process and container of a host
+shares), and a process that launches a kernel or copies in slot k stores k into busy[device][k % BUSY_SLOTS].
+Slot k was busy when some process's ring holds k there, so a reader needs no history of its own and a stale
+entry can never pass for a recent one.
 
 The C writer (the CUDA shims) and reader (NVML) take these numbers from native/build/gen/fg_contract.h, which
 tools/gen_contract.py writes from this module; fakecuda writes through StateFile below.
@@ -26,10 +33,11 @@ import mmap
 import os
 import struct
 import sys
+import time
 
 from fakegpu.devices import MAX_DEVICES
 
-MAGIC = b"FGSTATE1"
+MAGIC = b"FGSTATE2"
 # Also hook/fakegpu_hook/contract.py's CONTAINER_DIR (the hook may not import this package): gen_contract checks.
 CONTAINER_DIR = "/run/fakegpu"
 NAME_LEN = 64
@@ -37,7 +45,10 @@ OFF_PID = 8
 OFF_TYPE = 12
 OFF_NAME = 16
 OFF_USED = OFF_NAME + NAME_LEN
-SIZE = OFF_USED + 8 * MAX_DEVICES
+OFF_BUSY = OFF_USED + 8 * MAX_DEVICES
+BUSY_SLOTS = 64
+SLOT_NS = 1_000_000_000 // BUSY_SLOTS  # 15.625 ms: the window is the last second, as NVML's sample period
+SIZE = OFF_BUSY + 8 * BUSY_SLOTS * MAX_DEVICES
 SUFFIX = ".proc"
 
 
@@ -102,6 +113,11 @@ class StateFile:
         # Native format "Q" packs with one 8-byte memcpy straight into the mapping (the standard-size "=Q" writes
         # byte by byte), so a reader never sees half a counter.
         struct.pack_into("Q", self._map, OFF_USED + 8 * device, used_bytes)
+
+    def mark_busy(self, device: int, now_ns: int | None = None) -> None:
+        """The device is busy now (a kernel or a copy of this process): one store into the device's ring."""
+        k = (time.monotonic_ns() if now_ns is None else now_ns) // SLOT_NS
+        struct.pack_into("Q", self._map, OFF_BUSY + 8 * (device * BUSY_SLOTS + k % BUSY_SLOTS), k)
 
     def close(self, remove: bool = True) -> None:
         if remove:

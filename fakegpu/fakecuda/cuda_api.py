@@ -287,6 +287,7 @@ class FakeCudaApi:
         self.rt.workspaces = self.workspaces
         self.publisher = state.Publisher(self.rt)
         self.rt.on_usage = self.publisher.notify
+        self.rt.on_busy = self.publisher.busy
         self.reporter = report.install_from_env(self.rt)
         persist.install(self.mode)
         backward.install(self.mode)
@@ -302,6 +303,7 @@ class FakeCudaApi:
     def uninstall(self) -> None:
         self.rt.workspaces = None
         self.rt.on_usage = None
+        self.rt.on_busy = None
         self.publisher.close()
         persist.uninstall()
         backward.uninstall()

@@ -113,7 +113,7 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
-        self.runtime.check_lost(index)
+        self.runtime.ran(index)
         if backward and func is aten.add.Tensor:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):

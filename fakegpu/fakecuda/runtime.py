@@ -54,6 +54,7 @@ class Runtime:
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
     workspaces: Workspaces | None = None  # cuBLAS workspaces; set up by the torch layer (it raises torch's OOM)
     on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
+    on_busy: Callable[[int], None] | None = None  # called with the board an op ran on (state.py: utilization)
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
@@ -100,6 +101,12 @@ class Runtime:
     def usage_changed(self) -> None:
         if self.on_usage is not None:
             self.on_usage()
+
+    def ran(self, index: int) -> None:
+        """An op ran on the device: a lost GPU refuses it (ModelGPULost), a live one is busy now."""
+        self.check_lost(index)
+        if self.on_busy is not None:
+            self.on_busy(self.devices[index].board)
 
     def check_lost(self, index: int) -> None:
         """ModelGPULost when the device's GPU fell off the bus (the run's fault board)."""

@@ -57,6 +57,15 @@ class Publisher:
                     self.file.set(index, now)
             self.published = used
 
+    def busy(self, board: int) -> None:
+        """An op ran on the board: mark the moment (one store; no lock, the file only goes at close)."""
+        f = self.file
+        if f is not None and not self.closed:
+            try:
+                f.mark_busy(board)
+            except ValueError:  # closed by another thread meanwhile (the process is exiting)
+                pass
+
     def close(self) -> None:
         with self.lock:
             if self.closed and self.file is None:

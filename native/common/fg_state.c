@@ -205,3 +205,25 @@ void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out
         }
     }
 }
+
+void fg_state_mark_busy(fg_state_file *f, unsigned device)
+{
+    if (!f || device >= FG_MAX_DEVICES)
+        return;
+    uint64_t k = (uint64_t)(clock_ns(CLOCK_MONOTONIC) / FG_STATE_SLOT_NS);
+    atomic_store_explicit(&f->busy[device][k % FG_STATE_BUSY_SLOTS], k, memory_order_relaxed);
+}
+
+unsigned fg_state_reader_busy_slots(const fg_state_reader *r, unsigned device)
+{
+    if (device >= FG_MAX_DEVICES || !r->n)
+        return 0;
+    uint64_t now = (uint64_t)(clock_ns(CLOCK_MONOTONIC) / FG_STATE_SLOT_NS), busy = 0; /* bit j: slot now - j */
+    for (unsigned i = 0; i < r->n; i++)
+        for (unsigned j = 0; j < FG_STATE_BUSY_SLOTS && j <= now; j++) {
+            uint64_t k = now - j;
+            if (atomic_load_explicit(&r->files[i]->busy[device][k % FG_STATE_BUSY_SLOTS], memory_order_relaxed) == k)
+                busy |= 1ULL << j;
+        }
+    return (unsigned)__builtin_popcountll(busy);
+}

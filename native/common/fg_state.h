@@ -28,12 +28,15 @@ typedef struct {
     char pad_[3];
     char name[FG_STATE_NAME_LEN];
     _Atomic uint64_t used[FG_MAX_DEVICES]; /* bytes per device; 0: the device is not this process's */
+    _Atomic uint64_t busy[FG_MAX_DEVICES][FG_STATE_BUSY_SLOTS]; /* slot k busy: busy[dev][k % SLOTS] == k */
 } fg_state_file;
 
 _Static_assert(offsetof(fg_state_file, pid) == FG_STATE_OFF_PID, "pid offset differs from shared_state.py");
 _Static_assert(offsetof(fg_state_file, type) == FG_STATE_OFF_TYPE, "type offset differs from shared_state.py");
 _Static_assert(offsetof(fg_state_file, name) == FG_STATE_OFF_NAME, "name offset differs from shared_state.py");
 _Static_assert(offsetof(fg_state_file, used) == FG_STATE_OFF_USED, "used offset differs from shared_state.py");
+_Static_assert(FG_STATE_BUSY_SLOTS <= 64, "the reader keeps one bit per slot");
+_Static_assert(offsetof(fg_state_file, busy) == FG_STATE_OFF_BUSY, "busy offset differs from shared_state.py");
 _Static_assert(sizeof(fg_state_file) == FG_STATE_SIZE, "size differs from shared_state.py");
 
 typedef struct {
@@ -57,6 +60,9 @@ FG_HIDDEN fg_state_file *fg_state_create(const char *dir, unsigned pid, const ch
 /* Writer: unmap the file, and remove it when `remove` (a forked child unmaps its parent's without removing). */
 FG_HIDDEN void fg_state_close(fg_state_file *f, const char *dir, int remove);
 
+/* Writer: the device (a board index) is busy now: a kernel or a copy of this process. */
+FG_HIDDEN void fg_state_mark_busy(fg_state_file *f, unsigned device);
+
 /* Reader: the files' mappings, rescanned when the folder changed (its mtime) or every `ttl_ns` (to reap pids
  * that died without removing their file); the counters are loaded at every read. */
 typedef struct {
@@ -71,6 +77,9 @@ FG_HIDDEN void fg_state_reader_open(fg_state_reader *r, const char *dir);
 /* Every live process's nonzero entries, pid then device order. Never fails: an absent or unreadable folder is
  * an empty state. */
 FG_HIDDEN void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out);
+/* How many of the last FG_STATE_BUSY_SLOTS slots (the current one included) some process kept the device busy
+ * in, from the files the last read mapped. */
+FG_HIDDEN unsigned fg_state_reader_busy_slots(const fg_state_reader *r, unsigned device);
 /* The next read scans the folder again. */
 FG_HIDDEN void fg_state_reader_invalidate(fg_state_reader *r);
 FG_HIDDEN void fg_state_reader_close(fg_state_reader *r);

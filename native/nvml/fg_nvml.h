@@ -38,6 +38,7 @@ typedef struct {
 typedef struct {
     unsigned long long used_bytes; /* processes' memory, idle baseline not included */
     unsigned compute_procs, graphics_procs;
+    unsigned busy_slots; /* of the last second's FG_STATE_BUSY_SLOTS, those a process kept the device busy in */
 } fg_usage;
 
 FG_HIDDEN extern fg_devset fg_devs;

@@ -1,6 +1,10 @@
-/* The dynamic side of a fake GPU: usage from the shared state, and a deterministic load model: a device with
- * no process is idle, one with processes is busy; FAKEGPU_TEMPERATURE / _UTILIZATION / _MEMORY_UTILIZATION /
- * _POWER_W pin it.
+/* The dynamic side of a fake GPU: usage from the shared state, and a load model that follows the work.
+ * Utilization is NVML's definition, the share of the last second in which a kernel (or a copy) ran: the share of
+ * the shared state's busy slots some process marked (native mode's libcuda marks its launches and copies,
+ * fakecuda its ops). Power rises from the board's idle draw toward its limit with utilization, temperature from
+ * its idle value by up to 35 C, the SM clock is at boost while busy and at the 210 MHz idle clock otherwise; a
+ * process that holds memory but launches nothing leaves the board idle, as on a real one.
+ * FAKEGPU_TEMPERATURE / _UTILIZATION / _MEMORY_UTILIZATION / _POWER_W pin it.
  *
  * Every query loads the processes' counters from their mapped files (common/fg_state), so an allocation in
  * another process shows at once; the folder itself is rescanned when it changes and every FAKEGPU_STATE_TTL_MS
@@ -51,6 +55,7 @@ void fg_usage_of(unsigned index, fg_usage *u)
     pthread_mutex_lock(&cache_lock);
     refresh_locked();
     *u = index < FG_MAX_DEVICES ? usage[index] : (fg_usage){0};
+    u->busy_slots = fg_state_reader_busy_slots(&reader, index);
     pthread_mutex_unlock(&cache_lock);
 }
 
@@ -68,7 +73,7 @@ unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max)
 
 int fg_is_datacenter(const fg_device *d) { return strcmp(d->segment, "datacenter") == 0 || !d->segment[0]; }
 
-static int busy(const fg_usage *u) { return u->compute_procs + u->graphics_procs > 0; }
+static int busy(const fg_usage *u) { return u->busy_slots > 0; }
 
 /* Allocated device memory: what processes hold plus the 1 MiB an idle board shows on 550+ drivers. The
  * driver's reserved carve-out is accounted separately (nvmlMemory_v2_t.reserved). */
@@ -84,7 +89,7 @@ unsigned fg_gpu_util(const fg_device *d, const fg_usage *u)
     (void)d;
     if (fg_cfg.pin_gpu_util >= 0)
         return fg_cfg.pin_gpu_util > 100 ? 100u : (unsigned)fg_cfg.pin_gpu_util;
-    return busy(u) ? 93 : 0;
+    return u->busy_slots * 100 / FG_STATE_BUSY_SLOTS;
 }
 
 unsigned fg_mem_util(const fg_device *d, const fg_usage *u)

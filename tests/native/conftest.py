@@ -7,9 +7,12 @@ so golden files move only when those profiles change, not whenever profiles/ gro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,6 +106,26 @@ class NativeEnv:
             self.entries[pid] = StateFile(str(self.state_dir), pid, name, kind)
         self.entries[pid].set(device, used_bytes)
         return Path(self.entries[pid].path)
+
+    @contextlib.contextmanager
+    def working(self, pid: int, device: int) -> Iterator[None]:
+        """A registered process keeps the device busy (marks the shared state's busy slots, as a CUDA library does
+        at each launch) while the block runs."""
+        stop = threading.Event()
+
+        def mark() -> None:
+            while not stop.is_set():
+                self.entries[pid].mark_busy(device)
+                stop.wait(0.005)
+
+        worker = threading.Thread(target=mark, daemon=True)
+        worker.start()
+        try:
+            time.sleep(1.05)  # a whole second of busy slots, the window utilization is measured over
+            yield
+        finally:
+            stop.set()
+            worker.join()
 
     def close(self) -> None:
         for entry in self.entries.values():

@@ -94,7 +94,9 @@ def test_registered_process_is_seen_by_every_struct_version(native: NativeEnv) -
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         native.register(sleeper.pid, 1, 3 * 1024 * MIB, "python3 train.py")
-        result = walk(native, "a100:2", pid=sleeper.pid)
+        holding = walk(native, "a100:2", pid=sleeper.pid)
+        with native.working(sleeper.pid, 1):
+            result = walk(native, "a100:2", pid=sleeper.pid)
     finally:
         sleeper.kill()
         sleeper.wait()
@@ -105,6 +107,9 @@ def test_registered_process_is_seen_by_every_struct_version(native: NativeEnv) -
         assert proc["pid"] == sleeper.pid and proc["usedGpuMemory"] == 3 * 1024 * MIB
     assert busy["graphics_procs"]["value"] == []
     assert busy["memory_v2"]["value"]["used"] == 3 * 1024 * MIB + MIB
+    # Memory alone keeps a board idle, as on a real one; work (launches) makes it busy.
+    assert holding["devices"][1]["utilization"]["value"]["gpu"] == 0
+    assert holding["devices"][1]["power_usage"]["value"] == idle["power_usage"]["value"]
     assert busy["utilization"]["value"]["gpu"] > 50
     assert busy["temperature"]["value"] > idle["temperature"]["value"]
     assert busy["power_usage"]["value"] > idle["power_usage"]["value"]

@@ -117,8 +117,9 @@ def test_every_listed_field_is_queryable(native: NativeEnv) -> None:
     busy = subprocess.Popen(["sleep", "60"])
     try:
         native.register(busy.pid, 0, 1 << 30, "python3 train.py")
-        again = native.smi("--query-gpu=clocks_throttle_reasons.gpu_idle,clocks_event_reasons.gpu_idle",
-                           "--format=csv,noheader", devices="h100:1")
+        with native.working(busy.pid, 0):
+            again = native.smi("--query-gpu=clocks_throttle_reasons.gpu_idle,clocks_event_reasons.gpu_idle",
+                               "--format=csv,noheader", devices="h100:1")
         assert again.stdout.strip() == "Not Active, Not Active"      # busy: the idle reason goes
     finally:
         busy.kill()

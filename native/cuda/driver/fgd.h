@@ -111,6 +111,8 @@ FG_HIDDEN void fgd_limits_load(void);
 FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
 FG_HIDDEN void fgd_state_changed(int device);
+/* Work ran on the device now (a kernel, a copy): NVML's utilization, power and clocks follow it. */
+FG_HIDDEN void fgd_busy(int device);
 FG_HIDDEN long long fgd_now_ns(void);
 /* The last CUDA activity, for `fakegpu run --timeout` (driver/activity.c): `api` and `detail` (a kernel's name,
  * or NULL) must live as long as the process. */

@@ -399,6 +399,7 @@ FGC_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
             kernels++;
             if (fgd_is_function(node->kernel.func))
                 fgd_launched_copy(node->kernel.func, e->device, &node->args);
+            fgd_busy(e->device);
         }
         else if (node->type == CU_GRAPH_NODE_TYPE_MEMCPY)
             rc = fgd_copy(node->dst, node->src, node->bytes, "cuGraphLaunch"), copies++;

@@ -389,6 +389,8 @@ static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api
     struct CUctx_st *c = to_device || from_device ? fgd_current() : NULL;
     if (c && fgd_lost(c->device))
         return CUDA_ERROR_UNKNOWN;
+    if (c)
+        fgd_busy(c->device);
     if (from_device && !to_device) {
         if (check_read) /* before the copy: the error policy ends the program here */
             fgd_written_read((uintptr_t)src, n, api);

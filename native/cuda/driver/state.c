@@ -72,6 +72,17 @@ void fgd_state_changed(int device)
     pthread_mutex_unlock(&lock);
 }
 
+void fgd_busy(int device)
+{
+    if (device < 0 || (unsigned)device >= fgd.devs.count)
+        return;
+    /* Under the lock: at exit the mapping goes away under it. */
+    pthread_mutex_lock(&lock);
+    if (file)
+        fg_state_mark_busy(file, fgd.board[device]);
+    pthread_mutex_unlock(&lock);
+}
+
 /* A forked child is another process: it starts with no usage of its own, and must not write its parent's file
  * (the mapping is inherited). */
 static void after_fork_child(void)
