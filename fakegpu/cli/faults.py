@@ -3,10 +3,31 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from fakegpu.cli.output import fail
 from fakegpu.errors import FakeGPUError, UsageError
+
+if TYPE_CHECKING:
+    from fakegpu.faults.inject import ContainerLayout
+
+
+def _layout() -> ContainerLayout:
+    """The runtime's own rules for its folders; its settings as the runtime reads them (the config file, and
+    FAKEGPU_STATE_ROOT, which only matches when dockerd's environment has the same)."""
+    from fakegpu_hook.contract import DEVICE_TABLE_NAME
+    from fakegpu_hook.settings import SettingsError, load_settings
+    from fakegpu_hook.statedir import CONTAINER_STATE
+
+    from fakegpu.faults.inject import ContainerLayout
+
+    try:
+        return ContainerLayout(load_settings().state_root, CONTAINER_STATE, DEVICE_TABLE_NAME)
+    except SettingsError as exc:
+        raise FakeGPUError(str(exc)) from exc
+
 
 app = typer.Typer(help="Faults in a running run: Xid events, lost GPUs.", no_args_is_help=True)
 
@@ -30,7 +51,7 @@ def inject(
         if pid is not None and container is not None:
             raise UsageError("give --pid or --container, not both")
         fault = parse_flag(f"xid={xid},device={device},at={at}", "fault inject")
-        done = inject_container(fault, container) if container is not None else put(fault, pid=pid)
+        done = inject_container(fault, container, _layout()) if container is not None else put(fault, pid=pid)
     except FakeGPUError as exc:
         raise fail("fault inject", exc, False) from exc
     target = f"container {done.container}" if done.container else f"the run in {done.state_dir}"

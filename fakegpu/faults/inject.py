@@ -93,6 +93,17 @@ def _put(fault: Fault, state: str, uuids: Sequence[str], container: str | None =
 
 
 @dataclass(frozen=True)
+class ContainerLayout:
+    """Where the runtime keeps a container's folders on the host: <state_root>/<id>/ with the device table and
+    the shared state folder in it. The CLI fills it from fakegpu_hook (statedir.py, contract.py), whose rules
+    they are; library code does not import the container integration."""
+
+    state_root: str
+    state_name: str  # the folder that is the container's /run/fakegpu
+    table_name: str
+
+
+@dataclass(frozen=True)
 class ContainerRun:
     """A FakeGPU container's run as the host sees it."""
 
@@ -112,34 +123,32 @@ def _folder(path: str, what: str) -> os.stat_result:
     return st
 
 
-def container_run(state_root: str, container_id: str, name: str) -> ContainerRun:
+def container_run(layout: ContainerLayout, container_id: str, name: str) -> ContainerRun:
     """The container's folders under the runtime's state root; ContainerNotUsable when the runtime gave it none
     (started without --runtime=fakegpu, or asking for no GPUs). Only the folder state/ is the container's to
     write: the ones above it are the host's (0700), checked not to be links all the same, and the result must
     stay under the state root."""
     if not container_id or "/" in container_id or container_id in (".", ".."):
         raise ContainerNotUsable(f"container {shorten(name)}: {shorten(container_id)} is not a container id")
-    from fakegpu_hook.contract import DEVICE_TABLE_NAME
-    from fakegpu_hook.statedir import container_dir, shared_state_dir
-
-    not_ours = (f"container {name} is not a FakeGPU container: the runtime's state root {state_root} has no "
+    root = layout.state_root
+    not_ours = (f"container {name} is not a FakeGPU container: the runtime's state root {root} has no "
                 f"folder for it (start it with --runtime=fakegpu and FAKEGPU_DEVICES or NVIDIA_VISIBLE_DEVICES)")
-    _folder(state_root, not_ours)
-    host_dir = container_dir(state_root, container_id)
+    _folder(root, not_ours)
+    host_dir = os.path.join(root, container_id)
     if _folder(host_dir, not_ours).st_uid != os.geteuid():
         raise ContainerNotUsable(f"{host_dir} belongs to another user than the runtime's; refused")
-    state = shared_state_dir(host_dir)
+    state = os.path.join(host_dir, layout.state_name)
     _folder(state, not_ours)
-    table = os.path.join(host_dir, DEVICE_TABLE_NAME)
+    table = os.path.join(host_dir, layout.table_name)
     try:
         is_table = stat.S_ISREG(os.lstat(table).st_mode)
     except FileNotFoundError:
         is_table = False
     if not is_table:
         raise ContainerNotUsable(not_ours)
-    root = os.path.realpath(state_root)
-    if os.path.commonpath([root, os.path.realpath(state)]) != root:
-        raise ContainerNotUsable(f"{state} leads out of the state root {state_root}; refused")
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real_root, os.path.realpath(state)]) != real_root:
+        raise ContainerNotUsable(f"{state} leads out of the state root {root}; refused")
     return ContainerRun(name, container_id, state, table)
 
 
@@ -154,7 +163,7 @@ def docker_client() -> Any:
     return client
 
 
-def find_container(client: Any, name_or_id: str, state_root: str) -> ContainerRun:
+def find_container(client: Any, name_or_id: str, layout: ContainerLayout) -> ContainerRun:
     """The running FakeGPU container named (or whose id, or id prefix, is) `name_or_id`."""
     import docker
 
@@ -172,22 +181,11 @@ def find_container(client: Any, name_or_id: str, state_root: str) -> ContainerRu
     if found.status != "running":
         raise ContainerNotUsable(f"container {found.name} is {found.status}, not running: its GPUs exist only "
                                  f"while it runs (docker start {found.name})")
-    return container_run(state_root, found.id, found.name)
+    return container_run(layout, found.id, found.name)
 
 
-def runtime_state_root() -> str:
-    """The state root the runtime uses: its settings (/etc/fakegpu/config.json, FAKEGPU_STATE_ROOT)."""
-    from fakegpu_hook.settings import SettingsError, load_settings
-
-    try:
-        return load_settings().state_root
-    except SettingsError as exc:
-        raise FakeGPUError(str(exc)) from exc
-
-
-def inject_container(fault: Fault, name_or_id: str, client: Any = None, state_root: str | None = None) -> Injected:
+def inject_container(fault: Fault, name_or_id: str, layout: ContainerLayout, client: Any = None) -> Injected:
     """Put `fault` on the board of a running FakeGPU container, its GPU named in the container's numbering."""
-    run = find_container(client if client is not None else docker_client(), name_or_id,
-                         state_root if state_root is not None else runtime_state_root())
+    run = find_container(client if client is not None else docker_client(), name_or_id, layout)
     uuids = run_devices({"FAKEGPU_DEVICE_TABLE": run.device_table})
     return _put(fault, run.state_dir, uuids, run.name)

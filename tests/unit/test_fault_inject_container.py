@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakegpu_hook.statedir import shared_state_dir
+from fakegpu_hook.contract import DEVICE_TABLE_NAME
+from fakegpu_hook.statedir import CONTAINER_STATE, shared_state_dir
 
 from fakegpu.devices import resolve_devices
 from fakegpu.devices.table import write_table
 from fakegpu.errors import EXIT_USAGE
 from fakegpu.faults import board
-from fakegpu.faults.inject import ContainerNotUsable, container_run, inject_container
+from fakegpu.faults.inject import ContainerLayout, ContainerNotUsable, container_run, inject_container
 from fakegpu.faults.plan import InvalidFaultPlan, parse_flag
 
 CID = "c0ffee" * 10 + "abcd"
@@ -50,13 +51,13 @@ class FakeClient:
 
 
 @pytest.fixture
-def state_root(tmp_path: Path) -> str:
+def layout(tmp_path: Path) -> ContainerLayout:
     """A state root with one container whose two GPUs are the inventory's GPUs 2 and 0 (its GPU 0 is host 2)."""
     root = str(tmp_path / "root")
     host = _container_dir(root)
     inventory = resolve_devices("a100:3", seed="0")
-    write_table(os.path.join(host, "devices.tbl"), [inventory[2], inventory[0]], "a100:3", "0")
-    return root
+    write_table(os.path.join(host, DEVICE_TABLE_NAME), [inventory[2], inventory[0]], "a100:3", "0")
+    return ContainerLayout(root, CONTAINER_STATE, DEVICE_TABLE_NAME)
 
 
 def _container_dir(root: str) -> str:
@@ -75,53 +76,51 @@ def _table_uuids(root: str) -> list[str]:
     return table_uuids(os.path.join(root, CID, "devices.tbl"))
 
 
-def test_injects_in_the_containers_numbering(state_root):
+def test_injects_in_the_containers_numbering(layout):
     client = FakeClient(FakeContainer(CID, "trainer"))
-    done = inject_container(parse_flag("xid=79,device=1"), "trainer", client, state_root)
-    state = shared_state_dir(os.path.join(state_root, CID))
+    done = inject_container(parse_flag("xid=79,device=1"), "trainer", layout, client)
+    state = shared_state_dir(os.path.join(layout.state_root, CID))
     assert done.state_dir == state and done.container == "trainer"
     (record,) = board.read(state)
     assert record.device == 1 and record.code == 79 and record.lost
-    assert done.uuid == _table_uuids(state_root)[1]
+    assert done.uuid == _table_uuids(layout.state_root)[1]
     # Every user of the container reads the board, whatever the injector's umask.
     assert stat.S_IMODE(os.stat(board.board_path(state)).st_mode) == 0o644
 
 
-def test_a_uuid_names_the_containers_gpu(state_root):
-    uuid0 = _table_uuids(state_root)[0]
-    done = inject_container(parse_flag(f"xid=13,device={uuid0}"), CID, FakeClient(FakeContainer(CID, "t")),
-                            state_root)
+def test_a_uuid_names_the_containers_gpu(layout):
+    uuid0 = _table_uuids(layout.state_root)[0]
+    done = inject_container(parse_flag(f"xid=13,device={uuid0}"), CID, layout, FakeClient(FakeContainer(CID, "t")))
     assert done.record.device == 0 and not done.record.lost
 
 
-def test_a_gpu_the_container_lacks_is_refused(state_root):
+def test_a_gpu_the_container_lacks_is_refused(layout):
     with pytest.raises(InvalidFaultPlan, match=r"GPUs 0\.\.1"):
-        inject_container(parse_flag("xid=79,device=2"), "t", FakeClient(FakeContainer(CID, "t")), state_root)
+        inject_container(parse_flag("xid=79,device=2"), "t", layout, FakeClient(FakeContainer(CID, "t")))
 
 
-def test_unknown_container_names_a_close_match(state_root):
+def test_unknown_container_names_a_close_match(layout):
     with pytest.raises(ContainerNotUsable, match="did you mean trainer") as err:
-        inject_container(parse_flag("xid=79,device=1"), "trainr", FakeClient(FakeContainer(CID, "trainer")),
-                         state_root)
+        inject_container(parse_flag("xid=79,device=1"), "trainr", layout, FakeClient(FakeContainer(CID, "trainer")))
     assert err.value.exit_code == EXIT_USAGE
 
 
-def test_stopped_and_plain_containers_are_refused(state_root):
+def test_stopped_and_plain_containers_are_refused(layout):
     stopped = FakeClient(FakeContainer(CID, "t", status="exited"))
     with pytest.raises(ContainerNotUsable, match="is exited, not running"):
-        inject_container(parse_flag("xid=79,device=1"), "t", stopped, state_root)
+        inject_container(parse_flag("xid=79,device=1"), "t", layout, stopped)
     plain = FakeClient(FakeContainer("f" * 64, "plain"))
     with pytest.raises(ContainerNotUsable, match="not a FakeGPU container"):
-        inject_container(parse_flag("xid=79,device=1"), "plain", plain, state_root)
+        inject_container(parse_flag("xid=79,device=1"), "plain", layout, plain)
 
 
-def test_a_symlinked_board_planted_in_the_state_folder_is_refused(state_root, tmp_path):
+def test_a_symlinked_board_planted_in_the_state_folder_is_refused(layout, tmp_path):
     victim = tmp_path / "victim"
     victim.write_bytes(b"host file\n")
-    state = shared_state_dir(os.path.join(state_root, CID))
+    state = shared_state_dir(os.path.join(layout.state_root, CID))
     os.symlink(victim, board.board_path(state))
     with pytest.raises(InvalidFaultPlan, match="symbolic link; refused"):
-        inject_container(parse_flag("xid=79,device=1"), "t", FakeClient(FakeContainer(CID, "t")), state_root)
+        inject_container(parse_flag("xid=79,device=1"), "t", layout, FakeClient(FakeContainer(CID, "t")))
     assert victim.read_bytes() == b"host file\n"
     assert sorted(os.listdir(state)) == ["faults.board"]  # no temporary file left behind
 
@@ -136,11 +135,11 @@ def test_a_fifo_or_a_short_file_planted_as_the_board_is_refused(tmp_path):
         board.append(str(tmp_path), [board.Record(0, 0, 79)])
 
 
-def test_a_symlinked_state_folder_is_refused(state_root, tmp_path):
-    state = shared_state_dir(os.path.join(state_root, CID))
+def test_a_symlinked_state_folder_is_refused(layout, tmp_path):
+    state = shared_state_dir(os.path.join(layout.state_root, CID))
     elsewhere = tmp_path / "elsewhere"
     os.rename(state, elsewhere)
     os.symlink(elsewhere, state)
     with pytest.raises(ContainerNotUsable, match="is not a folder; refused"):
-        container_run(state_root, CID, "t")
+        container_run(layout, CID, "t")
     assert not (elsewhere / board.FILE_NAME).exists()
