@@ -118,6 +118,10 @@ def _folder(path: str, what: str) -> os.stat_result:
         st = os.lstat(path)
     except FileNotFoundError as exc:
         raise ContainerNotUsable(what) from exc
+    except PermissionError as exc:
+        # The state root is the runtime's (root's, 0700): other users cannot see into it.
+        raise ContainerNotUsable(f"{path}: permission denied; a container's faults are injected as the "
+                                 "runtime's user (root)") from exc
     if not stat.S_ISDIR(st.st_mode):  # a link too: lstat sees the link, not its target
         raise ContainerNotUsable(f"{path} is not a folder; refused")
     return st

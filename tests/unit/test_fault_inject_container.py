@@ -143,3 +143,13 @@ def test_a_symlinked_state_folder_is_refused(layout, tmp_path):
     with pytest.raises(ContainerNotUsable, match="is not a folder; refused"):
         container_run(layout, CID, "t")
     assert not (elsewhere / board.FILE_NAME).exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root enters any folder")
+def test_a_state_root_the_user_cannot_enter_is_named(layout):
+    os.chmod(layout.state_root, 0o000)
+    try:
+        with pytest.raises(ContainerNotUsable, match="permission denied"):
+            container_run(layout, CID, "t")
+    finally:
+        os.chmod(layout.state_root, 0o700)
