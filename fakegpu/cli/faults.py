@@ -1,11 +1,33 @@
-"""`fakegpu fault inject --xid N --device GPU [--at DURATION] [--pid PID]` (fakegpu.faults.inject)."""
+"""`fakegpu fault inject --xid N --device GPU [--at DURATION] [--pid PID | --container NAME]`
+(fakegpu.faults.inject)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import typer
 
 from fakegpu.cli.output import fail
-from fakegpu.errors import FakeGPUError
+from fakegpu.errors import FakeGPUError, UsageError
+
+if TYPE_CHECKING:
+    from fakegpu.faults.inject import ContainerLayout
+
+
+def _layout() -> ContainerLayout:
+    """The runtime's own rules for its folders; its settings as the runtime reads them (the config file, and
+    FAKEGPU_STATE_ROOT, which only matches when dockerd's environment has the same)."""
+    from fakegpu_hook.contract import DEVICE_TABLE_NAME
+    from fakegpu_hook.settings import SettingsError, load_settings
+    from fakegpu_hook.statedir import CONTAINER_STATE
+
+    from fakegpu.faults.inject import ContainerLayout
+
+    try:
+        return ContainerLayout(load_settings().state_root, CONTAINER_STATE, DEVICE_TABLE_NAME)
+    except SettingsError as exc:
+        raise FakeGPUError(str(exc)) from exc
+
 
 app = typer.Typer(help="Faults in a running run: Xid events, lost GPUs.", no_args_is_help=True)
 
@@ -16,16 +38,22 @@ def inject(
     device: str = typer.Option(..., "--device", help="The GPU: its index in the run, or its UUID."),
     at: str = typer.Option("0", "--at", help="Delay from now (seconds, or 5s, 1m)."),
     pid: int | None = typer.Option(None, "--pid", help="A process of the target run (default: this shell's run)."),
+    container: str | None = typer.Option(None, "--container",
+                                         help="A running FakeGPU container (name or id); --device in its numbering."),
 ) -> None:
     """Inject a fault into a run now, as if the driver had reported it: NVML delivers the Xid event to those who
     registered for it, and Xid 79 makes the GPU lost for NVML and nvidia-smi."""
     from fakegpu.faults.inject import inject as put
+    from fakegpu.faults.inject import inject_container
     from fakegpu.faults.plan import XIDS, parse_flag
 
     try:
+        if pid is not None and container is not None:
+            raise UsageError("give --pid or --container, not both")
         fault = parse_flag(f"xid={xid},device={device},at={at}", "fault inject")
-        done = put(fault, pid=pid)
+        done = inject_container(fault, container, _layout()) if container is not None else put(fault, pid=pid)
     except FakeGPUError as exc:
         raise fail("fault inject", exc, False) from exc
-    typer.echo(f"Xid {xid} ({XIDS[xid][0]}) on GPU {done.record.device} ({done.uuid}) of the run in "
-               f"{done.state_dir}" + (f", in {at}" if fault.at_s else ""))
+    target = f"container {done.container}" if done.container else f"the run in {done.state_dir}"
+    typer.echo(f"Xid {xid} ({XIDS[xid][0]}) on GPU {done.record.device} ({done.uuid}) of {target}"
+               + (f", in {at}" if fault.at_s else ""))

@@ -29,9 +29,12 @@ Standard library only: tools/gen_contract.py reads these constants into the C re
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
+import secrets
+import stat
 import struct
 import time
 from collections.abc import Iterable
@@ -74,46 +77,87 @@ def board_path(state_dir: str) -> str:
     return os.path.join(state_dir, FILE_NAME)
 
 
-def _open(path: str) -> int:
-    """The board's descriptor, the file created empty (complete: renamed into place) if it is not there."""
+class UnsafeBoard(ValueError):
+    """The board's name in the state folder is not a plain file (a link, a FIFO, a truncated file): refused, as a
+    container's processes can plant anything in its state folder and the host writes there as root."""
+
+
+def _open(state_dir: str) -> int:
+    """The board's descriptor, the file created empty (complete: renamed into place) if it is not there.
+
+    A container's state folder is written by the host and by the container's processes (fakegpu_hook.statedir):
+    the name is opened relative to the folder's descriptor without following a link (native/container's
+    statedir.c and write_log refuse links the same way), and only a regular file of the board's size is kept,
+    so nothing planted there makes the host write elsewhere."""
+    dir_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        return _open_in(dir_fd, board_path(state_dir))
+    finally:
+        os.close(dir_fd)
+
+
+def _checked(fd: int, path: str) -> int:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size < SIZE:
+        os.close(fd)
+        raise UnsafeBoard(f"{path} is not a fault board (not a regular file of {SIZE} bytes); refused")
+    return fd
+
+
+def _existing(dir_fd: int, path: str) -> int:
+    # O_NONBLOCK: a FIFO planted under the name must not hang the open.
+    try:
+        fd = os.open(FILE_NAME, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafeBoard(f"{path} is a symbolic link; refused") from exc
+        raise
+    return _checked(fd, path)
+
+
+def _open_in(dir_fd: int, path: str) -> int:
+    try:
+        return _existing(dir_fd, path)
     except FileNotFoundError:
         pass
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    tmp = f"{FILE_NAME}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
     try:
+        os.fchmod(fd, 0o644)  # not the umask's: every user of a container reads its board
         os.write(fd, MAGIC + bytes(SIZE - len(MAGIC)))
-        os.link(tmp, path)  # fails if another writer created it meanwhile: then theirs is the board
+        # fails if another writer created it meanwhile: then theirs is the board
+        os.link(tmp, FILE_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
     except FileExistsError:
         os.close(fd)
-        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        return _existing(dir_fd, path)
     except BaseException:
         os.close(fd)
         raise
     finally:
-        os.unlink(tmp)
+        os.unlink(tmp, dir_fd=dir_fd)
     return fd
 
 
 def append(state_dir: str, records: Iterable[Record]) -> int:
     """Publish records on the run's board (created if absent); returns how many the board holds now."""
     os.makedirs(state_dir, exist_ok=True)
-    fd = _open(board_path(state_dir))
+    fd = _open(state_dir)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        with mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
-            if m[:len(MAGIC)] != MAGIC:
-                raise ValueError(f"{board_path(state_dir)} is not a fault board")
-            (count,) = struct.unpack_from("=I", m, OFF_COUNT)
-            for r in records:
-                if count >= MAX_RECORDS:
-                    raise BoardFull(f"the run's fault board holds {MAX_RECORDS} faults already")
-                _RECORD.pack_into(m, OFF_RECORDS + count * RECORD_SIZE, r.fire_ns, r.kind, r.device, r.code,
-                                  r.flags, r.data)
-                count += 1
-                # The record is in place before the count that publishes it (x86 keeps stores in order).
-                struct.pack_into("=I", m, OFF_COUNT, count)
+        # pread/pwrite, not a mapping: a board truncated under us (by a container's process) then fails a write
+        # instead of killing the writer with SIGBUS. Each record is in place before the count that publishes it
+        # (one system call after the other; x86 keeps stores in order).
+        head = os.pread(fd, OFF_RECORDS, 0)
+        if head[:len(MAGIC)] != MAGIC:
+            raise UnsafeBoard(f"{board_path(state_dir)} is not a fault board")
+        (count,) = struct.unpack_from("=I", head, OFF_COUNT)
+        for r in records:
+            if count >= MAX_RECORDS:
+                raise BoardFull(f"the run's fault board holds {MAX_RECORDS} faults already")
+            os.pwrite(fd, _RECORD.pack(r.fire_ns, r.kind, r.device, r.code, r.flags, r.data),
+                      OFF_RECORDS + count * RECORD_SIZE)
+            count += 1
+            os.pwrite(fd, struct.pack("=I", count), OFF_COUNT)
         return count
     finally:
         os.close(fd)  # releases the lock

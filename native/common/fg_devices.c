@@ -580,6 +580,12 @@ const char *fg_catalog_path(char *buf, size_t len)
         fg_strlcpy(buf, FG_CATALOG_PATH, len);
         return buf;
     }
+    /* In a container: the runtime mounts it there. nvidia-smi needs this one, its copy of this code sits in
+     * /usr/bin, not beside the library (a `docker exec` has FAKEGPU_DEVICES and no table to read). */
+    if (access(FG_CONTAINER_CATALOG_TABLE, R_OK) == 0) {
+        fg_strlcpy(buf, FG_CONTAINER_CATALOG_TABLE, len);
+        return buf;
+    }
     /* Installed layout: catalog.tbl next to libnvidia-ml.so.1 (or the nvidia-smi binary's library). */
     Dl_info info;
     if (dladdr((void *)fg_catalog_path, &info) && info.dli_fname) {
