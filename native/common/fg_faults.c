@@ -124,3 +124,26 @@ void fg_fault_allocated(unsigned device)
         __atomic_compare_exchange_n(&r->fire_ns, &never, fg_fault_now_ns(), 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     }
 }
+
+void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out)
+{
+    memset(out, 0, sizeof *out);
+    const fg_fault_board *b = fg_faults();
+    unsigned n = fg_fault_count(b);
+    if (!n)
+        return;
+    uint64_t now = fg_fault_now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        const fg_fault_record *r = &b->rec[i];
+        if (r->device != device || r->kind != FG_FAULT_KIND_XID || r->fire_ns > now)
+            continue;
+        switch (r->code) {
+        case 48: out->dbe++; break;
+        case 94: out->contained++; break;
+        case 95: out->uncontained++; break;
+        case 63: out->recorded++; break;
+        case 64: out->record_fails++; break;
+        default: break;
+        }
+    }
+}

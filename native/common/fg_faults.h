@@ -42,6 +42,16 @@ FG_HIDDEN uint64_t fg_fault_now_ns(void);
 /* This process allocated device memory on the board (its table index): faults waiting for this process's
  * count of allocations there fire when it reaches theirs. */
 FG_HIDDEN void fg_fault_allocated(unsigned device);
+/* How many of each memory Xid have fired on the device: what its ECC counters, retired pages and remapped rows
+ * follow (native/nvml/memory.c). */
+typedef struct {
+    unsigned dbe;          /* Xid 48: double-bit ECC error */
+    unsigned contained;    /* Xid 94 */
+    unsigned uncontained;  /* Xid 95 */
+    unsigned recorded;     /* Xid 63: a page retirement or row remapping was recorded */
+    unsigned record_fails; /* Xid 64: recording it failed */
+} fg_fault_ecc;
+FG_HIDDEN void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out);
 /* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */
 FG_HIDDEN int fg_fault_lost(unsigned device);
 

@@ -107,6 +107,16 @@ static int valid_counter(nvmlMemoryErrorType_t type, nvmlEccCounterType_t counte
            (counter == NVML_VOLATILE_ECC || counter == NVML_AGGREGATE_ECC);
 }
 
+/* The board's ECC history is the run's fault board: each injected memory Xid (48 double-bit, 94 contained, 95
+ * uncontained) is one uncorrectable error in device memory, counted in the volatile and the aggregate counters
+ * alike (both start at 0 with the run); nothing injects correctable ones. */
+static unsigned long long uncorrectable(const fg_device *d)
+{
+    fg_fault_ecc e;
+    fg_fault_ecc_of(d->index, &e);
+    return (unsigned long long)e.dbe + e.contained + e.uncontained;
+}
+
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
                                          nvmlEccCounterType_t counterType, unsigned long long *eccCounts)
 {
@@ -115,7 +125,7 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     if (!valid_counter(errorType, counterType))
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
-    *eccCounts = 0;
+    *eccCounts = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? uncorrectable(d) : 0;
     return NVML_SUCCESS;
 }
 
@@ -128,6 +138,8 @@ nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryError
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
     memset(eccCounts, 0, sizeof *eccCounts);
+    if (errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        eccCounts->deviceMemory = uncorrectable(d);
     return NVML_SUCCESS;
 }
 
@@ -140,7 +152,9 @@ nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErro
     if (!valid_counter(errorType, counterType) || (unsigned)locationType >= NVML_MEMORY_LOCATION_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
-    *count = 0;
+    *count = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && locationType == NVML_MEMORY_LOCATION_DRAM
+                 ? uncorrectable(d)
+                 : 0;
     return NVML_SUCCESS;
 }
 
@@ -153,7 +167,10 @@ nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCa
     if ((unsigned)cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
-    *pageCount = 0; /* a healthy board: nothing retired */
+    /* Before Ampere a double-bit error retires its page; Xid 63 says the retirement was recorded. */
+    fg_fault_ecc e;
+    fg_fault_ecc_of(d->index, &e);
+    *pageCount = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR && d->cc_major < 8 ? e.recorded : 0;
     return NVML_SUCCESS;
 }
 
@@ -170,7 +187,10 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEna
     FG_DEVICE(device, d);
     FG_NEED(isPending);
     FG_NEED_ECC(d);
-    *isPending = NVML_FEATURE_DISABLED;
+    /* Pending: an uncorrectable error whose retirement is not recorded yet (it is at the next reset). */
+    fg_fault_ecc e;
+    fg_fault_ecc_of(d->index, &e);
+    *isPending = d->cc_major < 8 && uncorrectable(d) > e.recorded ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 
@@ -186,6 +206,13 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     /* Row remapping replaced page retirement with Ampere. */
     if (!d->ecc || d->cc_major < 8)
         return NVML_ERROR_NOT_SUPPORTED;
-    *corrRows = *uncRows = *isPending = *failureOccurred = 0;
+    /* Ampere and later remap the row of an uncorrectable error at the next reset (pending until then); Xid 63
+     * records a remapping, Xid 64 a failure to. */
+    fg_fault_ecc e;
+    fg_fault_ecc_of(d->index, &e);
+    *corrRows = 0;
+    *uncRows = e.recorded;
+    *isPending = uncorrectable(d) > e.recorded;
+    *failureOccurred = e.record_fails > 0;
     return NVML_SUCCESS;
 }

@@ -140,3 +140,39 @@ def test_fault_inject_reaches_a_running_run_by_pid(tmp_path: Path) -> None:
     bad = subprocess.run([fakegpu, "fault", "inject", "--pid", "999999999", "--xid", "79", "--device", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--pid 999999999: no such process" in bad.stderr
+
+
+ECC = textwrap.dedent("""
+    import json, pynvml as n
+    n.nvmlInit()
+    out = []
+    for i in range(n.nvmlDeviceGetCount()):
+        h = n.nvmlDeviceGetHandleByIndex(i)
+        unc = [n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, c)
+               for c in (n.NVML_VOLATILE_ECC, n.NVML_AGGREGATE_ECC)]
+        cor = n.nvmlDeviceGetTotalEccErrors(h, n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC)
+        dram = n.nvmlDeviceGetMemoryErrorCounter(h, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC,
+                                                 n.NVML_MEMORY_LOCATION_DRAM)
+        out.append([unc, cor, dram, list(n.nvmlDeviceGetRemappedRows(h))])
+    print(json.dumps(out))
+""")
+
+
+def test_memory_xids_drive_ecc_counters_and_row_remapping(native: NativeEnv) -> None:
+    import json
+
+    def read() -> list:
+        out = native.python(ECC, devices="a100:2")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    assert read() == [[[0, 0], 0, 0, [0, 0, 0, 0]]] * 2
+    now = time.time_ns()
+    board.append(str(native.state_dir), [board.Record(now, 0, 48), board.Record(now, 0, 94),
+                                         board.Record(now, 0, 13)])
+    # Two uncorrectable errors in device memory, their rows waiting to be remapped at the next reset.
+    assert read() == [[[2, 2], 0, 2, [0, 0, 1, 0]], [[0, 0], 0, 0, [0, 0, 0, 0]]]
+    board.append(str(native.state_dir), [board.Record(now, 0, 63)])
+    assert read()[0][3] == [0, 1, 1, 0]  # one remapping recorded, one still pending
+    board.append(str(native.state_dir), [board.Record(now, 0, 63), board.Record(now, 0, 64)])
+    assert read()[0][3] == [0, 2, 0, 1]
