@@ -174,6 +174,20 @@ void smi_row_text(int width, const char *text)
     smi_row_print(&r);
 }
 
+void smi_heading(int width, int shift, const char *title, const smi_cell *cells)
+{
+    smi_rule(width, '-');
+    smi_row_text(width, title);
+    for (const smi_cell *c = cells; c->col >= 0; c++) {
+        smi_row r;
+        smi_row_init(&r, width);
+        for (; c->text; c++)
+            smi_row_left(&r, c->col + (c->shifts ? shift : 0), "%s", c->text);
+        smi_row_print(&r);
+    }
+    smi_rule(width, '=');
+}
+
 int smi_view_mig(const smi_gpus *g, const smi_mig_args *a)
 {
     smi_gpus on = {0};

@@ -11,6 +11,12 @@
 
 #define MAX_GI 16
 
+static const smi_cell lgi_heading[] = {
+    {2, 0, "GPU"}, {8, 0, "Name"}, {25, 1, "Profile"}, {34, 1, "Instance"}, {45, 1, "Placement"}, SMI_ROW_END,
+    {27, 1, "ID"}, {36, 1, "ID"}, {45, 1, "Start:Size"}, SMI_ROW_END,
+    SMI_HEADING_END,
+};
+
 static void gi_profile_name(nvmlDevice_t d, unsigned profile_id, char *out, size_t len)
 {
     nvmlGpuInstanceProfileInfo_v2_t p = {.version = nvmlGpuInstanceProfileInfo_v2};
@@ -30,22 +36,7 @@ int smi_mig_lgi(const smi_gpus *g)
         int s = smi_mig_name_width(g->dev[k]) - 16, width = 57 + s;
         for (unsigned i = 0; i < n; i++) {
             if (!any) {
-                smi_row r;
-                smi_rule(width, '-');
-                smi_row_text(width, "GPU instances:");
-                smi_row_init(&r, width);
-                smi_row_left(&r, 2, "GPU");
-                smi_row_left(&r, 8, "Name");
-                smi_row_left(&r, 25 + s, "Profile");
-                smi_row_left(&r, 34 + s, "Instance");
-                smi_row_left(&r, 45 + s, "Placement");
-                smi_row_print(&r);
-                smi_row_init(&r, width);
-                smi_row_left(&r, 27 + s, "ID");
-                smi_row_left(&r, 36 + s, "ID");
-                smi_row_left(&r, 45 + s, "Start:Size");
-                smi_row_print(&r);
-                smi_rule(width, '=');
+                smi_heading(width, s, "GPU instances:", lgi_heading);
                 any = 1;
             }
             char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
@@ -68,30 +59,13 @@ int smi_mig_lgi(const smi_gpus *g)
     return SMI_OK;
 }
 
-static void lci_header(int width, int s)
-{
-    smi_row r;
-    smi_rule(width, '-');
-    smi_row_text(width, "Compute instances:");
-    smi_row_init(&r, width);
-    smi_row_left(&r, 2, "GPU");
-    smi_row_left(&r, 10, "GPU");
-    smi_row_left(&r, 20, "Name");
-    smi_row_left(&r, 37 + s, "Profile");
-    smi_row_left(&r, 47 + s, "Instance");
-    smi_row_left(&r, 58 + s, "Placement");
-    smi_row_print(&r);
-    smi_row_init(&r, width);
-    smi_row_left(&r, 8, "Instance");
-    smi_row_left(&r, 39 + s, "ID");
-    smi_row_left(&r, 49 + s, "ID");
-    smi_row_left(&r, 58 + s, "Start:Size");
-    smi_row_print(&r);
-    smi_row_init(&r, width);
-    smi_row_left(&r, 10, "ID");
-    smi_row_print(&r);
-    smi_rule(width, '=');
-}
+static const smi_cell lci_heading[] = {
+    {2, 0, "GPU"}, {10, 0, "GPU"}, {20, 0, "Name"}, {37, 1, "Profile"}, {47, 1, "Instance"}, {58, 1, "Placement"},
+    SMI_ROW_END,
+    {8, 0, "Instance"}, {39, 1, "ID"}, {49, 1, "ID"}, {58, 1, "Start:Size"}, SMI_ROW_END,
+    {10, 0, "ID"}, SMI_ROW_END,
+    SMI_HEADING_END,
+};
 
 int smi_mig_lci(const smi_gpus *g, const smi_mig_args *a)
 {
@@ -122,7 +96,7 @@ int smi_mig_lci(const smi_gpus *g, const smi_mig_args *a)
                     if (nvmlComputeInstanceGetInfo_v2(cis[c], &ci) != NVML_SUCCESS || !smi_id_listed(a->ci, ci.id))
                         continue;
                     if (!any)
-                        lci_header(width, s);
+                        smi_heading(width, s, "Compute instances:", lci_heading);
                     any = 1;
                     smi_row r;
                     smi_row_init(&r, width);

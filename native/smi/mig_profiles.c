@@ -10,31 +10,12 @@
 
 #include "smi.h"
 
-static void lgip_header(int width, int s)
-{
-    smi_row r;
-    smi_rule(width, '-');
-    smi_row_text(width, "GPU instance profiles:");
-    smi_row_init(&r, width);
-    smi_row_left(&r, 2, "GPU");
-    smi_row_left(&r, 8, "Name");
-    smi_row_left(&r, 25 + s, "ID");
-    smi_row_left(&r, 31 + s, "Instances");
-    smi_row_left(&r, 43 + s, "Memory");
-    smi_row_left(&r, 54 + s, "P2P");
-    smi_row_left(&r, 61 + s, "SM");
-    smi_row_left(&r, 67 + s, "DEC");
-    smi_row_left(&r, 73 + s, "ENC");
-    smi_row_print(&r);
-    smi_row_init(&r, width);
-    smi_row_left(&r, 31 + s, "Free/Total");
-    smi_row_left(&r, 44 + s, "GiB");
-    smi_row_left(&r, 61 + s, "CE");
-    smi_row_left(&r, 67 + s, "JPEG");
-    smi_row_left(&r, 73 + s, "OFA");
-    smi_row_print(&r);
-    smi_rule(width, '=');
-}
+static const smi_cell lgip_heading[] = {
+    {2, 0, "GPU"}, {8, 0, "Name"}, {25, 1, "ID"}, {31, 1, "Instances"}, {43, 1, "Memory"}, {54, 1, "P2P"},
+    {61, 1, "SM"}, {67, 1, "DEC"}, {73, 1, "ENC"}, SMI_ROW_END,
+    {31, 1, "Free/Total"}, {44, 1, "GiB"}, {61, 1, "CE"}, {67, 1, "JPEG"}, {73, 1, "OFA"}, SMI_ROW_END,
+    SMI_HEADING_END,
+};
 
 int smi_mig_lgip(const smi_gpus *g)
 {
@@ -43,7 +24,7 @@ int smi_mig_lgip(const smi_gpus *g)
         unsigned n = smi_gi_profiles(g->dev[k], p, 32);
         int s = smi_mig_name_width(g->dev[k]) - 16, width = 79 + s;
         if (k == 0)
-            lgip_header(width, s);
+            smi_heading(width, s, "GPU instance profiles:", lgip_heading);
         for (unsigned i = 0; i < n; i++) {
             unsigned free = 0;
             if (nvmlDeviceGetGpuInstanceRemainingCapacity(g->dev[k], p[i].id, &free) != NVML_SUCCESS)
@@ -92,36 +73,14 @@ int smi_mig_lgipp(const smi_gpus *g)
     return SMI_OK;
 }
 
-static void lcip_header(int width, int s)
-{
-    smi_row r;
-    smi_rule(width, '-');
-    smi_row_text(width, "Compute instance profiles:");
-    smi_row_init(&r, width);
-    smi_row_left(&r, 2, "GPU");
-    smi_row_left(&r, 10, "GPU");
-    smi_row_left(&r, 20, "Name");
-    smi_row_left(&r, 37 + s, "Profile");
-    smi_row_left(&r, 46 + s, "Instances");
-    smi_row_left(&r, 58 + s, "Exclusive");
-    smi_row_left(&r, 74 + s, "Shared");
-    smi_row_print(&r);
-    smi_row_init(&r, width);
-    smi_row_left(&r, 8, "Instance");
-    smi_row_left(&r, 39 + s, "ID");
-    smi_row_left(&r, 46 + s, "Free/Total");
-    smi_row_left(&r, 61 + s, "SM");
-    smi_row_left(&r, 70 + s, "DEC");
-    smi_row_left(&r, 76 + s, "ENC");
-    smi_row_left(&r, 82 + s, "OFA");
-    smi_row_print(&r);
-    smi_row_init(&r, width);
-    smi_row_left(&r, 10, "ID");
-    smi_row_left(&r, 70 + s, "CE");
-    smi_row_left(&r, 76 + s, "JPEG");
-    smi_row_print(&r);
-    smi_rule(width, '=');
-}
+static const smi_cell lcip_heading[] = {
+    {2, 0, "GPU"}, {10, 0, "GPU"}, {20, 0, "Name"}, {37, 1, "Profile"}, {46, 1, "Instances"}, {58, 1, "Exclusive"},
+    {74, 1, "Shared"}, SMI_ROW_END,
+    {8, 0, "Instance"}, {39, 1, "ID"}, {46, 1, "Free/Total"}, {61, 1, "SM"}, {70, 1, "DEC"}, {76, 1, "ENC"},
+    {82, 1, "OFA"}, SMI_ROW_END,
+    {10, 0, "ID"}, {70, 1, "CE"}, {76, 1, "JPEG"}, SMI_ROW_END,
+    SMI_HEADING_END,
+};
 
 int smi_mig_lcip(const smi_gpus *g, const smi_mig_args *a)
 {
@@ -148,7 +107,7 @@ int smi_mig_lcip(const smi_gpus *g, const smi_mig_args *a)
                 if (nvmlGpuInstanceGetComputeInstanceRemainingCapacity(gis[i], p, &free) != NVML_SUCCESS)
                     free = 0;
                 if (!any)
-                    lcip_header(width, s);
+                    smi_heading(width, s, "Compute instance profiles:", lcip_heading);
                 any = 1;
                 smi_row r;
                 smi_row_init(&r, width);

@@ -93,6 +93,16 @@ void smi_row_right(smi_row *r, int end, const char *fmt, ...) __attribute__((for
 void smi_row_print(const smi_row *r);
 void smi_rule(int width, char fill); /* '-': "+---+", '=': "|===|" */
 void smi_row_text(int width, const char *text);
+/* One cell of a report's heading: its column, moved right by the name column's extra width when `shifts`. */
+typedef struct {
+    int col, shifts;
+    const char *text;
+} smi_cell;
+#define SMI_ROW_END {0, 0, NULL}
+#define SMI_HEADING_END {-1, 0, NULL}
+/* A mig report's heading: the rule, the title, each row of cells (SMI_ROW_END ends one, SMI_HEADING_END the
+ * last), and the '=' rule under it. */
+void smi_heading(int width, int shift, const char *title, const smi_cell *cells);
 
 /* mig_list.c: -lgi, -lci and the MIG device lines of -L; mig_profiles.c: -lgip, -lgipp, -lcip; mig_change.c:
  * -cgi, -dgi, -cci, -dci. Each takes the MIG-enabled GPUs of the selection. */
