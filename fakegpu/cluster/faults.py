@@ -57,7 +57,9 @@ class FaultEvent:
 
 def _suggest(value: str, candidates: list[str]) -> str:
     near = closest(value, candidates, 1)
-    return f"; did you mean {near[0]}?" if near else f"; one of: {', '.join(candidates) or 'none'}"
+    if near:
+        return f"; did you mean {near[0]}?"
+    return f"; one of: {', '.join(candidates)}" if candidates else ""
 
 
 def _check_action(action: str) -> None:
@@ -69,8 +71,8 @@ def _find_cluster(controller: Any, name: str) -> m.Cluster:
     try:
         return controller.status(name)
     except m.ClusterNotFound as exc:
-        names = [c.name for c in controller.list()]
-        raise m.ClusterNotFound(f"no cluster named {name!r}{_suggest(name, names)}") from exc
+        hint = _suggest(name, [c.name for c in controller.list()]) or " (`fakegpu cluster list` shows them)"
+        raise m.ClusterNotFound(f"no cluster named {name!r}{hint}") from exc
 
 
 def _find_node(cluster: m.Cluster, node: str) -> m.Node:
