@@ -13,6 +13,15 @@ from tests.cluster.conftest import LABEL, cluster_name
 from tests.conftest import run_cli
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+# fakecuda in the node reads the same board: the lost GPU fails as a driver's does, the other keeps working
+TOUCH_BOTH_GPUS = """
+import torch
+for d in (0, 1):
+    try:
+        print(f"cuda:{d} ok", (torch.ones(4, device=f"cuda:{d}") * 2).sum().item())
+    except Exception as exc:
+        print(f"cuda:{d}", type(exc).__name__, exc)
+"""
 
 
 def fault(name: str, *args: str):
@@ -62,6 +71,8 @@ def test_pause_partition_gpu_lost_and_kill_are_done_and_timed(docker_client, nod
         assert code == 15 and b"GPU is lost" in out and b"GPU 1:" in out, out
         code, out = node0.exec_run(["nvidia-smi", "-L"])
         assert code == 0 and out.count(b"GPU ") == 2, out
+        code, out = node1.exec_run(["python3", "-c", TOUCH_BOTH_GPUS])
+        assert code == 0 and b"cuda:0 AcceleratorError" in out and b"cuda:1 ok 8.0" in out, out
 
         assert fault(name, "kill", "node-1").returncode == 0
         assert state(node1) != "running" and state(node0) == "running"
