@@ -118,6 +118,14 @@ def test_cli_exits_2_on_an_unknown_action_naming_the_close_one(ctl, monkeypatch)
     assert not (ctl.cluster.state_dir / faults.TIMELINE).exists()
 
 
+def test_cli_refuses_a_bad_delay_and_reports_what_it_did(ctl, monkeypatch):
+    monkeypatch.setattr("fakegpu.cli.cluster._controller", lambda: ctl)
+    bad = CliRunner().invoke(app, ["cluster", "fault", "c", "kill", "node-1", "--at", "soon"])
+    assert bad.exit_code == 2 and "--at 'soon' is not a duration" in bad.stderr and ctl.node(1).calls == []
+    done = CliRunner().invoke(app, ["cluster", "fault", "c", "partition", "node-0"])
+    assert done.exit_code == 0 and done.stdout == "cluster c: partition node-0: disconnected from fakegpu-c\n"
+
+
 def test_each_action_does_its_engine_call_and_the_timeline_keeps_their_order(ctl):
     for action in ("pause", "resume", "partition", "heal", "kill"):
         event = faults.apply(ctl, faults.check(ctl, "c", action, "node-1"))
