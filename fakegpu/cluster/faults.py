@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from docker.errors import DockerException
 
@@ -33,6 +33,9 @@ from fakegpu.faults.inject import ContainerLayout, inject_container
 from fakegpu.faults.plan import Fault
 from fakegpu.profiles.matching import closest
 from fakegpu.shared_state import CONTAINER_DIR
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.controller import Controller
 
 ACTIONS = ("kill", "pause", "resume", "partition", "heal", "gpu-lost")
 TIMELINE = "faults.json"
@@ -67,7 +70,7 @@ def _check_action(action: str) -> None:
         raise m.ClusterUsageError(f"unknown fault action {action!r}{_suggest(action, list(ACTIONS))}")
 
 
-def _find_cluster(controller: Any, name: str) -> m.Cluster:
+def _find_cluster(controller: Controller, name: str) -> m.Cluster:
     try:
         return controller.status(name)
     except m.ClusterNotFound as exc:
@@ -105,7 +108,7 @@ class Target:
     gpu: int | None
 
 
-def check(controller: Any, name: str, action: str, node: str, gpu: int | None = None) -> Target:
+def check(controller: Controller, name: str, action: str, node: str, gpu: int | None = None) -> Target:
     """Everything a fault needs, looked up and checked; raises ClusterUsageError (exit 2) naming a close match."""
     m.check_name(name)
     _check_action(action)
@@ -131,7 +134,7 @@ def _lose_gpu(client: Any, container: Any, gpu: int, layout: Callable[[], Contai
     return text
 
 
-def _act(controller: Any, target: Target, layout: Callable[[], ContainerLayout] | None) -> str:
+def _act(controller: Controller, target: Target, layout: Callable[[], ContainerLayout] | None) -> str:
     client = controller.client
     container = client.containers.get(target.node.container)
     action = target.action
@@ -156,7 +159,8 @@ def _act(controller: Any, target: Target, layout: Callable[[], ContainerLayout] 
     return f"reconnected to {network.name}"
 
 
-def apply(controller: Any, target: Target, at_s: float = 0.0, layout: Callable[[], ContainerLayout] | None = None,
+def apply(controller: Controller, target: Target, at_s: float = 0.0,
+          layout: Callable[[], ContainerLayout] | None = None,
           sleep: Callable[[float], None] = time.sleep) -> FaultEvent:
     """Wait `at_s`, do the fault, append it to the timeline; a failed engine action is recorded as failed and
     raised as ClusterError. `layout` gives the FakeGPU runtime's folders, for nodes running under it."""
