@@ -1,4 +1,4 @@
-"""`fakegpu cluster up|run|status|down|list|report`: parse, call fakegpu.cluster, render. Owns its Typer."""
+"""`fakegpu cluster up|run|status|down|list|report|fault`: parse, call fakegpu.cluster, render. Owns its Typer."""
 
 from __future__ import annotations
 
@@ -144,3 +144,35 @@ def report(
     if html_out:
         html_out.write_text(html.render(doc), encoding="utf-8")
     typer.echo(merge.summary(doc))
+
+
+@app.command()
+def fault(
+    name: str = typer.Argument(..., help="Cluster name."),
+    action: str = typer.Argument(..., help="kill, pause, resume, partition, heal or gpu-lost."),
+    node: str = typer.Argument(..., help="The node: node-0, node-1, ..."),
+    gpu: int | None = typer.Option(None, "--gpu", help="gpu-lost: the GPU's index in the node."),
+    at: str = typer.Option("0", "--at", help="Delay from now (30, 30s, 2m); the command waits it out."),
+    as_json: bool = typer.Option(False, "--json", help="Print the versioned JSON envelope."),
+) -> None:
+    """Fail or recover a node: docker kill, pause/resume, partition/heal (network disconnect/reconnect), or Xid 79
+    on one of its GPUs. Recorded in the cluster's fault timeline (`cluster report`)."""
+    from fakegpu.cli.faults import container_layout
+    from fakegpu.cluster import faults
+    from fakegpu.faults.plan import parse_duration
+
+    try:
+        delay = parse_duration(at, "--at")
+        controller = _controller()
+        target = faults.check(controller, name, action, node, gpu)
+        if delay and not as_json:
+            print(f"[{name}] {action} {target.node.hostname} in {delay:g} s", file=sys.stderr)
+        event = faults.apply(controller, target, delay, layout=container_layout)
+    except FakeGPUError as exc:
+        raise fail("cluster fault", exc, as_json) from exc
+    if as_json:
+        from dataclasses import asdict
+
+        emit_json("cluster fault", asdict(event))
+    else:
+        typer.echo(f"cluster {name}: {action} {event.node}: {event.detail}")

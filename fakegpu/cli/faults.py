@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from fakegpu.faults.inject import ContainerLayout
 
 
-def _layout() -> ContainerLayout:
+def container_layout() -> ContainerLayout:
     """The runtime's own rules for its folders; its settings as the runtime reads them (the config file, and
     FAKEGPU_STATE_ROOT, which only matches when dockerd's environment has the same)."""
     from fakegpu_hook.contract import DEVICE_TABLE_NAME
@@ -51,7 +51,7 @@ def inject(
         if pid is not None and container is not None:
             raise UsageError("give --pid or --container, not both")
         fault = parse_flag(f"xid={xid},device={device},at={at}", "fault inject")
-        done = inject_container(fault, container, _layout()) if container is not None else put(fault, pid=pid)
+        done = inject_container(fault, container, container_layout()) if container is not None else put(fault, pid=pid)
     except FakeGPUError as exc:
         raise fail("fault inject", exc, False) from exc
     target = f"container {done.container}" if done.container else f"the run in {done.state_dir}"

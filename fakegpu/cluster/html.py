@@ -3,6 +3,7 @@ per-device peaks as bars against capacity), no scripts, styles or fonts fetched 
 
 from __future__ import annotations
 
+import time
 from html import escape
 
 MiB = 1 << 20
@@ -85,6 +86,23 @@ def _table(doc: dict) -> str:
     return f"<table>{head}{''.join(body)}</table>"
 
 
+def _faults_table(doc: dict) -> str:
+    faults = doc.get("faults", [])
+    if not faults:
+        return "<p>No faults were injected (<code>fakegpu cluster fault</code>).</p>"
+    job = doc["job"]
+    head = "<tr><th>time (UTC)</th><th>into the job</th><th>action</th><th>node</th><th>GPU</th>" \
+           "<th>outcome</th><th>detail</th></tr>"
+    rows = []
+    for f in faults:
+        into = "-" if job is None else f"{f['time'] - job['started']:+.1f} s"
+        gpu = "-" if f["gpu"] is None else f["gpu"]
+        rows.append(f"<tr><td>{time.strftime('%H:%M:%S', time.gmtime(f['time']))}</td><td>{into}</td>"
+                    f"<td>{escape(f['action'])}</td><td>{escape(f['node'])}</td><td>{gpu}</td>"
+                    f"<td>{escape(f['outcome'])}</td><td>{escape(f['detail'])}</td></tr>")
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
 def render(doc: dict) -> str:
     job = doc["job"]
     job_line = "no job run yet" if job is None else (
@@ -103,5 +121,6 @@ td,th{{border:1px solid #ccc;padding:2px 6px;font-size:13px}} th{{background:#f4
 <h2>Peak memory per device against capacity</h2>{_bars_svg(doc)}
 <h2>Ranks</h2>{_table(doc)}
 <h2>Collectives (all ranks)</h2><ul>{coll}</ul>
+<h2>Fault timeline</h2>{_faults_table(doc)}
 </body></html>
 """

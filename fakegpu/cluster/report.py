@@ -11,6 +11,7 @@ from typing import Any
 
 from fakegpu import reports
 from fakegpu.cluster import models as m
+from fakegpu.cluster.faults import timeline
 from fakegpu.fakecuda.report import ACTIVITY_SCHEMA, PROCESS_SCHEMA
 
 SCHEMA = reports.schema_id("cluster-report")
@@ -131,6 +132,7 @@ def merge(state_dir: Path) -> dict[str, Any]:
         "job": None if run is None else {k: run[k] for k in ("command", "started", "ended", "exit_code")},
         "verdict": verdict, "rank_count": len(ranks), "nodes_without_reports": missing,
         "collectives": _sum_collectives([n["collectives"] for n in nodes]), "nodes": nodes,
+        "faults": timeline(state_dir),
     }
 
 
@@ -156,4 +158,6 @@ def summary(doc: dict) -> str:
     head = (f"cluster {doc['cluster']}: {doc['nnodes']} nodes x {doc['devices_spec']} ({doc['mode']}), "
             f"{doc['rank_count']} ranks, verdict {doc['verdict']}")
     body = table(rows, ["node", "status", "rank", "device", "peak alloc", "peak reserved", "capacity", "verdict"])
-    return f"{head}\n{body}\ncollectives: {calls or 'none'}"
+    faults = ", ".join(f"{f['action']} {f['node']}" + (f" gpu {f['gpu']}" if f["gpu"] is not None else "")
+                       + ("" if f["outcome"] == "ok" else " (failed)") for f in doc.get("faults", []))
+    return f"{head}\n{body}\ncollectives: {calls or 'none'}\nfaults: {faults or 'none'}"

@@ -1,0 +1,208 @@
+"""`fakegpu cluster fault`: node loss and recovery in a running cluster, and the timeline of what was done.
+
+A fault is one engine action on one node's container: kill, pause/resume, partition/heal (disconnect from and
+reconnect to the cluster's network, with the node's hostname as alias again, so its peers resolve it), or
+gpu-lost (Xid 79 on one of the node's GPUs). Everything is checked before anything is done or waited for.
+
+A delay (`at_s`) is waited out by the caller's own process: no timer is left behind that could outlive the
+cluster or fire into a later cluster of the same name, at the price of a command that blocks until then.
+
+Every action that was attempted is appended to `faults.json` in the cluster's state folder (beside cluster.json
+and run.json), so `cluster report` can show the timeline after `cluster down` too; a new `cluster up` of the
+name starts an empty one, as it does for the reports.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from docker.errors import DockerException
+
+from fakegpu.cluster import models as m
+from fakegpu.devices import resolve_devices
+from fakegpu.errors import FakeGPUError
+from fakegpu.faults.inject import ContainerLayout, inject_container
+from fakegpu.faults.plan import Fault
+from fakegpu.profiles.matching import closest
+from fakegpu.shared_state import CONTAINER_DIR
+
+if TYPE_CHECKING:
+    from fakegpu.cluster.controller import Controller
+
+ACTIONS = ("kill", "pause", "resume", "partition", "heal", "gpu-lost")
+TIMELINE = "faults.json"
+XID_LOST = 79
+# Containers started by the engine's default runtime carry the shims in their image: their board is the node's
+# own /run/fakegpu, reachable only from inside it.
+_PLAIN_RUNTIMES = ("", "runc", None)
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """One row of the timeline: when the action was done, what, where, and how it went."""
+
+    time: float            # when it was applied (epoch seconds)
+    requested: float       # when it was asked for; time - requested is the --at delay plus the engine's work
+    action: str
+    node: str
+    gpu: int | None
+    outcome: str           # ok | failed
+    detail: str = ""
+
+
+def _suggest(value: str, candidates: list[str]) -> str:
+    near = closest(value, candidates, 1)
+    if near:
+        return f"; did you mean {near[0]}?"
+    return f"; one of: {', '.join(candidates)}" if candidates else ""
+
+
+def _check_action(action: str) -> None:
+    if action not in ACTIONS:
+        raise m.ClusterUsageError(f"unknown fault action {action!r}{_suggest(action, list(ACTIONS))}")
+
+
+def _find_cluster(controller: Controller, name: str) -> m.Cluster:
+    try:
+        return controller.status(name)
+    except m.ClusterNotFound as exc:
+        hint = _suggest(name, [c.name for c in controller.list()]) or " (`fakegpu cluster list` shows them)"
+        raise m.ClusterNotFound(f"no cluster named {name!r}{hint}") from exc
+
+
+def _find_node(cluster: m.Cluster, node: str) -> m.Node:
+    for n in cluster.nodes:
+        if node in (n.hostname, n.container):
+            return n
+    hosts = [n.hostname for n in cluster.nodes]
+    raise m.ClusterUsageError(f"cluster {cluster.name} has no node {node!r}{_suggest(node, hosts)}")
+
+
+def _check_gpu(action: str, node: m.Node, gpu: int | None) -> None:
+    if action != "gpu-lost":
+        if gpu is not None:
+            raise m.ClusterUsageError(f"--gpu is for gpu-lost only, not {action}")
+        return
+    count = len(resolve_devices(node.devices)) if node.devices else 0
+    if gpu is None:
+        raise m.ClusterUsageError(f"gpu-lost needs --gpu N ({node.hostname} has GPUs 0-{count - 1})")
+    if not 0 <= gpu < count:
+        raise m.ClusterUsageError(f"{node.hostname} has no GPU {gpu} (it has GPUs 0-{count - 1})")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A checked fault: the cluster and node exist, the action and GPU make sense for them."""
+
+    cluster: m.Cluster
+    node: m.Node
+    action: str
+    gpu: int | None
+
+
+def check(controller: Controller, name: str, action: str, node: str, gpu: int | None = None) -> Target:
+    """Everything a fault needs, looked up and checked; raises ClusterUsageError (exit 2) naming a close match."""
+    m.check_name(name)
+    _check_action(action)
+    cluster = _find_cluster(controller, name)
+    found = _find_node(cluster, node)
+    _check_gpu(action, found, gpu)
+    return Target(cluster, found, action, gpu)
+
+
+def _lose_gpu(client: Any, container: Any, gpu: int, layout: Callable[[], ContainerLayout] | None) -> str:
+    runtime = container.attrs.get("HostConfig", {}).get("Runtime")
+    if runtime not in _PLAIN_RUNTIMES and layout is not None:
+        done = inject_container(Fault(xid=XID_LOST, device=gpu), container.id, layout(), client)
+        return f"Xid {XID_LOST} on GPU {done.record.device} ({done.uuid})"
+    # The node's own fakegpu writes the node's board, with the node's device identities (FAKEGPU_SEED).
+    code, out = container.exec_run(
+        ["fakegpu", "fault", "inject", "--xid", str(XID_LOST), "--device", str(gpu)],
+        # no fakecuda start-up hook for a command that imports no torch
+        environment={"FAKEGPU_STATE_DIR": CONTAINER_DIR, "FAKEGPU_RUNTIME": ""})
+    text = out.decode(errors="replace").strip()
+    if code != 0:
+        raise m.ClusterError(f"fault inject in the node exited {code}: {text}")
+    return text
+
+
+def _act(controller: Controller, target: Target, layout: Callable[[], ContainerLayout] | None) -> str:
+    client = controller.client
+    container = client.containers.get(target.node.container)
+    action = target.action
+    if action == "kill":
+        container.kill()
+        return "container killed"
+    if action == "pause":
+        container.pause()
+        return "container paused"
+    if action == "resume":
+        container.unpause()
+        return "container resumed"
+    if action == "gpu-lost":
+        return _lose_gpu(client, container, target.gpu or 0, layout)
+    if not target.cluster.network:
+        raise m.ClusterError(f"cluster {target.cluster.name} has no network left")
+    network = client.networks.get(target.cluster.network)
+    if action == "partition":
+        network.disconnect(container)
+        return f"disconnected from {network.name}"
+    network.connect(container, aliases=[target.node.hostname])
+    return f"reconnected to {network.name}"
+
+
+def apply(controller: Controller, target: Target, at_s: float = 0.0,
+          layout: Callable[[], ContainerLayout] | None = None,
+          sleep: Callable[[float], None] = time.sleep) -> FaultEvent:
+    """Wait `at_s`, do the fault, append it to the timeline; a failed engine action is recorded as failed and
+    raised as ClusterError. `layout` gives the FakeGPU runtime's folders, for nodes running under it."""
+    requested = time.time()
+    if at_s > 0:
+        sleep(at_s)
+        try:
+            now = controller.status(target.cluster.name).run_id
+        except m.ClusterNotFound:
+            now = None
+        if now != target.cluster.run_id:  # downed, or downed and up again, while we waited: not ours to hit
+            raise m.ClusterError(f"cluster {target.cluster.name} was taken down during the wait; nothing done")
+    try:
+        detail, outcome = _act(controller, target, layout), "ok"
+    except DockerException as exc:
+        detail, outcome = getattr(exc, "explanation", None) or str(exc), "failed"
+    except (FakeGPUError, OSError) as exc:  # the fault board's refusals (ContainerNotUsable, ...) among them
+        detail, outcome = getattr(exc, "message", None) or str(exc), "failed"
+    event = FaultEvent(time.time(), requested, target.action, target.node.hostname, target.gpu, outcome, detail)
+    record(target.cluster.state_dir, event)
+    if outcome == "failed":
+        raise m.ClusterError(f"{target.action} on {target.node.hostname} failed: {detail}")
+    return event
+
+
+def record(state_dir: Path, event: FaultEvent) -> None:
+    """Append under a lock: two delayed faults of one cluster may end at the same moment."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / TIMELINE
+    with open(state_dir / ".faults.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        events = timeline(state_dir)
+        events.append(asdict(event))
+        tmp = path.with_name(f".{TIMELINE}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps({"faults": events}, indent=1))
+        tmp.replace(path)  # readers (cluster report) see the old file or the new one, never half of one
+
+
+def timeline(state_dir: Path) -> list[dict[str, Any]]:
+    """The cluster's fault events in the order they were applied; [] when there were none."""
+    try:
+        doc = json.loads((state_dir / TIMELINE).read_text())
+    except (OSError, ValueError):
+        return []
+    return list(doc.get("faults", [])) if isinstance(doc, dict) else []
