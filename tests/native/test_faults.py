@@ -4,6 +4,8 @@ inject --pid` reaches a running run from outside."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -27,7 +29,8 @@ WATCH = textwrap.dedent("""
         n.nvmlDeviceRegisterEvents(n.nvmlDeviceGetHandleByIndex(i), n.nvmlEventTypeXidCriticalError, s)
     print("registered", os.getpid(), flush=True)
     start = time.monotonic()
-    while True:
+    events = 0
+    while events < (int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 30):
         try:
             e = n.nvmlEventSetWait(s, int(sys.argv[1]))
         except n.NVMLError_Timeout:
@@ -36,6 +39,7 @@ WATCH = textwrap.dedent("""
         uuid = n.nvmlDeviceGetUUID(e.device) if e.eventData != 79 else "lost"
         print("event", e.eventType == n.nvmlEventTypeXidCriticalError, e.eventData, uuid,
               e.gpuInstanceId == 0xFFFFFFFF, round(time.monotonic() - start, 1), flush=True)
+        events += 1
 """)
 
 QUERY = textwrap.dedent("""
@@ -123,8 +127,9 @@ def test_a_gpu_lost_in_the_future_is_healthy_until_then(native: NativeEnv) -> No
 
 def test_fault_inject_reaches_a_running_run_by_pid(tmp_path: Path) -> None:
     fakegpu = str(Path(sys.executable).with_name("fakegpu"))
+    # One event and the watcher ends by itself, so `fakegpu run` removes its folder as after any command.
     watcher = subprocess.Popen([fakegpu, "run", "--devices", "h100:2", "--",
-                                sys.executable, "-c", WATCH, "20000"], stdout=subprocess.PIPE, text=True,
+                                sys.executable, "-c", WATCH, "20000", "1"], stdout=subprocess.PIPE, text=True,
                                start_new_session=True)
     try:
         pid = watcher.stdout.readline().split()[1]
@@ -134,9 +139,11 @@ def test_fault_inject_reaches_a_running_run_by_pid(tmp_path: Path) -> None:
         assert done.stdout.startswith("Xid 79 (GPU has fallen off the bus) on GPU 1 (GPU-")
         line = watcher.stdout.readline().split()
         assert line[:4] == ["event", "True", "79", "lost"]
+        assert watcher.wait(timeout=30) == 0
     finally:
-        watcher.kill()
-        watcher.wait()
+        if watcher.poll() is None:
+            os.killpg(watcher.pid, signal.SIGKILL)
+            watcher.wait()
     bad = subprocess.run([fakegpu, "fault", "inject", "--pid", "999999999", "--xid", "79", "--device", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--pid 999999999: no such process" in bad.stderr
