@@ -173,7 +173,7 @@ class DcgmCollector:
 
     The format is written here rather than through prometheus_client: its generic writer validates and escapes
     every label of every sample on every scrape, 30 of the 40 ms a 64-GPU scrape took with it, while these
-    labels never change and are escaped once (bench/metrics_scrape.py measures both)."""
+    labels never change and are escaped once (bench/bench_metrics.py measures both)."""
 
     def __init__(self, nvml: Any, host: str | None = None) -> None:
         self.nvml = nvml
@@ -194,21 +194,20 @@ class DcgmCollector:
     def _entities(self, index: int) -> list[Entity]:
         nvml = self.nvml
         h = nvml.nvmlDeviceGetHandleByIndex(index)
-        labels = {
+        gpu = {
             "gpu": str(index),
             "UUID": nvml.nvmlDeviceGetUUID(h),
             "pci_bus_id": nvml.nvmlDeviceGetPciInfo(h).busId,
             "device": f"nvidia{nvml.nvmlDeviceGetMinorNumber(h)}",
             "modelName": nvml.nvmlDeviceGetName(h),
-            "Hostname": self.host,
-            "DCGM_FI_DRIVER_VERSION": self.driver,
         }
+        host = {"Hostname": self.host, "DCGM_FI_DRIVER_VERSION": self.driver}
         try:
             mig = nvml.nvmlDeviceGetMigMode(h)[0] == nvml.NVML_DEVICE_MIG_ENABLE
         except nvml.NVMLError:  # a board without MIG
             mig = False
         if not mig:
-            return [Entity(index, h, h, labels)]
+            return [Entity(index, h, h, {**gpu, **host})]
         out = []
         for k in range(nvml.nvmlDeviceGetMaxMigDeviceCount(h)):
             try:
@@ -217,9 +216,8 @@ class DcgmCollector:
                 continue
             # The instance's profile, as the GPU instance profile names it ("... MIG 2g.20gb" -> "2g.20gb").
             profile = nvml.nvmlDeviceGetName(m).rsplit(" MIG ", 1)[-1]
-            tail = {"GPU_I_PROFILE": profile, "GPU_I_ID": str(nvml.nvmlDeviceGetGpuInstanceId(m))}
-            out.append(Entity(index, h, m, {**dict(list(labels.items())[:5]), **tail, "Hostname": self.host,
-                                            "DCGM_FI_DRIVER_VERSION": self.driver}))
+            instance = {"GPU_I_PROFILE": profile, "GPU_I_ID": str(nvml.nvmlDeviceGetGpuInstanceId(m))}
+            out.append(Entity(index, h, m, {**gpu, **instance, **host}))
         return out
 
     def readings(self) -> list[tuple[Field, list[tuple[int, float]]]]:

@@ -1,15 +1,16 @@
 /* Reading the fault board: one mapping per process, a count load per question when no fault is on it. */
 #include "fg_faults.h"
 
-#include "fg_devices.h"
-
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "fg_devices.h"
 
 #define FG_FAULT_RETRY_NS 100000000ULL /* how long "no board" is believed */
 
@@ -43,21 +44,27 @@ static const fg_fault_board *map_board(void)
 {
     if (!atomic_load_explicit(&have_path, memory_order_acquire))
         return NULL;
-    /* Read-write where allowed, so this process can fire an allocation-triggered fault; read-only otherwise. */
-    int rw = 1, fd = open(board_path, O_RDWR | O_CLOEXEC);
+    /* Read-write where allowed, so this process can fire an allocation-triggered fault; read-only otherwise.
+     * Never through a link, and never blocking on a FIFO put in its place. */
+    const int flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int rw = 1, fd = open(board_path, O_RDWR | flags);
     if (fd < 0) {
         rw = 0;
-        fd = open(board_path, O_RDONLY | O_CLOEXEC);
+        fd = open(board_path, O_RDONLY | flags);
     }
     if (fd < 0)
         return NULL;
+    struct stat st;
+    /* A short file would fault on access past its end; a foreign one is not ours to read. */
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < (off_t)sizeof(fg_fault_board)) {
+        close(fd);
+        return NULL;
+    }
     void *p = mmap(NULL, sizeof(fg_fault_board), rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-    off_t size = lseek(fd, 0, SEEK_END);
     close(fd);
     if (p == MAP_FAILED)
         return NULL;
-    /* A short file would fault on access past its end; a foreign one is not ours to read. */
-    if (size < (off_t)sizeof(fg_fault_board) || memcmp(p, FG_FAULT_MAGIC, 8) != 0) {
+    if (memcmp(p, FG_FAULT_MAGIC, 8) != 0) {
         munmap(p, sizeof(fg_fault_board));
         return NULL;
     }
@@ -105,6 +112,15 @@ int fg_fault_lost(unsigned device)
             return 1;
     return 0;
 }
+
+/* A forked child is another process: its count of allocations starts at 0, as its memory does. */
+static void after_fork_child(void)
+{
+    for (unsigned i = 0; i < FG_MAX_DEVICES; i++)
+        atomic_store(&allocations[i], 0);
+}
+
+__attribute__((constructor)) static void install_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
 void fg_fault_allocated(unsigned device)
 {

@@ -183,3 +183,14 @@ def test_memory_xids_drive_ecc_counters_and_row_remapping(native: NativeEnv) -> 
     assert read()[0][3] == [0, 1, 1, 0]  # one remapping recorded, one still pending
     board.append(str(native.state_dir), [board.Record(now, 0, 63), board.Record(now, 0, 64)])
     assert read()[0][3] == [0, 2, 0, 1]
+
+
+def test_a_fifo_or_a_link_in_the_boards_place_is_ignored_not_waited_on(native: NativeEnv, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    board.append(str(elsewhere), [board.Record(time.time_ns(), 0, 79, flags=board.FLAG_LOST)])
+    path = Path(board.board_path(str(native.state_dir)))
+    path.symlink_to(Path(board.board_path(str(elsewhere))))
+    assert native.smi("-L", devices="a100", timeout=20).returncode == 0  # the link is not followed
+    path.unlink()
+    os.mkfifo(path)
+    assert native.smi("-L", devices="a100", timeout=20).returncode == 0  # nor a FIFO opened and waited on
