@@ -26,6 +26,12 @@ def shorten(value: str, keep: int = SHOWN_CHARACTERS) -> str:
     return f"{value[:keep]!r}... ({len(value)} characters)"
 
 
+def clip(text: str, keep: int = 3 * SHOWN_CHARACTERS) -> str:
+    """A message of someone else's (a schema validator's, which quotes the whole offending value) cut to its first
+    `keep` characters, so a hostile value never floods the terminal through it."""
+    return text if len(text) <= keep else f"{text[:keep]}... ({len(text)} characters)"
+
+
 class FakeGPUError(Exception):
     """Root of every error FakeGPU raises on purpose; the CLI catches it once and exits with `exit_code`."""
 

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import UsageError, shorten
+from fakegpu.errors import UsageError, clip, shorten
 from fakegpu.faults.board import FLAG_AFTER_ALLOCATIONS, FLAG_LOST, KIND_XID, NEVER, Record
 
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
@@ -95,14 +95,16 @@ def _problem(error: Any) -> str:
         return f"{where}: {_shown(error.instance)} is not accepted; expected one of: " \
                f"{', '.join(str(v) for v in error.validator_value)}"
     if error.validator == "required":
-        return f"{where}: {error.message}"
+        return f"{where}: {clip(error.message)}"
+    if error.validator == "maxItems":
+        return f"{where}: {len(error.instance)} faults; a run's board holds at most {error.validator_value}"
     if error.validator == "not":
         return f"{where}: give either at or after_allocations, not both"
     if error.validator == "oneOf" and where.endswith(".device"):
         return f"{where}: {_shown(error.instance)} is not a GPU; expected its index (0, 1) or UUID (GPU-...)"
     if error.validator == "oneOf" and where.endswith(".at"):
         return f"{where}: {_shown(error.instance)} is not a duration; expected seconds or 20s, 1.5m, 2h"
-    return f"{where}: {error.message}"
+    return f"{where}: {clip(error.message)}"
 
 
 def check(doc: Any, source: str) -> list[Fault]:

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, shorten
+from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, clip, shorten
 from fakegpu.profiles.matching import closest
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "manifest.schema.json"
@@ -258,7 +258,7 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
         return [(path, f"{_shown(value)} is not accepted; expected {expected}")]
     if kind in ("minItems", "minLength", "minProperties"):
         return [(path, "must not be empty")]
-    return [(path, error.message)]
+    return [(path, clip(error.message))]
 
 
 def _unknown_key(key: str, known: Sequence[str]) -> str:

@@ -151,3 +151,11 @@ def test_a_watch_sees_lost_gpus_and_fires_allocation_triggers_once(tmp_path):
     other.allocated(1)
     other.allocated(1)
     assert board.read(str(tmp_path))[0].fire_ns == stamped
+
+
+def test_a_huge_plan_is_refused_without_being_echoed_back():
+    many = '{"faults": [' + ",".join(['{"xid": 79, "device": 0}'] * 5000) + "]}"
+    with pytest.raises(InvalidFaultPlan) as err:
+        from_environment(many)
+    assert "faults: 5000 faults; a run's board holds at most 64" in err.value.message
+    assert len(err.value.message) < 400
