@@ -456,6 +456,9 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--samples", type=int, default=3)
     ap.add_argument("--out", required=True)
     ap.add_argument("--trace", action="store_true", help="record each workload's allocator events")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="stop starting op-database cases after this many seconds (a capture on a rented GPU)")
+    ap.add_argument("--start-at", default=None, help="skip op-database ops before this one (resume a capture)")
     args = ap.parse_args(argv)
     torch.ones(1, device=DEV)  # the context, and the first segment's rounding, before any case
     doc: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "cases": {}}
@@ -473,7 +476,14 @@ def main(argv: list[str]) -> int:
                 doc["cases"][name] = {"error": f"{type(exc).__name__}: {exc}"[:500]}
     else:
         names = {n for n in args.ops.split(",") if n} or None
+        skipping = args.start_at is not None
         for op, i, sample in opdb_cases(names, args.samples):
+            skipping = skipping and op.name != args.start_at
+            if skipping:
+                continue
+            if args.deadline is not None and time.monotonic() - start > args.deadline:
+                doc["truncated"] = f"stopped at {op.name} after {args.deadline:g} s"
+                break
             key = f"{op.name}{'.' + op.variant_test_name if op.variant_test_name else ''}#{i}"
             try:
                 doc["cases"][key] = run_sample(op, sample)

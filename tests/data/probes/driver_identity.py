@@ -24,8 +24,8 @@ out["smi_driver"], out["smi_cuda"] = (m.group(1), m.group(2)) if m else (None, N
 try:
     with open("/proc/driver/nvidia/version") as f:
         words = f.readline().split()
-    out["proc_driver"] = words[words.index("Module") + 1]
-except (OSError, ValueError, IndexError):
+    out["proc_driver"] = next(w for w in words if re.fullmatch(r"[0-9]+\.[0-9]+(\.[0-9]+)?", w))
+except (OSError, StopIteration):
     out["proc_driver"] = None
 out["proc_gpus"] = sorted(os.listdir("/proc/driver/nvidia/gpus")) if os.path.isdir("/proc/driver/nvidia/gpus") \
     else None

@@ -1,0 +1,99 @@
+"""How NVML's telemetry follows work: utilization, power, clocks, temperature and clock-event reasons sampled at
+20 Hz through phases of idle, a compute-bound loop, a memory-bound loop, a 50% duty cycle and idle again.
+The fake's telemetry model (utilization = busy share of the last second; power, clock and temperature following
+it) is checked against these series. One JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+
+import pynvml as N
+import torch
+
+QUICK = os.environ.get("CAPTURE_QUICK") == "1"
+SCALE = 0.2 if QUICK else 1.0
+
+
+def sampler(h, samples: list, stop: threading.Event, t0: float) -> None:
+    while not stop.is_set():
+        row = {"t": round(time.monotonic() - t0, 3)}
+        for key, fn in (("util", lambda: N.nvmlDeviceGetUtilizationRates(h).gpu),
+                        ("mem_util", lambda: N.nvmlDeviceGetUtilizationRates(h).memory),
+                        ("power_mw", lambda: N.nvmlDeviceGetPowerUsage(h)),
+                        ("sm_mhz", lambda: N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_SM)),
+                        ("mem_mhz", lambda: N.nvmlDeviceGetClockInfo(h, N.NVML_CLOCK_MEM)),
+                        ("temp_c", lambda: N.nvmlDeviceGetTemperature(h, 0)),
+                        ("reasons", lambda: N.nvmlDeviceGetCurrentClocksEventReasons(h)),
+                        ("pstate", lambda: N.nvmlDeviceGetPerformanceState(h)),
+                        ("used", lambda: N.nvmlDeviceGetMemoryInfo(h).used)):
+            try:
+                row[key] = fn()
+            except N.NVMLError as exc:
+                row[key] = str(exc)
+        samples.append(row)
+        time.sleep(0.05)
+
+
+def main() -> int:
+    N.nvmlInit()
+    h = N.nvmlDeviceGetHandleByIndex(0)
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    big = torch.empty(1 << 30, device="cuda")
+    out = torch.empty_like(big)
+    torch.cuda.synchronize()
+    time.sleep(1.0 * SCALE)
+    samples: list = []
+    phases: list = []
+    stop = threading.Event()
+    t0 = time.monotonic()
+    th = threading.Thread(target=sampler, args=(h, samples, stop, t0), daemon=True)
+    th.start()
+
+    def phase(name: str, seconds: float, body) -> None:
+        start = time.monotonic() - t0
+        end = time.monotonic() + seconds * SCALE
+        while time.monotonic() < end:
+            body()
+        torch.cuda.synchronize()
+        phases.append({"name": name, "start": round(start, 3), "end": round(time.monotonic() - t0, 3)})
+
+    def gemm_burst():
+        for _ in range(20):
+            a @ a
+        torch.cuda.synchronize()
+
+    def copy_burst():
+        for _ in range(10):
+            out.copy_(big)
+        torch.cuda.synchronize()
+
+    def duty_50():  # ~10 ms of GEMMs, then ~10 ms asleep
+        t = time.monotonic()
+        while time.monotonic() - t < 0.01:
+            a @ a
+            torch.cuda.synchronize()
+        time.sleep(0.01)
+
+    phase("idle_before", 3, lambda: time.sleep(0.05))
+    phase("gemm_bf16", 8, gemm_burst)
+    phase("idle_gap", 3, lambda: time.sleep(0.05))
+    phase("copy_hbm", 4, copy_burst)
+    phase("duty_50", 4, duty_50)
+    phase("idle_after", 6, lambda: time.sleep(0.05))
+    stop.set()
+    th.join()
+    doc = {"phases": phases, "samples": samples,
+           "limits": {"power_limit_mw": N.nvmlDeviceGetEnforcedPowerLimit(h),
+                      "max_sm_mhz": N.nvmlDeviceGetMaxClockInfo(h, N.NVML_CLOCK_SM),
+                      "max_mem_mhz": N.nvmlDeviceGetMaxClockInfo(h, N.NVML_CLOCK_MEM)}}
+    json.dump(doc, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
