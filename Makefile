@@ -8,6 +8,10 @@ PYTEST_ARGS ?=
 # PyPI's last CUDA 12 build of torch, in a venv of its own: native mode's CUDA 12 libraries are tested with it.
 VENV210       := .venv-torch210
 VENV210_STAMP := $(VENV210)/.installed
+# The torch of the real-GPU capture in tests/data/gpu/h200 (2.11.0+cu130): tests/real_gpu runs the fake with the very
+# version the GPU ran, so a difference is the fake's, not torch's.
+VENV211       := .venv-torch211
+VENV211_STAMP := $(VENV211)/.installed
 
 .PHONY: all install native catalog test test-fast soak memory-fidelity lint demo images bench clean
 
@@ -32,6 +36,15 @@ $(VENV210_STAMP):
 
 $(VENV210): $(VENV210_STAMP)
 
+# transformers for the capture's gpt2 workload, expecttest for torch's op database, nvidia-ml-py for the NVML dump.
+$(VENV211_STAMP):
+	$(PYTHON) -m venv $(VENV211)
+	$(VENV211)/bin/pip install --quiet --upgrade pip
+	$(VENV211)/bin/pip install --quiet torch==2.11.0 numpy nvidia-ml-py transformers expecttest
+	touch $@
+
+$(VENV211): $(VENV211_STAMP)
+
 # The native shims (libnvidia-ml, CUDA libraries, nvidia-smi, the container runtime's C front).
 native: $(STAMP)
 	$(MAKE) -C native PYTHON=$(abspath $(PY))
@@ -44,7 +57,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Every test, Docker and native ones included. pytest's "no tests collected" (exit 5) is a failure here.
-test: all $(VENV210_STAMP)
+test: all $(VENV210_STAMP) $(VENV211_STAMP)
 	$(PY) -m fakegpu.profiles.compile --check
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
@@ -75,5 +88,5 @@ bench: all images
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VENV210) build *.egg-info native/build .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV210) $(VENV211) build *.egg-info native/build .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
