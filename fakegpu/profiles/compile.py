@@ -66,7 +66,7 @@ def derived_cuda_total(nvml_total: int, segment: str) -> int:
     """CUDA's totalGlobalMem where no real board was measured.
 
     On data-center and workstation boards the driver keeps part of the framebuffer, so the runtime reports
-    less than NVML: H100 80GB HBM3 81559 -> 81090 MiB, H200 143771 -> 143156, RTX 6000 Ada 49140 -> 48622.
+    less than NVML: H100 80GB HBM3 81559 -> 81090 MiB, H200 143771 -> 143155.94 (measured), RTX 6000 Ada 49140 -> 48622.
     About 0.58% (at least 256 MiB) matches those within 0.2%. GeForce boards give nearly all of it to CUDA
     (RTX 4090: 24564 -> 24563 MiB). Derived values are flagged `cuda_total_derived` in the compiled catalog.
     """
