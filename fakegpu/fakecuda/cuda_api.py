@@ -28,7 +28,12 @@ from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
 from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
 from fakegpu.fakecuda.tensor import install_storage_resize, malloc, uninstall_storage_resize
-from fakegpu.fakecuda.workspace import BlasConfig, Workspaces
+from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, Workspaces, has_caching_switch
+
+
+def torch_version() -> str:
+    """The running torch's release (a seam: tests stand in another release's)."""
+    return torch.__version__
 
 
 class FakeCudaApi:
@@ -38,11 +43,12 @@ class FakeCudaApi:
         self._saved: list[tuple[Any, str, Any]] = []
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
-        # torch's workspace-size API came with per-call cuBLAS workspaces and their TORCH_CUBLAS_WORKSPACE_CACHE
-        # switch (both in 2.15, neither in 2.10); without them torch holds the workspace (workspace.py)
-        config = BlasConfig.from_env(caching_switch=hasattr(torch._C, "_cuda_getCublasWorkspaceSize"))
+        # per-call cuBLAS workspaces came with TORCH_CUBLAS_WORKSPACE_CACHE in 2.15; before, torch holds them
+        config = BlasConfig.from_env(caching_switch=has_caching_switch(torch_version()))
         self.workspaces = Workspaces(config, lambda i, n: malloc(rt, i, n), rt.free,
-                                     lambda i: rt.devices[i].profile.compute_capability)
+                                     lambda i: rt.devices[i].profile.compute_capability,
+                                     handles=HandlePool(backward.in_backward),
+                                     stream=lambda i: rt.current_stream[i] if rt.current_stream else 0)
         api = self
 
         class Stream(FakeStream):

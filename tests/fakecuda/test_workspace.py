@@ -1,11 +1,14 @@
-"""cuBLAS / cuBLASLt workspaces through the allocator model, as torch 2.15 takes them (see workspace.py)."""
+"""cuBLAS / cuBLASLt workspaces through the allocator model, as torch takes them (see workspace.py)."""
 
 from __future__ import annotations
+
+import gc
+import threading
 
 import pytest
 
 from fakegpu.cuda_overheads import cublas_workspace_bytes
-from fakegpu.fakecuda.workspace import BlasConfig, parse_workspace_config
+from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, has_caching_switch, parse_workspace_config
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -22,14 +25,53 @@ def test_workspace_config_parsing():
     assert BlasConfig.from_env({}) == BlasConfig()
 
 
+def test_releases_before_the_caching_switch_hold_separate_workspaces():
+    # the switch's string is in 2.15.0's libtorch_cuda.so and in none of 2.10.0-2.14.0's
+    assert [has_caching_switch(v) for v in ("2.10.0+cu128", "2.11.0+cu130", "2.14.1+dfsg", "2.15.0+cu132",
+                                            "2.16.0.dev20270101", "3.0.0")] == [False, False, False, True, True,
+                                                                                 True]
+    old = BlasConfig.from_env({"TORCH_CUBLAS_WORKSPACE_CACHE": "0"}, caching_switch=False)
+    assert (old.caching, old.unified) == (True, False)  # 2.11 on an H200: a cuBLASLt workspace of its own
+    assert BlasConfig.from_env({"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}, caching_switch=False).unified
+
+
+def test_handle_pool_per_thread_and_autograd_thread():
+    backward = threading.local()
+    pool = HandlePool(lambda: getattr(backward, "on", False))
+    main = pool.current(0)
+    assert pool.current(0) == main and pool.current(1) == 0  # handles are per device
+    backward.on = True
+    engine = pool.current(0)
+    backward.on = False
+    assert engine != main and pool.created(0) == 2
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(pool.current(0)))
+    worker.start()
+    worker.join()
+    del worker
+    gc.collect()
+    assert seen == [2]  # a third thread, a third handle; back in the pool when the thread ended
+    again = threading.Thread(target=lambda: seen.append(pool.current(0)))
+    again.start()
+    again.join()
+    assert seen == [2, 2] and pool.created(0) == 3
+
+
 torch_tests = pytest.mark.torch
 
 
 def _per_call_workspaces() -> bool:
-    """torch 2.15 frees the cuBLAS workspace after each call unless TORCH_CUBLAS_WORKSPACE_CACHE=1; torch 2.10
-    has no such switch and always holds it. fakecuda tells them apart by the workspace-size API (cuda_api.py)."""
+    """torch 2.15 frees the cuBLAS workspace after each call unless TORCH_CUBLAS_WORKSPACE_CACHE=1; earlier
+    releases have no such switch and always hold it. fakecuda tells them apart by release (cuda_api.py)."""
     torch = pytest.importorskip("torch")
-    return hasattr(torch._C, "_cuda_getCublasWorkspaceSize")
+    return has_caching_switch(torch.__version__)
+
+
+def _as_torch_211(monkeypatch) -> None:
+    """Run fakecuda as it runs on torch 2.11 (the real H200 capture's release)."""
+    from fakegpu.fakecuda import cuda_api
+
+    monkeypatch.setattr(cuda_api, "torch_version", lambda: "2.11.0+cu130")
 
 
 per_call_only = pytest.mark.skipif("not _per_call_workspaces()", reason="this torch always holds the workspace")
@@ -78,8 +120,7 @@ def test_bias_linear_takes_the_cublaslt_workspace_for_the_call(fakecuda):
 @torch_tests
 def test_torch_without_the_caching_switch_holds_the_workspace(monkeypatch, fakecuda):  # undone after fakecuda
     torch = pytest.importorskip("torch")
-    if _per_call_workspaces():
-        monkeypatch.delattr(torch._C, "_cuda_getCublasWorkspaceSize")  # look like torch 2.10
+    _as_torch_211(monkeypatch)
     monkeypatch.setenv("TORCH_CUBLAS_WORKSPACE_CACHE", "0")  # no switch: ignored, as that torch ignores it
     fakecuda("a100")
     _, kept, _ = _matmul_deltas(torch)
@@ -112,3 +153,30 @@ def test_workspace_counts_toward_out_of_memory(fakecuda):
     a = torch.empty(1024, 2048, device="cuda")  # 8 MiB in a 20 MiB segment
     with pytest.raises(torch.cuda.OutOfMemoryError, match=r"Tried to allocate 20\.00 MiB.*12\.00 MiB is allocated"):
         a @ a.t()  # the 4 MiB product fits the segment; the 8.125 MiB workspace needs a second 20 MiB one
+
+
+MiB32 = 32 * MiB
+
+
+@torch_tests
+def test_held_workspaces_per_handle_forward_and_backward(monkeypatch, fakecuda):
+    # the real H200 with torch 2.11 (tests/data/gpu/h200/mem_workloads.json, linear_fwd_bwd): Linear's forward
+    # leaves its output, a 32 MiB cuBLAS and a 1 MiB cuBLASLt workspace allocated; backward, on autograd's own
+    # thread and so with its own handle, another 32 MiB cuBLAS workspace
+    torch = pytest.importorskip("torch")
+    _as_torch_211(monkeypatch)
+    fakecuda("h200")
+    layer = torch.nn.Linear(1024, 1024).cuda()
+    x = torch.randn(256, 1024, device="cuda")
+    base = torch.cuda.memory_allocated()
+    y = layer(x)
+    assert torch.cuda.memory_allocated() - base == 1 * MiB + MiB32 + 1 * MiB
+    y.sum().backward()
+    del y
+    grads = 4 * MiB + 4096
+    assert torch.cuda.memory_allocated() - base == 2 * MiB32 + 1 * MiB + grads
+    layer(x).sum().backward()  # both threads' handles hold theirs already
+    assert torch.cuda.memory_allocated() - base == 2 * MiB32 + 1 * MiB + grads
+    torch._C._cuda_clearCublasWorkspaces()
+    assert torch.cuda.memory_allocated() - base == grads
+
