@@ -26,9 +26,10 @@ from fakegpu.fakecuda import (
 )
 from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
+from fakegpu.fakecuda.releases import CUBLAS_WORKSPACE_CACHE_SWITCH, release
 from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
 from fakegpu.fakecuda.tensor import install_storage_resize, malloc, uninstall_storage_resize
-from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, Workspaces, has_caching_switch
+from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, Workspaces
 
 
 def torch_version() -> str:
@@ -43,8 +44,9 @@ class FakeCudaApi:
         self._saved: list[tuple[Any, str, Any]] = []
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
+        rt.torch_release = release(torch_version())
         # per-call cuBLAS workspaces came with TORCH_CUBLAS_WORKSPACE_CACHE in 2.15; before, torch holds them
-        config = BlasConfig.from_env(caching_switch=has_caching_switch(torch_version()))
+        config = BlasConfig.from_env(caching_switch=rt.since(CUBLAS_WORKSPACE_CACHE_SWITCH))
         self.workspaces = Workspaces(config, lambda i, n: malloc(rt, i, n), rt.free,
                                      lambda i: rt.devices[i].profile.compute_capability,
                                      handles=HandlePool(backward.in_backward),

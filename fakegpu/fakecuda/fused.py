@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from fakegpu.fakecuda.dispatch import suspended
+from fakegpu.fakecuda.releases import EFFICIENT_ATTENTION_DEVICE_RNG
 from fakegpu.fakecuda.tensor import StorageTracker
 
 
@@ -33,10 +34,41 @@ def _up(n: int, m: int) -> int:
 
 
 def _layout(t: torch.Tensor, backend: str) -> tuple[int, ...]:
+    if backend == "cudnn":
+        return _dense_strides(t)
     if backend == "flash" or t.dim() != 4:
         return t.stride()
     _, h, n, d = t.shape
     return (n * h * d, d, h * d, 1)
+
+
+def _dense_strides(t: torch.Tensor) -> tuple[int, ...]:
+    """Strides of a dense tensor of t's shape whose dims lie in memory in t's order (torch's matching layout)."""
+    order = sorted(range(t.dim()), key=lambda i: (-t.stride(i), i))
+    strides = [0] * t.dim()
+    step = 1
+    for i in reversed(order):
+        strides[i] = step
+        step *= max(1, t.shape[i])
+    return tuple(strides)
+
+
+def _like_layout(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    strides = _dense_strides(like)
+    if x.stride() == strides:
+        return x
+    return torch.empty_strided(x.shape, strides, dtype=x.dtype).copy_(x)
+
+
+# cuDNN attention's workspaces beyond what its backward formula gives, as a real H200 showed them (torch 2.11,
+# cuDNN 9.19, tests/data/gpu/h200/mem_workloads.json, sdpa_causal_bf16; one shape, B=8, H=8, L=512, D=64):
+# forward one block of the allocator's smallest granule, taken after the logsumexp and freed before returning
+CUDNN_FORWARD_WORKSPACE = 512
+CUDNN_BACKWARD_WORKSPACE_PAD = 512
+
+
+def _transient(rt, index: int, nbytes: int) -> None:
+    rt.free(index, rt.malloc(index, nbytes))
 
 
 def _charged(tracker: StorageTracker, index: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -60,20 +92,31 @@ class FusedAttention(torch.autograd.Function):
             out = math.transpose(1, 2).contiguous().transpose(1, 2)
             del math
         b, h, lq = q.shape[0], q.shape[1], q.shape[2]
+        rt = tracker.runtime
         # the kernels' philox seed and offset (one int64 each) and the float32 logsumexp, in each kernel's order
-        # (native mode's allocator trace): the seed and offset are device tensors only without dropout (with
-        # it they are CPU scalars outside graph capture); efficient makes them first, flash after its outputs
-        def rng() -> tuple[torch.Tensor | None, ...]:
-            if dropout_p > 0:
+        # (native mode's allocator trace): flash and efficient keep the seed and offset on the device only
+        # without dropout (with it they are CPU scalars outside graph capture), and efficient only from torch
+        # 2.15 (releases.py); efficient makes them first, flash after its outputs; cuDNN always keeps them,
+        # first
+        def rng(device: bool) -> tuple[torch.Tensor | None, ...]:
+            if not device:
                 return None, None
             return tuple(_charged(tracker, index, (), torch.int64) for _ in range(2))
 
         if backend == "flash":
             tracker.account(out, index)
             lse = _charged(tracker, index, (b, h, lq), torch.float32)
-            seed, offset = rng()
+            seed, offset = rng(dropout_p == 0)
+        elif backend == "cudnn":
+            seed, offset = rng(True)
+            # cuDNN writes the output in q's layout (a contiguous q gives a contiguous output)
+            with suspended():
+                out = _like_layout(out, q)
+            tracker.account(out, index)
+            lse = _charged(tracker, index, (b, h, lq), torch.float32)
+            _transient(rt, index, CUDNN_FORWARD_WORKSPACE)
         else:
-            seed, offset = rng()
+            seed, offset = rng(dropout_p == 0 and rt.since(EFFICIENT_ATTENTION_DEVICE_RNG))
             tracker.account(out, index)
             lse = _charged(tracker, index, (b, h, _up(lq, 32)), torch.float32)
         ctx.options = (dropout_p, is_causal, scale, backend, index, tracker)
@@ -98,7 +141,13 @@ class FusedAttention(torch.autograd.Function):
         # efficient takes one q-sized buffer, dq, dk, dv, a second q-sized buffer and two float32 (B, H, L)
         # rows, then a float32 workspace of (L x D + L / 16) per batch and head. (GPT-2's attention, whose q, k
         # and v are views of one projection, shows one q-sized buffer fewer: within 1% of its peak, not modeled.)
-        if backend == "flash":
+        if backend == "cudnn":
+            # dq, dk, dv in their inputs' layouts, then one workspace for the call: a float32 dq accumulator
+            # and per-row softmax sums, plus at most 512 bytes (the H200's, torch 2.11, cuDNN 9.19:
+            # 8520192 bytes by the allocator's 512-byte granule for B=8, H=8, L=512, D=64)
+            grad_blocks = [rt.malloc(index, t.numel() * t.element_size()) for t in (q, k, v)]
+            _transient(rt, index, b * h * lq * (d + 1) * 4 + CUDNN_BACKWARD_WORKSPACE_PAD)
+        elif backend == "flash":
             temps = [rt.malloc(index, size) for _ in range(2)]
             grad_blocks = [rt.malloc(index, t.numel() * t.element_size()) for t in (q, k, v)]
             softmax_d = rt.malloc(index, b * h * _up(lq, 128) * 4)

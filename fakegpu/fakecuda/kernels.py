@@ -25,6 +25,8 @@ and is checked there.
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
 from typing import Any
 
@@ -35,6 +37,7 @@ from fakegpu.fakecuda import amp, fused
 from fakegpu.fakecuda.backward import under_mode
 from fakegpu.fakecuda.dtensor import badge_locals
 from fakegpu.fakecuda.mode import FakeCudaMode, register
+from fakegpu.fakecuda.releases import CUDNN_ATTENTION_DROPOUT_SIXTEENTHS, release
 from fakegpu.fakecuda.tensor import FAKE_TYPES
 
 _autocast_on = torch.is_autocast_enabled
@@ -60,24 +63,107 @@ def _dropout(mode: FakeCudaMode, func, args, kwargs):
 
 def cuda_sdpa_backend(mode: FakeCudaMode, index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                       attn_mask: Any, dropout_p: float, is_causal: bool, enable_gqa: bool) -> str:
-    """The backend CUDA's scaled_dot_product_attention picks (ATen's sdp_utils, the default priority flash >
-    efficient > math, within the torch.backends.cuda switches); "math" when neither fused kernel takes it."""
-    major = mode.runtime.devices[index].profile.compute_capability[0]
+    """The backend CUDA's scaled_dot_product_attention picks (ATen's sdp_utils: the first in priority order whose
+    checks pass, within the torch.backends.cuda switches); "math" when no fused kernel takes it."""
+    major, minor = mode.runtime.devices[index].profile.compute_capability
     dims_ok = q.dim() == 4 and k.dim() == 4 and v.dim() == 4
-    head = q.shape[-1]
     same_heads = q.shape[-1] == k.shape[-1] == v.shape[-1]
     if not dims_ok or not same_heads or enable_gqa:
         return "math"
-    backends = torch.backends.cuda
-    if (backends.flash_sdp_enabled() and major >= 8 and q.dtype in _HALF and attn_mask is None
-            and head <= 256 and head % 8 == 0):
-        return "flash"
-    if backends.mem_efficient_sdp_enabled() and major >= 5 and (q.dtype is torch.float32 or
-                                                                 (q.dtype in _HALF and head % 8 == 0)):
-        if q.dtype is torch.bfloat16 and major < 8:
+    checks = {"cudnn": lambda: _cudnn_takes(mode, major, minor, q, k, v, dropout_p),
+              "flash": lambda: _flash_takes(major, q, attn_mask),
+              "efficient": lambda: _efficient_takes(major, q)}
+    for backend in _priority(major, minor):
+        if backend == "math":
             return "math"
-        return "efficient"
+        if checks[backend]():
+            return backend
     return "math"
+
+
+_BACKEND_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
+_DEFAULT_ORDER = ["flash", "efficient", "math", "cudnn"]
+
+
+def _priority(major: int, minor: int) -> list[str]:
+    """torch's order of backends to try: the user's (sdpa_kernel(..., set_priority=True)), else flash, efficient,
+    math, with cuDNN moved to the front where torch prefers it. torch decides that on its first CUDA attention
+    call, which a fake device never reaches, so the order it reports is still the default one."""
+    get = getattr(torch._C, "_get_sdp_priority_order", None)
+    order = [_BACKEND_NAMES[b] for b in get() if b in _BACKEND_NAMES] if get is not None else _DEFAULT_ORDER
+    if order == _DEFAULT_ORDER and _cudnn_preferred(major, minor):
+        return ["cudnn", "flash", "efficient", "math"]
+    return order
+
+
+@functools.cache
+def _cudnn_version() -> int:
+    """The cuDNN runtime torch loads (0 when the build has none): sdp_utils reads the runtime's version."""
+    try:
+        return int(torch.backends.cudnn.version() or 0)
+    except Exception:  # a build without cuDNN, or a library that does not load
+        return 0
+
+
+def _cudnn_preferred(major: int, minor: int) -> bool:
+    """sdp_utils' check_prefer_cudnn_attention: cuDNN attention first on sm90 and sm10x with a cuDNN runtime
+    newer than 9.15 (builds for CUDA 12: x.0 and x.3 boards only), unless TORCH_CUDNN_SDPA_DEPRIORITIZED is set.
+    A real H200 with torch 2.11.0+cu130 and cuDNN 9.19 ran cuDNN attention for bf16 (tests/data/gpu/h200,
+    sdpa_causal_bf16), and native mode picks it with torch 2.11 and 2.15 on an H200, not on an A100."""
+    if os.environ.get("TORCH_CUDNN_SDPA_DEPRIORITIZED", "").strip().lower() in ("1", "true", "yes", "on", "y"):
+        return False
+    if _cudnn_version() <= 91500 or major not in (9, 10):
+        return False
+    cuda = torch.version.cuda or ""
+    return release(cuda) >= (13, 0) or minor in (0, 3)
+
+
+def _flash_takes(major: int, q: torch.Tensor, attn_mask: Any) -> bool:
+    head = q.shape[-1]
+    return (torch.backends.cuda.flash_sdp_enabled() and major >= 8 and q.dtype in _HALF and attn_mask is None
+            and head <= 256 and head % 8 == 0)
+
+
+def _efficient_takes(major: int, q: torch.Tensor) -> bool:
+    if not torch.backends.cuda.mem_efficient_sdp_enabled() or major < 5:
+        return False
+    if q.dtype is torch.bfloat16:
+        return major >= 8 and q.shape[-1] % 8 == 0
+    return q.dtype is torch.float32 or (q.dtype is torch.float16 and q.shape[-1] % 8 == 0)
+
+
+def _cudnn_takes(mode: FakeCudaMode, major: int, minor: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 dropout_p: float) -> bool:
+    """sdp_utils' can_use_cudnn_attention for dense inputs (fakecuda's attention takes no nested tensors)."""
+    version = _cudnn_version()
+    if not version or not torch.backends.cuda.cudnn_sdp_enabled():
+        return False
+    if torch.are_deterministic_algorithms_enabled() and not torch.is_deterministic_algorithms_warn_only_enabled():
+        return False
+    if q.dtype not in _HALF or (q.dtype is torch.bfloat16 and major < 8) or not (8, 0) <= (major, minor) <= (12, 1):
+        return False
+    if dropout_p > 0 and (91100 < version < 91400 or (
+            mode.runtime.since(CUDNN_ATTENTION_DROPOUT_SIXTEENTHS) and dropout_p * 16 != int(dropout_p * 16))):
+        return False
+    b, h, s_q, d_qk = q.shape
+    s_k, d_v = k.shape[2], v.shape[3]
+    if not s_q or not s_k or any(t.stride(-1) != 1 and t.shape[-1] != 1 for t in (q, k, v)):
+        return False
+    if b > 65535 or h > 65535 or d_qk % 8 or d_v % 8 or s_k == 1 or (dropout_p > 0 and s_q == 1):
+        return False
+    sm90_or_10x = (major, minor) == (9, 0) or major == 10
+    d256 = sm90_or_10x and version > 92200 and not ((major, minor) == (10, 7) and version <= 92500)
+    if d256:
+        limit = 256
+    elif sm90_or_10x and version >= 91100 and (d_qk, d_v) == (192, 128):
+        limit = 192
+    else:
+        limit = 128
+    if d_qk > limit or d_v > limit:
+        return False
+    if d256 and any(t.requires_grad for t in (q, k, v)):  # backward: these head sizes only
+        return (d_qk <= 128 and d_v <= 128) or (d_qk, d_v) in ((192, 128), (256, 256))
+    return True
 
 
 @register(F.scaled_dot_product_attention)

@@ -16,6 +16,7 @@ from fakegpu.devices.cuda_view import cuda_view
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
 from fakegpu.fakecuda.config import AllocatorConfig, config_from_env
 from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
+from fakegpu.fakecuda.releases import Release
 from fakegpu.fakecuda.workspace import Workspaces
 from fakegpu.faults.board import Watch
 from fakegpu.shared_state import state_dir
@@ -63,6 +64,8 @@ class Runtime:
     gap_calls: dict[str, int] = field(default_factory=dict)
     # the run's fault board (fakegpu/faults/board.py): lost GPUs, faults after a number of allocations
     faults: Watch | None = None
+    # the running torch's major.minor (releases.py), set by the torch layer; None: the newest behaviour
+    torch_release: Release | None = None
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
@@ -75,6 +78,10 @@ class Runtime:
             for d, board in cuda_view(resolve_devices(spec), env.get("CUDA_VISIBLE_DEVICES"))
         ]
         return cls(devices, context, spec=spec, config=config, faults=Watch(state_dir(env)))
+
+    def since(self, first: Release) -> bool:
+        """Whether the running torch is `first` or later (releases.py names the releases that changed)."""
+        return self.torch_release is None or self.torch_release >= first
 
     @property
     def count(self) -> int:

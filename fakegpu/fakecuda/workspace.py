@@ -34,12 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fakegpu.cuda_overheads import cublas_workspace_bytes
+from fakegpu.fakecuda.releases import CUBLAS_WORKSPACE_CACHE_SWITCH, release
 
 KiB = 1024
 _TRUE = {"1", "true", "yes", "on", "y"}
 _FALSE = {"0", "false", "no", "off", "n"}
-# The first torch release with TORCH_CUBLAS_WORKSPACE_CACHE (see the module's docstring for the measurement).
-CACHING_SWITCH_SINCE = (2, 15)
 
 
 def _flag(value: str | None) -> bool | None:
@@ -50,9 +49,8 @@ def _flag(value: str | None) -> bool | None:
 
 
 def has_caching_switch(torch_version: str) -> bool:
-    """Whether this torch release reads TORCH_CUBLAS_WORKSPACE_CACHE (its major.minor, local tags ignored)."""
-    match = re.match(r"(\d+)\.(\d+)", torch_version)
-    return match is not None and (int(match[1]), int(match[2])) >= CACHING_SWITCH_SINCE
+    """Whether this torch release reads TORCH_CUBLAS_WORKSPACE_CACHE."""
+    return release(torch_version) >= CUBLAS_WORKSPACE_CACHE_SWITCH
 
 
 def parse_workspace_config(text: str) -> int | None:

@@ -119,6 +119,79 @@ def test_attention_backend_follows_cuda_rules(fakecuda):
         assert pick(0, torch.bfloat16) == "math"
 
 
+def _as_release(monkeypatch, version: str, cudnn: int = 91900) -> None:
+    """fakecuda as it runs on another torch release with another cuDNN runtime (the H200 capture's: torch 2.11,
+    cuDNN 9.19), on a CUDA 13 build."""
+    from fakegpu.fakecuda import cuda_api, kernels
+
+    monkeypatch.setattr(cuda_api, "torch_version", lambda: version)
+    monkeypatch.setattr(kernels, "_cudnn_version", lambda: cudnn)
+    monkeypatch.setattr("torch.version.cuda", "13.0")
+
+
+def test_attention_prefers_cudnn_on_hopper_with_a_recent_cudnn(fakecuda, monkeypatch):
+    # a real H200 with torch 2.11.0+cu130 and cuDNN 9.19 ran bf16 attention on cuDNN; native mode (torch's own
+    # choice on simulated devices) agrees for 2.11 and 2.15, and keeps flash on an A100
+    torch = pytest.importorskip("torch")
+    from fakegpu.fakecuda import _active, kernels
+    from fakegpu.fakecuda.kernels import cuda_sdpa_backend
+
+    _as_release(monkeypatch, "2.11.0+cu130")
+    fakecuda("h200:1,a100:1")
+    mode = _active["mode"]
+
+    def pick(device: int, dtype, head=64, dropout=0.0):
+        q = torch.empty(2, 4, 16, head, dtype=dtype)
+        return cuda_sdpa_backend(mode, device, q, q, q, None, dropout, True, False)
+
+    assert pick(0, torch.bfloat16) == "cudnn" and pick(0, torch.float16) == "cudnn"
+    assert pick(1, torch.bfloat16) == "flash"
+    assert pick(0, torch.float32) == "efficient"
+    assert pick(0, torch.bfloat16, head=256) == "flash"  # cuDNN 9.19: head sizes up to 128
+    assert pick(0, torch.bfloat16, dropout=0.1) == "cudnn"  # 2.11 takes any dropout; 2.15 sixteenths only
+    _active["runtime"].torch_release = (2, 15)
+    assert pick(0, torch.bfloat16, dropout=0.1) == "flash" and pick(0, torch.bfloat16, dropout=0.125) == "cudnn"
+    monkeypatch.setattr(kernels, "_cudnn_version", lambda: 91500)
+    assert pick(0, torch.bfloat16) == "flash"  # preferred only above cuDNN 9.15
+    monkeypatch.setattr(kernels, "_cudnn_version", lambda: 91900)
+    monkeypatch.setenv("TORCH_CUDNN_SDPA_DEPRIORITIZED", "1")
+    assert pick(0, torch.bfloat16) == "flash"
+
+
+def test_cudnn_attention_memory_as_on_the_h200(fakecuda, monkeypatch):
+    # the H200's trace (tests/data/gpu/h200/mem_workloads.json, sdpa_causal_bf16): philox seed and offset, the
+    # output, a float32 logsumexp, a <= 512-byte workspace for the call; backward dq, dk, dv and one workspace
+    # of a float32 dq accumulator, per-row sums and <= 512 bytes
+    torch = pytest.importorskip("torch")
+    _as_release(monkeypatch, "2.11.0+cu130")
+    fakecuda("h200")
+    q, k, v = (torch.randn(8, 8, 512, 64, device="cuda").bfloat16().requires_grad_() for _ in range(3))
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    kept = 2 * 512 + 4 * MiB + 8 * 8 * 512 * 4
+    assert torch.cuda.memory_allocated() - base == kept
+    assert torch.cuda.max_memory_allocated() - base == kept + 512
+    assert out.is_contiguous()  # cuDNN writes q's layout
+    grad = torch.ones_like(out)
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    grads = torch.autograd.grad(out, (q, k, v), grad)
+    assert torch.cuda.max_memory_allocated() - base == 3 * 4 * MiB + 8520192
+    assert all(g.is_contiguous() for g in grads)
+
+
+def test_efficient_attention_keeps_no_rng_on_the_device_before_2_15(fakecuda, monkeypatch):
+    torch = pytest.importorskip("torch")
+    _as_release(monkeypatch, "2.11.0+cu130")
+    fakecuda("a100")
+    q, k, v = (torch.randn(8, 4, 256, 64, device="cuda", requires_grad=True) for _ in range(3))
+    before = torch.cuda.memory_allocated()
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert torch.cuda.memory_allocated() - before == 2 * MiB + 8 * 4 * 256 * 4  # 2.15 adds 2 x 512
+    del out
+
+
 def test_optimizers_default_to_foreach_on_fake_cuda(fakecuda):
     torch = pytest.importorskip("torch")
     from torch.optim.optimizer import _default_to_fused_or_foreach
