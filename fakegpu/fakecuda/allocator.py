@@ -34,9 +34,46 @@ K_LARGE_BUFFER = 20 << 20
 K_MIN_LARGE_ALLOC = 10 << 20
 K_ROUND_LARGE = 2 << 20
 
-# Where each fake device's segments start: distinct, plausible 64-bit device addresses.
+# Each fake device's address range: distinct, plausible 64-bit device addresses.
 _ADDRESS_BASE = 0x7F00_0000_0000
 _ADDRESS_STRIDE = 1 << 40
+
+
+class AddressSpace:
+    """Where cudaMalloc places segments: at the lowest free range that holds them, freed ranges given back and
+    reused. The order matters beyond looks: among free blocks of equal size the caching allocator takes the lowest
+    address. On a real H200 (torch 2.11, tests/data/gpu/h200/mem_workloads.json) the reuse is visible:
+    activation_checkpointing's trace equals fakecuda's event by event only with freed ranges reused (addresses
+    that only grow miss it), and adamw_step's and rmsnorm_silu_dropout's only bottom-up (native mode's pages,
+    mapped top-down by the kernel's mmap, miss both). Where the driver puts a segment is not known in general:
+    transformer_encoder, gpt2_causal_lm and embedding_cross_entropy_large_vocab each show a later segment below an
+    earlier one of the same size, which no single rule tried (bottom-up, top-down, best fit, either above a size)
+    reproduces together with the others; the driver's own untraced allocations take address space too."""
+
+    def __init__(self, base: int, span: int) -> None:
+        self._free: list[tuple[int, int]] = [(base, base + span)]  # [start, end), by address
+
+    def take(self, size: int) -> int:
+        for i, (start, end) in enumerate(self._free):
+            if end - start >= size:
+                if end - start == size:
+                    del self._free[i]
+                else:
+                    self._free[i] = (start + size, end)
+                return start
+        raise MemoryError("fake device address space exhausted")
+
+    def give(self, ptr: int, size: int) -> None:
+        free = self._free
+        i = bisect.bisect_left(free, (ptr, ptr))
+        start, end = ptr, ptr + size
+        if i < len(free) and free[i][0] == end:
+            end = free.pop(i)[1]
+        if i > 0 and free[i - 1][1] == start:
+            start = free.pop(i - 1)[0]
+            i -= 1
+        free.insert(i, (start, end))
+
 
 class Block:
     __slots__ = ("allocated", "device", "next", "pool", "prev", "ptr", "requested_size", "size", "stream",
@@ -147,7 +184,7 @@ class DeviceAllocator:
         self.total_allocated_memory = 0  # bytes in live segments ("cudaMalloc'ed")
         self.allowed_memory_maximum: int | None = None
         self._pending_frees: list[Block] = []
-        self._next_address = _ADDRESS_BASE + device * _ADDRESS_STRIDE
+        self._addresses = AddressSpace(_ADDRESS_BASE + device * _ADDRESS_STRIDE, _ADDRESS_STRIDE)
         if self.config.per_process_memory_fraction < 1.0:
             self.set_memory_fraction(self.config.per_process_memory_fraction)
 
@@ -233,8 +270,7 @@ class DeviceAllocator:
             return None
         if size > self.device_free():
             return None
-        ptr = self._next_address
-        self._next_address += size
+        ptr = self._addresses.take(size)
         self.total_allocated_memory += size
         block = Block(self.device, stream, size, pool, ptr)
         self.stats.increase("segment", pool.pool_name, 1)
@@ -359,6 +395,7 @@ class DeviceAllocator:
         if block.size >= self.config.max_split_size:
             self.stats.oversize_segments.decrease(1)
         block.pool.remove(block)
+        self._addresses.give(block.ptr, block.size)
 
     def _synchronize_and_free_events(self) -> None:
         self.stats.num_sync_all_streams += 1

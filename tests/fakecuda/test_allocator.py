@@ -102,6 +102,26 @@ def test_large_request_rounds_to_2mib_and_best_fit_picks_the_smallest_cached_blo
     assert a.reserved_bytes == (12 + 30) * MiB
 
 
+def test_released_segment_addresses_are_reused_lowest_first():
+    # on a real H200 (tests/data/gpu/h200/mem_workloads.json, activation_checkpointing) a segment made after an
+    # empty_cache lies where a released one was, so the caching allocator's lowest-address tie-break prefers it
+    a = make()
+    x, y, z = a.malloc(16 * MiB), a.malloc(16 * MiB), a.malloc(16 * MiB)
+    low, mid, high = x.ptr, y.ptr, z.ptr
+    assert low < mid < high
+    a.free(x)
+    a.free(y)
+    a.empty_cache()                   # the two lower ranges merge into one free range
+    w = a.malloc(20 * MiB)            # fits the merged hole, at its start
+    assert w.ptr == low
+    v = a.malloc(12 * MiB)            # the rest of the hole (12 MiB) before fresh space above z
+    assert v.ptr == low + 20 * MiB < high
+    a.free(w)
+    a.free(v)
+    u = a.malloc(16 * MiB)            # both blocks are cached: no new segment, best fit is the 20 MiB one
+    assert u.ptr == low and a.reserved_bytes == (20 + 12 + 16) * MiB
+
+
 def test_coalescing_three_neighbours():
     a = make()
     b1, b2, b3 = a.malloc(1000), a.malloc(1000), a.malloc(1000)   # 1024 each from one 2 MiB segment
