@@ -138,9 +138,9 @@ class FusedAttention(torch.autograd.Function):
         # The kernels' buffers in the order native mode's trace shows them (PyTorch's own flash / mem-efficient
         # backward on simulated memory): flash takes two buffers of q's size, then dq, dk, dv, then per-row
         # float32 softmax_d and a float32 dq accumulator (B, L rounded up to 128, H, D rounded up to 8);
-        # efficient takes one q-sized buffer, dq, dk, dv, a second q-sized buffer and two float32 (B, H, L)
-        # rows, then a float32 workspace of (L x D + L / 16) per batch and head. (GPT-2's attention, whose q, k
-        # and v are views of one projection, shows one q-sized buffer fewer: within 1% of its peak, not modeled.)
+        # efficient takes a contiguous (B, L, H, D) copy of the output's gradient unless it already is one (GPT-2's
+        # is, its heads merged by a transpose: no copy on the H200, torch 2.11), dq, dk, dv, a second q-sized
+        # buffer and two float32 (B, H, L) rows, then a float32 workspace of (L x D + L / 16) per batch and head.
         if backend == "cudnn":
             # dq, dk, dv in their inputs' layouts, then one workspace for the call: a float32 dq accumulator
             # and per-row softmax sums, plus at most 512 bytes (the H200's, torch 2.11, cuDNN 9.19:
@@ -155,7 +155,8 @@ class FusedAttention(torch.autograd.Function):
             for block in (accumulator, softmax_d, *reversed(temps)):
                 rt.free(index, block)
         else:
-            first = rt.malloc(index, size)
+            copied = not grad.transpose(1, 2).is_contiguous()
+            first = rt.malloc(index, grad.numel() * grad.element_size()) if copied else None
             grad_blocks = [rt.malloc(index, t.numel() * t.element_size()) for t in (q, k, v)]
             second = rt.malloc(index, size)
             rows = [rt.malloc(index, b * h * lq * 4) for _ in range(2)]
@@ -163,7 +164,8 @@ class FusedAttention(torch.autograd.Function):
             rt.free(index, second)
             workspace = rt.malloc(index, b * h * (_up(lq, 16) * _up(d, 8) + _up(lq, 16) // 16) * 4)
             for block in (rows[1], workspace, first):
-                rt.free(index, block)
+                if block is not None:
+                    rt.free(index, block)
         wanted = [t.requires_grad for t in (q, k, v)]
         with torch._C.DisableTorchFunction(), suspended(), torch.enable_grad():
             state = torch.get_rng_state() if ctx.rng is not None else None

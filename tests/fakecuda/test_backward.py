@@ -148,3 +148,45 @@ def test_accelerator_queries_say_cuda(fakecuda):
     assert torch.accelerator.current_accelerator() == torch.device("cuda")
     assert torch.get_device_module() is torch.cuda
     assert isinstance(torch.accelerator.current_stream(), torch.Stream)
+
+
+def _weight_sized_allocations(fakecuda, monkeypatch, run) -> list[int]:
+    from fakegpu.fakecuda import _active
+
+    rt = _active["runtime"]
+    sizes: list[int] = []
+    malloc = rt.malloc
+
+    def recording(index, nbytes, stream=None):
+        sizes.append(nbytes)
+        return malloc(index, nbytes, stream)
+
+    monkeypatch.setattr(rt, "malloc", recording)
+    run()
+    return sizes
+
+
+def test_engine_adds_into_the_held_gradient_only(fakecuda, monkeypatch):
+    # InputBuffer::accumulate adds in place into the gradient it already holds (the first to arrive) when it
+    # holds the only reference, never into the arriving one. A real H200 (torch 2.11, GPT-2's tied embedding and
+    # LM head) shows it: the head's gradient arrives first as a transposed view, so the embedding's is added to it
+    # out of place, a third weight-sized tensor
+    fakecuda("h200")
+    weight = nn.Parameter(torch.randn(1000, 64, device="cuda"))
+    tokens = torch.randint(0, 1000, (4, 8), device="cuda")
+    nbytes = 1000 * 64 * 4
+
+    def tied():
+        hidden = nn.functional.embedding(tokens, weight)
+        nn.functional.linear(hidden, weight).sum().backward()
+
+    assert _weight_sized_allocations(fakecuda, monkeypatch, tied).count(nbytes) == 3
+    weight.grad = None
+    x = torch.randn(2048, 256, device="cuda", requires_grad=True)
+
+    loss = (x.relu() + x.sigmoid()).sum()
+
+    def two_branches():  # the first gradient qualifies: summed in place, no third tensor
+        loss.backward()
+
+    assert _weight_sized_allocations(fakecuda, monkeypatch, two_branches).count(2048 * 256 * 4) == 2
