@@ -123,13 +123,13 @@ class FusedAttention(torch.autograd.Function):
         # the output too: CUDA's backward reads it, so it stays allocated until the graph goes
         # (and the logsumexp: saved tensors, unlike ctx attributes, are released once backward has run)
         rng = (seed, offset) if backend == "flash" else (offset, seed)
-        ctx.save_for_backward(q, k, v, out, lse, *rng, mask if isinstance(mask, torch.Tensor) else None)
+        ctx.save_for_backward(q, k, v, lse, out, *rng, mask if isinstance(mask, torch.Tensor) else None)
         ctx.mask_value = None if isinstance(mask, torch.Tensor) else mask
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, _out, _lse, _seed, _offset, mask = ctx.saved_tensors
+        q, k, v, _lse, _out, _seed, _offset, mask = ctx.saved_tensors
         mask = mask if mask is not None else ctx.mask_value
         dropout_p, is_causal, scale, backend, index, tracker = ctx.options
         rt = tracker.runtime
