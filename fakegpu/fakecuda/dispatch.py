@@ -99,6 +99,9 @@ class ChargeMode(TorchDispatchMode):
             raise gpu_lost_error(lost) from None
 
     def _dispatch(self, func, args, kwargs):
+        device = kwargs.get("device")
+        if type(device) is torch.device and device.type == "cuda":
+            return self._factory(func, args, kwargs, device)
         backward = in_backward()
         if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
@@ -136,6 +139,18 @@ class ChargeMode(TorchDispatchMode):
             self._gemm(packet, index, args, kwargs)
         elif packet in _REDUCTIONS:
             self._reduction(func, index, args, kwargs)
+        return out
+
+    def _factory(self, func, args: tuple, kwargs: dict, device: torch.device):
+        """A creation op for a CUDA device that reached the dispatcher: Python code running inside one of
+        FakeCudaMode's handlers, where the mode is off the stack (torch's fractional max pooling draws its
+        samples with `torch.rand(..., device=input.device)`, svd_lowrank its test matrix). Made on the CPU and
+        charged to the fake device, as FakeCudaMode's factories are."""
+        out = func(*args, **{**kwargs, "device": torch.device("cpu")})
+        if not getattr(_local, "off", 0):
+            index = self.runtime.current if device.index is None else device.index
+            self.runtime.ran(index)
+            self._charge(out, index, set(), func)
         return out
 
     def _transient(self, index: int, sizes: list[int]) -> None:

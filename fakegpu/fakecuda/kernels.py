@@ -228,6 +228,27 @@ def _rms_norm(mode: FakeCudaMode, func, args, kwargs):
     return mode._badge_outputs(out, index, ())
 
 
+_BATCH_NORM_TRAINING = {torch.native_batch_norm: 5, torch._native_batch_norm_legit: 5,
+                        torch._native_batch_norm_legit_no_training: None}
+
+
+@register(*_BATCH_NORM_TRAINING)
+def _batch_norm_op(mode: FakeCudaMode, func, args, kwargs):
+    """Batch norm's ATen op called directly: CUDA's kernel allocates the saved mean and inverse std, one per
+    channel in the accumulation type, in inference too, where the CPU build returns empty ones. The H200 (torch
+    2.11, op database native_batch_norm#1, _native_batch_norm_legit#1) shows them; native mode too (output, then
+    both). nn.BatchNorm's path on CUDA is cuDNN's, which keeps none in inference, as the CPU build does."""
+    out = mode.run_default(func, args, kwargs)
+    position = _BATCH_NORM_TRAINING[func]
+    training = position is not None and (args[position] if position < len(args) else kwargs.get("training"))
+    x = args[0] if args else kwargs.get("input")
+    if training or type(x) not in FAKE_TYPES or x.dim() < 2 or out[1].numel():
+        return out
+    acc = torch.float32 if x.dtype in _HALF else x.dtype
+    stats = tuple(mode._badge_outputs(torch.empty(x.shape[1], dtype=acc), x._fc_index, ()) for _ in range(2))
+    return (out[0], *stats)
+
+
 _skip = threading.local()
 _has_torch_function = torch.overrides.has_torch_function
 

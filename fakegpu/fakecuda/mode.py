@@ -25,10 +25,13 @@ HANDLERS: dict[Any, Handler] = {}
 
 _autocast_on = torch.is_autocast_enabled
 
-# Ops that legitimately combine a CUDA tensor with CPU tensors (cross-device copies, CPU index tensors).
+# Ops that legitimately combine a CUDA tensor with CPU tensors (cross-device copies, CPU index tensors and split
+# points, autograd over a graph that crosses devices: the gradient of `x.cpu()` with respect to a CUDA leaf).
 _MIXED_OK: set[Any] = {
     torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.__setitem__, torch.Tensor.index_put_,
     torch.Tensor.index_put, torch.Tensor.to, torch.Tensor.data.__set__, torch.Tensor.grad.__set__,
+    torch.autograd.grad, torch.autograd.backward, torch.Tensor.backward, torch.tensor_split,
+    torch.Tensor.tensor_split,
 }
 
 
@@ -235,6 +238,16 @@ def _numpy(mode: FakeCudaMode, func, args, kwargs):
             "tensor to host memory first."
         )
     return func(*args, **kwargs)
+
+
+@register(torch.tensor_split, torch.Tensor.tensor_split)
+def _tensor_split(mode: FakeCudaMode, func, args, kwargs):
+    """Split points given as a tensor must be on the CPU (torch reads them on the host)."""
+    sections = args[1] if len(args) > 1 else kwargs.get("tensor_indices_or_sections")
+    if type(sections) in FAKE_TYPES:
+        raise RuntimeError("tensor_split expected tensor_indices_or_sections to be on cpu, but it's on "
+                           f"cuda:{sections._fc_index}")
+    return mode.run_default(func, args, kwargs)
 
 
 @register(torch.Tensor.data.__set__)

@@ -139,3 +139,33 @@ def test_to_takes_copy_positionally_as_torch_does(fakecuda):
     assert x.to("cuda", torch.float32, False, False) is x
     z = x.to("cpu", torch.float64, False, True)
     assert z.device.type == "cpu" and z.dtype == torch.float64
+
+
+def test_what_the_op_database_ran_on_the_h200(fakecuda):
+    # samples of PyTorch's op database that ran on a real H200 (torch 2.11, tests/data/gpu/h200/mem_opdb.json)
+    # and failed or differed under fakecuda
+    fakecuda("h200")
+    x = torch.randn(3, 4, device="cuda", requires_grad=True)
+    y = x.to("cpu")  # autograd over a graph that crosses devices (op database `to`)
+    (grad,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    assert grad.device == torch.device("cuda:0")
+    # Python inside a handled function makes tensors with device=input.device (fractional_max_pool2d's random
+    # samples, svd_lowrank's test matrix): made on the CPU and charged, not sent to the absent driver
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    out = nn.functional.fractional_max_pool2d(torch.randn(1, 2, 8, 8, device="cuda"), 2, output_size=(4, 4))
+    assert out.device == torch.device("cuda:0") and out.shape == (1, 2, 4, 4)
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 4  # input, samples, output, indices
+    assert torch.svd_lowrank(torch.randn(6, 5, device="cuda"), q=2)[0].device == torch.device("cuda:0")
+    with pytest.raises(RuntimeError, match="tensor_split expected tensor_indices_or_sections to be on cpu, but "
+                                           "it's on cuda:0"):
+        torch.tensor_split(torch.arange(6, device="cuda"), torch.tensor([2], device="cuda"))
+    assert len(torch.tensor_split(torch.arange(6, device="cuda"), torch.tensor([2]))) == 2
+    # inference batch norm called as the ATen op: CUDA's kernel returns a mean and inverse std per channel
+    weight, bias, mean, var = (torch.ones(2, device="cuda") for _ in range(4))
+    out, save_mean, save_invstd = torch.native_batch_norm(torch.randn(3, 2, 4, device="cuda"), weight, bias, mean,
+                                                          var, False, 0.1, 1e-5)
+    assert save_mean.shape == save_invstd.shape == (2,) and save_mean.device == torch.device("cuda:0")
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    nn.BatchNorm2d(2).cuda().eval()(torch.randn(3, 2, 4, 4, device="cuda"))
+    # parameters, buffers and input (2 + 3 + 1), the output: cuDNN's inference keeps no statistics
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 7
