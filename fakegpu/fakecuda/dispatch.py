@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fakegpu.fakecuda import fidelity, reduce
+from fakegpu.fakecuda import copies, fidelity, reduce
 from fakegpu.fakecuda.backward import accumulated_in_place, in_backward
 from fakegpu.fakecuda.errors import ModelGPULost
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, gpu_lost_error
@@ -100,8 +100,11 @@ class ChargeMode(TorchDispatchMode):
 
     def _dispatch(self, func, args, kwargs):
         device = kwargs.get("device")
-        if type(device) is torch.device and device.type == "cuda":
-            return self._factory(func, args, kwargs, device)
+        if type(device) is torch.device:
+            if device.type == "cuda":
+                return self._factory(func, args, kwargs, device)
+            if func is aten._to_copy.default:
+                return self._to_host(args, kwargs)
         backward = in_backward()
         if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
@@ -129,6 +132,9 @@ class ChargeMode(TorchDispatchMode):
         if packet is aten.convolution_backward:
             self._convolution_backward(index, args, out)
             return out
+        if packet is aten.copy_:
+            self._cross_device_copy(args)
+            return out
         held = [self.runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
         self._charge(out, index, _written(func, args, kwargs), func)
         if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
@@ -151,7 +157,31 @@ class ChargeMode(TorchDispatchMode):
             index = self.runtime.current if device.index is None else device.index
             self.runtime.ran(index)
             self._charge(out, index, set(), func)
+            if func is aten._to_copy.default and self._index_of(args[0]) is None:  # from the host
+                self._transient(index, copies.to_device(args[0], out))
         return out
+
+    def _to_host(self, args: tuple, kwargs: dict):
+        """A copy to the host (autograd's backward of a host-to-device move): the result is a host tensor,
+        charged nowhere; the source's device may take buffers for the call (copies.py)."""
+        out = aten._to_copy.default(*args, **kwargs)
+        index = None if getattr(_local, "off", 0) else self._index_of(args[0])
+        if index is not None:
+            self.runtime.ran(index)
+            self._transient(index, copies.to_host(args[0], out, bool(kwargs.get("non_blocking"))))
+        return out
+
+    def _cross_device_copy(self, args: tuple) -> None:
+        """copy_ between the host and a fake device: its device buffers for the call (copies.py)."""
+        dst, src = args[0], args[1]
+        if not isinstance(src, torch.Tensor):
+            return
+        to_dev, from_dev = self._index_of(dst), self._index_of(src)
+        non_blocking = bool(args[2]) if len(args) > 2 else False
+        if to_dev is not None and from_dev is None:
+            self._transient(to_dev, copies.to_device(src, dst))
+        elif from_dev is not None and to_dev is None:
+            self._transient(from_dev, copies.to_host(src, dst, non_blocking))
 
     def _transient(self, index: int, sizes: list[int]) -> None:
         """Buffers a kernel takes after its outputs and gives back before it returns (last taken, first freed)."""

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from fakegpu.fakecuda import amp
+from fakegpu.fakecuda import amp, copies
 from fakegpu.fakecuda.backward import in_backward, wrap_tensor_hook
 from fakegpu.fakecuda.dispatch import suspended
 from fakegpu.fakecuda.dtensor import badge_locals, local_index
@@ -81,17 +81,30 @@ class FakeCudaMode(TorchFunctionMode):
             raise invalid_ordinal()
         return index
 
-    def to_device(self, tensor: torch.Tensor, index: int | None, **options: Any) -> torch.Tensor:
-        """A copy of `tensor` on fake device `index` (None: the CPU), through autograd's _to_copy."""
+    def to_device(self, tensor: torch.Tensor, index: int | None, non_blocking: bool = False,
+                  **options: Any) -> torch.Tensor:
+        """A copy of `tensor` on fake device `index` (None: the CPU), through autograd's _to_copy; a copy between
+        the host and a device takes device buffers for the call where CUDA's does (copies.py)."""
+        source = tensor._fc_index if type(tensor) in FAKE_TYPES else None
+        host = type(tensor) in (torch.Tensor, torch.nn.Parameter) and tensor.device.type == "cpu"
         if index is not None:
             nbytes = tensor.numel() * (options.get("dtype") or tensor.dtype).itemsize
             block = malloc(self.runtime, index, nbytes) if nbytes else None
             with suspended():
                 out = tensor.to("cpu", copy=True, **options)
+            if host:
+                self._transient(index, copies.to_device(tensor, out))
             return badge(out, index, self.tracker, block)
         with suspended():
             out = tensor.to("cpu", copy=True, **options)
+        if source is not None:
+            self._transient(source, copies.to_host(tensor, out, non_blocking))
         return unbadge(out) if type(out) in FAKE_TYPES else out
+
+    def _transient(self, index: int, sizes: list[int]) -> None:
+        blocks = [malloc(self.runtime, index, n) for n in sizes if n]
+        for block in reversed(blocks):
+            self.runtime.free(index, block)
 
     # -- the entry point
 
@@ -192,7 +205,7 @@ def _to(mode: FakeCudaMode, func, args, kwargs):
     flags = [i for i, a in enumerate(rest) if isinstance(a, bool)]
     if len(flags) == 2:  # to(..., non_blocking, copy) positionally
         copy = rest.pop(flags[1]) or copy
-    device, dtype, _non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
+    device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
     options = {"dtype": dtype or self.dtype}
     if memory_format is not None:
         options["memory_format"] = memory_format
@@ -204,7 +217,7 @@ def _to(mode: FakeCudaMode, func, args, kwargs):
         if src is None or out is self:
             return out
         return badge(out, src, mode.tracker) if type(self) in FAKE_TYPES else badge_locals(mode, out, args, kwargs)
-    return mode.to_device(self, dst, **options)
+    return mode.to_device(self, dst, non_blocking=bool(non_blocking), **options)
 
 
 @register(torch.Tensor.cuda)
@@ -218,7 +231,7 @@ def _cuda(mode: FakeCudaMode, func, args, kwargs):
     options = {}
     if "memory_format" in kwargs:
         options["memory_format"] = kwargs["memory_format"]
-    return mode.to_device(self, index, **options)
+    return mode.to_device(self, index, non_blocking=bool(kwargs.get("non_blocking")), **options)
 
 
 @register(torch.Tensor.cpu)
