@@ -252,3 +252,27 @@ def test_ops_that_update_buffers_in_place_still_charge_their_fresh_outputs(fakec
     # native mode measured 525,312: the output and two 512-byte blocks; the running stats are not new
     assert torch.cuda.memory_allocated() - before == y.numel() * 4 + 2 * 512
     assert bn.running_mean.data_ptr() == running
+
+
+def test_copies_between_host_and_device_take_cudas_device_buffers(fakecuda):
+    # the H200 (torch 2.11, op database `to`): a non-blocking float32 -> float64 copy to the host converts on the
+    # device first (625 float64s: 5120 bytes there for the call); a blocking one converts on the host
+    torch = pytest.importorskip("torch")
+    fakecuda("h200")
+    x = torch.randn(5, 5, 5, 5, device="cuda")
+
+    def peak_of(fn) -> int:
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        return torch.cuda.max_memory_allocated() - base
+
+    assert peak_of(lambda: x.to("cpu", torch.float64, non_blocking=True)) == 5120
+    assert peak_of(lambda: x.to("cpu", torch.float64)) == 0
+    assert peak_of(lambda: x.cpu()) == 0  # one dtype, one layout: a plain cudaMemcpy
+    host = torch.randn(5, 5, 5, 5, dtype=torch.float64).to(memory_format=torch.channels_last)
+    # to the device in another dtype and a channels-last layout: written through a contiguous device buffer
+    assert peak_of(lambda: host.to("cuda", torch.float32)) == 2 * 2560
+    assert peak_of(lambda: host.to("cuda")) == 5120  # same dtype, same layout on both sides: direct
+    dst = torch.empty(5, 5, 5, 5, device="cuda").to(memory_format=torch.channels_last)
+    assert peak_of(lambda: dst.copy_(host)) == 2560
