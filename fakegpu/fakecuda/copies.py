@@ -14,6 +14,8 @@ What lands on the device is what the caching allocator sees:
 The H200 (torch 2.11, op database `to`: float32 to float64 host copies, non-blocking, in the default and in
 channels-last format, and their gradients back) shows these buffers: 5120 bytes for 625 float64s, the
 destination's 2560 bytes for a channels-last gradient. Device-to-device copies take none (peer access assumed).
+Not seen here: copies ATen makes inside C++ with a fake tensor's options (autograd's backward of a move to the
+device asks for the input's device, which a fake tensor names as the CPU).
 """
 
 from __future__ import annotations

@@ -100,11 +100,10 @@ class ChargeMode(TorchDispatchMode):
 
     def _dispatch(self, func, args, kwargs):
         device = kwargs.get("device")
-        if type(device) is torch.device:
-            if device.type == "cuda":
-                return self._factory(func, args, kwargs, device)
-            if func is aten._to_copy.default:
-                return self._to_host(args, kwargs)
+        # (device="cpu" says nothing: a fake tensor's options name the CPU, so C++ code that means "the input's
+        # device", autograd's backward of a dtype conversion for one, asks for it)
+        if type(device) is torch.device and device.type == "cuda":
+            return self._factory(func, args, kwargs, device)
         backward = in_backward()
         if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
@@ -159,16 +158,6 @@ class ChargeMode(TorchDispatchMode):
             self._charge(out, index, set(), func)
             if func is aten._to_copy.default and self._index_of(args[0]) is None:  # from the host
                 self._transient(index, copies.to_device(args[0], out))
-        return out
-
-    def _to_host(self, args: tuple, kwargs: dict):
-        """A copy to the host (autograd's backward of a host-to-device move): the result is a host tensor,
-        charged nowhere; the source's device may take buffers for the call (copies.py)."""
-        out = aten._to_copy.default(*args, **kwargs)
-        index = None if getattr(_local, "off", 0) else self._index_of(args[0])
-        if index is not None:
-            self.runtime.ran(index)
-            self._transient(index, copies.to_host(args[0], out, bool(kwargs.get("non_blocking"))))
         return out
 
     def _cross_device_copy(self, args: tuple) -> None:
