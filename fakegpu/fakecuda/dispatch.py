@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +45,12 @@ _local = threading.local()
 
 # Matrix products that go to cuBLAS on CUDA (after the dispatcher has decomposed matmul/linear/einsum).
 _GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, aten.addmv, aten._addmm_activation}
+# What runs on the tensor cores on a GPU (cuBLAS, cuDNN convolutions, fused attention): compute work, which a GPU's
+# power and temperature follow most; every other op is memory work (native/nvml/model.c).
+_TENSOR_CORE = _GEMMS | {aten.convolution, aten.convolution_backward, aten._scaled_dot_product_flash_attention,
+                         aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_cudnn_attention,
+                         aten._scaled_dot_product_flash_attention_backward,
+                         aten._scaled_dot_product_efficient_attention_backward}
 # addmm with a 1-D bias is cuBLASLt's fused bias GEMM (linear's forward), with a workspace of its own.
 _LT = {aten.addmm, aten._addmm_activation}
 
@@ -99,6 +106,7 @@ class ChargeMode(TorchDispatchMode):
             raise gpu_lost_error(lost) from None
 
     def _dispatch(self, func, args, kwargs):
+        started = time.monotonic_ns()  # the op's CPU time is the device's busy time (shared_state.py)
         backward = in_backward()
         if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
@@ -113,7 +121,7 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
-        self.runtime.ran(index)
+        self.runtime.ran(index, func.overloadpacket in _TENSOR_CORE, started)
         if backward and func is aten.add.Tensor:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):

@@ -54,7 +54,8 @@ class Runtime:
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
     workspaces: Workspaces | None = None  # cuBLAS workspaces; set up by the torch layer (it raises torch's OOM)
     on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
-    on_busy: Callable[[int], None] | None = None  # called with the board an op ran on (state.py: utilization)
+    # called with the board an op ran on, whether it was compute work, and when it began (state.py: utilization)
+    on_busy: Callable[[int, bool, int | None], None] | None = None
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
@@ -102,11 +103,12 @@ class Runtime:
         if self.on_usage is not None:
             self.on_usage()
 
-    def ran(self, index: int) -> None:
-        """An op ran on the device: a lost GPU refuses it (ModelGPULost), a live one is busy now."""
+    def ran(self, index: int, compute: bool = False, started_ns: int | None = None) -> None:
+        """An op ran on the device (since started_ns, CLOCK_MONOTONIC; tensor-core math when `compute`): a lost GPU
+        refuses it (ModelGPULost), a live one was busy with it."""
         self.check_lost(index)
         if self.on_busy is not None:
-            self.on_busy(self.devices[index].board)
+            self.on_busy(self.devices[index].board, compute, started_ns)
 
     def check_lost(self, index: int) -> None:
         """ModelGPULost when the device's GPU fell off the bus (the run's fault board)."""

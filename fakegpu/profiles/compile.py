@@ -4,7 +4,8 @@
     python -m fakegpu.profiles.compile --check    # validate; fail if the committed catalog is stale
 
 Validation is the JSON Schema (profiles/schema.json) plus the invariants in `invariants.py`. The compiled
-form merges each profile with its compute capability's per-SM limits, so readers never repeat that merge.
+form merges each profile with its compute capability's per-SM limits and with the load model's parameters
+(profiles/load_model.yaml, `telemetry`), so readers never repeat those merges.
 """
 
 from __future__ import annotations
@@ -75,12 +76,74 @@ def derived_cuda_total(nvml_total: int, segment: str) -> int:
     return (nvml_total - reserve) // mib * mib
 
 
+def _dense_tflops(doc: dict[str, Any]) -> float:
+    """The board's dense rate for the GEMMs training runs: bf16, else fp16, else fp32."""
+    tflops = doc["tflops"]
+    return tflops.get("bf16") or tflops.get("fp16") or tflops["fp32"]
+
+
+def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]:
+    """The load model's parameters for one board (native/nvml/model.c reads them as telemetry.*): the profile's own
+    figures where it has them (the H200's, from a real board), else load_model.yaml's rules from the power limit
+    (named in `derived`) or its defaults, measured on no board (named in `defaulted`); the curves' shape is the
+    same for every board."""
+    model, rule, default = load_model["model"], load_model["derive"], load_model["defaults"]
+    power, clocks, thermal = doc["power"], doc["clocks_mhz"], doc.get("thermal", {})
+    limit = power["default_limit_w"]
+    derived: list[str] = []
+
+    defaulted: list[str] = []
+
+    def given(section: dict[str, Any], key: str, name: str, fallback: float, rule: bool = True) -> float:
+        if key in section:
+            return section[key]
+        (derived if rule else defaulted).append(name)
+        return fallback
+
+    idle_w = given(power, "idle_w", "idle_w", round(limit * rule["idle_w_per_limit_w"], 1))
+    out = {
+        "idle_w": idle_w,
+        "active_idle_w": given(power, "active_idle_w", "active_idle_w",
+                               round(idle_w + limit * rule["active_idle_w_above_idle_per_limit_w"], 1)),
+        "compute_w": given(power, "compute_w", "compute_w", round(limit * rule["compute_w_per_limit_w"], 1)),
+        "memory_w": given(power, "memory_w", "memory_w", round(limit * rule["memory_w_per_limit_w"], 1)),
+        "cap_w": round(limit * model["cap_fraction"], 1),
+        "clock_exponent": model["clock_exponent"],
+        "idle_sm_mhz": given(clocks, "idle", "idle_sm_mhz", default["idle_sm_mhz"], rule=False),
+        "video_mhz": given(clocks, "video", "video_mhz", round(clocks["boost"] * default["video_per_boost"]),
+                           rule=False),
+        "video_idle_mhz": given(clocks, "video_idle", "video_idle_mhz", default["video_idle_mhz"], rule=False),
+        "idle_c": given(thermal, "idle_c", "idle_c", default["idle_c_fans" if doc.get("fans") else "idle_c_fanless"],
+                        rule=False),
+        "compute_c_per_w": given(thermal, "compute_c_per_w", "compute_c_per_w",
+                                 round(rule["compute_c_at_limit"] / limit, 5)),
+        "memory_c_per_w": given(thermal, "memory_c_per_w", "memory_c_per_w",
+                                round(rule["memory_c_at_limit"] / limit, 5)),
+        "fast_tau_s": model["thermal"]["fast_tau_s"],
+        "slow_tau_s": model["thermal"]["slow_tau_s"],
+        "fast_share": model["thermal"]["fast_share"],
+        "mem_util_compute": model["memory_util"]["compute"],
+        "mem_util_memory": model["memory_util"]["memory"],
+        "gemm_tflops": round(_dense_tflops(doc) * model["gemm_efficiency"], 2),
+        "copy_gb_s": round(doc["memory"].get("bandwidth_gb_s", 0) * model["copy_efficiency"], 1),
+        "util_period_s": model["util_period_s"],
+        "power_window_s": model["power_window_s"],
+        "derived": derived,
+        "defaulted": defaulted,
+    }
+    if not out["idle_w"] <= out["active_idle_w"] < min(out["memory_w"], out["compute_w"], out["cap_w"]):
+        raise CatalogError(f"{doc['id']}: telemetry must satisfy idle <= active idle < memory, compute and cap draw",
+                           [f"{k}={out[k]}" for k in ("idle_w", "active_idle_w", "memory_w", "compute_w", "cap_w")])
+    return out
+
+
 def compile_catalog(profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
     """Validate the sources and return the compiled catalog document."""
     sources, capabilities = load_sources(profiles_dir)
     problems = check_catalog(sources, capabilities)
     if problems:
         raise CatalogError(f"{len(problems)} invariant violation(s) in {profiles_dir}", problems)
+    load_model = _load_yaml(profiles_dir / "load_model.yaml")
     compiled = []
     for doc in sources.values():
         merged = json.loads(json.dumps(doc))  # deep copy through JSON: also proves it serialises
@@ -90,6 +153,7 @@ def compile_catalog(profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
         memory = merged["memory"]
         memory["cuda_total_derived"] = "cuda_total_bytes" not in memory
         memory.setdefault("cuda_total_bytes", derived_cuda_total(memory["total_bytes"], doc["segment"]))
+        merged["telemetry"] = telemetry(doc, load_model)
         compiled.append(merged)
     compiled.sort(key=lambda p: p["id"])
     return {"format": CATALOG_FORMAT, "profiles": compiled}

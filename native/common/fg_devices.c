@@ -164,6 +164,43 @@ static int apply_mig(fg_device *d, const char *layout, char *err, size_t errlen)
     return 0;
 }
 
+/* telemetry.* of a compiled profile: every key is required (a table from before the load model is stale). */
+static int fill_load(const fg_record *r, fg_load_params *p, char *err, size_t errlen)
+{
+    struct {
+        const char *key;
+        double *dst;
+    } keys[] = {
+        {"telemetry.idle_w", &p->idle_w},
+        {"telemetry.active_idle_w", &p->active_idle_w},
+        {"telemetry.compute_w", &p->compute_w},
+        {"telemetry.memory_w", &p->memory_w},
+        {"telemetry.cap_w", &p->cap_w},
+        {"telemetry.clock_exponent", &p->clock_exponent},
+        {"telemetry.idle_sm_mhz", &p->idle_sm_mhz},
+        {"telemetry.video_mhz", &p->video_mhz},
+        {"telemetry.video_idle_mhz", &p->video_idle_mhz},
+        {"telemetry.idle_c", &p->idle_c},
+        {"telemetry.compute_c_per_w", &p->compute_c_per_w},
+        {"telemetry.memory_c_per_w", &p->memory_c_per_w},
+        {"telemetry.fast_tau_s", &p->fast_tau_s},
+        {"telemetry.slow_tau_s", &p->slow_tau_s},
+        {"telemetry.fast_share", &p->fast_share},
+        {"telemetry.mem_util_compute", &p->mem_util_compute},
+        {"telemetry.mem_util_memory", &p->mem_util_memory},
+        {"telemetry.util_period_s", &p->util_period_s},
+        {"telemetry.power_window_s", &p->power_window_s},
+        {"telemetry.gemm_tflops", &p->gemm_tflops},
+        {"telemetry.copy_gb_s", &p->copy_gb_s},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (get_double(r, keys[i].key, keys[i].dst) != 0) {
+            fg_seterr(err, errlen, "line %d: %s missing or not a number (run `make catalog`)", r->line, keys[i].key);
+            return -1;
+        }
+    return 0;
+}
+
 /* Profile facts shared by device and catalog records. */
 static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errlen)
 {
@@ -228,7 +265,8 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
     d->power_default_mw = watts_to_mw(w);
     d->power_max_mw = get_double(r, "power.max_limit_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw;
     d->power_min_mw = get_double(r, "power.min_limit_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw / 2;
-    d->power_idle_mw = get_double(r, "power.idle_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw / 7;
+    if (fill_load(r, &d->load, err, errlen))
+        return -1;
     if (!d->clock_boost_mhz)
         d->clock_boost_mhz = d->clock_base_mhz;
     if (!d->pcie_gen)

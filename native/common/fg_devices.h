@@ -15,6 +15,19 @@
 /* What every GPU UUID starts with: UUID_PREFIX in fakegpu/devices/device.py. */
 #define FG_UUID_PREFIX "GPU-"
 
+/* The load model's parameters for one board: the compiled catalog's telemetry.* (fakegpu/profiles/compile.py, from
+ * profiles/load_model.yaml and the board's profile). native/nvml/model.c says what each does. */
+typedef struct {
+    double idle_w, active_idle_w, compute_w, memory_w, cap_w; /* draw: no process; a context; busy; the cap */
+    double clock_exponent;
+    double idle_sm_mhz, video_mhz, video_idle_mhz;
+    double idle_c, compute_c_per_w, memory_c_per_w; /* temperature: idle; steady rise per watt by kind */
+    double fast_tau_s, slow_tau_s, fast_share;      /* its two lags */
+    double mem_util_compute, mem_util_memory;       /* memory utilization per kind, % of busy time */
+    double util_period_s, power_window_s;           /* NVML's windows */
+    double gemm_tflops, copy_gb_s;                  /* achieved rates: how long native mode's work takes */
+} fg_load_params;
+
 typedef struct {
     unsigned index;
     char profile[64];
@@ -42,7 +55,8 @@ typedef struct {
     unsigned pcie_gen, pcie_width;
     unsigned nvlink_links, nvlink_version;
     double nvlink_bandwidth_gb_s;
-    unsigned power_default_mw, power_min_mw, power_max_mw, power_idle_mw;
+    unsigned power_default_mw, power_min_mw, power_max_mw;
+    fg_load_params load;
     unsigned fans;
     int mig_supported;
     unsigned mig_max_instances;

@@ -7,21 +7,20 @@ static unsigned max_clock(const fg_device *d, nvmlClockType_t type)
     case NVML_CLOCK_GRAPHICS:
     case NVML_CLOCK_SM: return d->clock_boost_mhz;
     case NVML_CLOCK_MEM: return d->clock_mem_mhz;
-    case NVML_CLOCK_VIDEO: return d->clock_boost_mhz * 9 / 10; /* video engines top out a little lower */
+    case NVML_CLOCK_VIDEO: return (unsigned)d->load.video_mhz;
     default: return 0;
     }
 }
 
 static unsigned current_clock(const fg_device *d, nvmlClockType_t type)
 {
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    unsigned sm = fg_sm_clock(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
     switch (type) {
     case NVML_CLOCK_GRAPHICS:
-    case NVML_CLOCK_SM: return sm;
-    case NVML_CLOCK_MEM: return d->clock_mem_mhz; /* HBM/GDDR run at full speed in P0 */
-    case NVML_CLOCK_VIDEO: return sm == d->clock_boost_mhz ? max_clock(d, type) : 555;
+    case NVML_CLOCK_SM: return l.sm_mhz;
+    case NVML_CLOCK_MEM: return d->clock_mem_mhz; /* HBM/GDDR run at full speed in P0 (idle or not, on the H200) */
+    case NVML_CLOCK_VIDEO: return l.video_mhz;
     default: return 0;
     }
 }
@@ -121,9 +120,9 @@ nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *p
 {
     FG_DEVICE(device, d);
     FG_NEED(pState);
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *pState = fg_pstate(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    *pState = l.pstate;
     return NVML_SUCCESS;
 }
 
@@ -136,9 +135,9 @@ nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigne
 {
     FG_DEVICE(device, d);
     FG_NEED(clocksEventReasons);
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *clocksEventReasons = fg_gpu_util(d, &u) ? nvmlClocksEventReasonNone : nvmlClocksEventReasonGpuIdle;
+    fg_load l;
+    fg_load_of(d, &l);
+    *clocksEventReasons = l.event_reasons;
     return NVML_SUCCESS;
 }
 

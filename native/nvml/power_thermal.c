@@ -7,9 +7,9 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     FG_DEVICE(device, d);
     FG_NEED(power);
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *power = fg_power_mw(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    *power = l.power_mw;
     return NVML_SUCCESS;
 }
 
@@ -59,9 +59,9 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
     struct timespec ts;
     clock_gettime(CLOCK_BOOTTIME, &ts);
     unsigned long long ms = (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *energy = ms * fg_power_mw(d, &u) / 1000;
+    fg_load l;
+    fg_load_of(d, &l);
+    *energy = ms * l.power_mw / 1000;
     return NVML_SUCCESS;
 }
 
@@ -71,9 +71,9 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
     FG_NEED(temp);
     if (sensorType != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *temp = fg_temperature(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    *temp = l.temperature_c;
     return NVML_SUCCESS;
 }
 
@@ -133,9 +133,9 @@ nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, uns
         return NVML_ERROR_NOT_SUPPORTED;
     if (fan >= d->fans)
         return NVML_ERROR_INVALID_ARGUMENT;
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *speed = 30 + fg_gpu_util(d, &u) * 45 / 100;
+    fg_load l;
+    fg_load_of(d, &l);
+    *speed = 30 + l.gpu_util * 45 / 100;
     return NVML_SUCCESS;
 }
 
@@ -149,10 +149,10 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     FG_DEVICE(device, d);
     FG_NEED(utilization);
     FG_NOT_IN_MIG_MODE(d);
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    utilization->gpu = fg_gpu_util(d, &u);
-    utilization->memory = fg_mem_util(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    utilization->gpu = l.gpu_util;
+    utilization->memory = l.mem_util;
     return NVML_SUCCESS;
 }
 

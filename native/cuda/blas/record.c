@@ -55,7 +55,7 @@ static CUfunction routine(const char *api)
     return fn;
 }
 
-static void wrote(CUstream stream, const char *api, const void *const *outs, size_t nouts)
+static void wrote(CUstream stream, const char *api, const void *const *outs, size_t nouts, unsigned long long flops)
 {
     CUfunction fn = nouts ? routine(api) : NULL;
     if (!fn)
@@ -63,7 +63,10 @@ static void wrote(CUstream stream, const char *api, const void *const *outs, siz
     size_t size = nouts * sizeof *outs;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)outs, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    if (cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, NULL, extra) != CUDA_SUCCESS)
+    /* The grid is sized to the work, as a GPU GEMM's is (the driver times the GPU's busy time by it). */
+    unsigned long long blocks = (flops + FGC_STANDIN_BLOCK_FLOPS - 1) / FGC_STANDIN_BLOCK_FLOPS;
+    unsigned gx = blocks < 1 ? 1u : blocks > 0x7fffffffULL ? 0x7fffffffu : (unsigned)blocks;
+    if (cuLaunchKernel(fn, gx, 1, 1, 1, 1, 1, 0, stream, NULL, extra) != CUDA_SUCCESS)
         fg_debug("%s: the launch recording %s's outputs failed", FGBLAS_LIB, api);
 }
 
@@ -81,7 +84,7 @@ static void replayed(void *data)
 {
     const captured *c = data;
     count(c->flops);
-    wrote(NULL, c->api, c->outs, c->nouts); /* inside the graph's launch: nothing is capturing */
+    wrote(NULL, c->api, c->outs, c->nouts, c->flops); /* inside the graph's launch: nothing is capturing */
 }
 
 void fgblas_record(cudaStream_t stream, const char *api, long long m, long long n, long long k, long long batch,
@@ -104,7 +107,7 @@ void fgblas_record(cudaStream_t stream, const char *api, long long m, long long 
         }
     }
     count(flops);
-    wrote((CUstream)stream, api, outs, nouts);
+    wrote((CUstream)stream, api, outs, nouts, flops);
 }
 
 __attribute__((destructor)) static void write_report(void)

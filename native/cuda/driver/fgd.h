@@ -111,8 +111,17 @@ FG_HIDDEN void fgd_limits_load(void);
 FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
 FG_HIDDEN void fgd_state_changed(int device);
-/* Work ran on the device now (a kernel, a copy): NVML's utilization, power and clocks follow it. */
-FG_HIDDEN void fgd_busy(int device);
+/* What NVML's utilization, power, clocks and temperature follow (driver/state.c; fakegpu/shared_state.py): work
+ * handed to the device at t0 (fgd_now_ns) that kept the caller until t1 (a copy done here) and needs `dur` ns of
+ * the device; compute work (tensor-core math) or, `compute` 0, memory work. */
+FG_HIDDEN void fgd_work(int device, int compute, long long t0, long long t1, long long dur);
+/* The program waited for the device (a synchronisation, a blocking copy): what was queued after now is taken back. */
+FG_HIDDEN void fgd_synced(int device);
+/* A kernel of `blocks` blocks was launched now: compute work when it is a stand-in of FakeGPU's cuBLAS or cuDNN math
+ * (a cuBLAS one lasting its FLOPs at the board's rate), else memory work of a short kernel. */
+FG_HIDDEN void fgd_launch_busy(int device, const char *kernel, unsigned long long blocks);
+/* How long the board takes to copy `bytes` from device memory to device memory. */
+FG_HIDDEN long long fgd_copy_ns(int device, unsigned long long bytes);
 FG_HIDDEN long long fgd_now_ns(void);
 /* The last CUDA activity, for `fakegpu run --timeout` (driver/activity.c): `api` and `detail` (a kernel's name,
  * or NULL) must live as long as the process. */

@@ -350,6 +350,8 @@ FGC_EXPORT CUresult cuCtxSynchronize(void)
         return CUDA_ERROR_UNKNOWN;
     fgd_activity("cuCtxSynchronize", NULL, 0);
     fgd_pools_synced();
+    if (c)
+        fgd_synced(c->device);
     fgd_sync_wait();
     return CUDA_SUCCESS;
 }

@@ -389,8 +389,8 @@ static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api
     struct CUctx_st *c = to_device || from_device ? fgd_current() : NULL;
     if (c && fgd_lost(c->device))
         return CUDA_ERROR_UNKNOWN;
-    if (c)
-        fgd_busy(c->device);
+    /* The copy's own time is the device's busy time: it takes real time here when the bytes are kept. */
+    long long started = fgd_now_ns();
     if (from_device && !to_device) {
         if (check_read) /* before the copy: the error policy ends the program here */
             fgd_written_read((uintptr_t)src, n, api);
@@ -399,16 +399,18 @@ static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api
         fgd_written_copy((uintptr_t)dst, (uintptr_t)src, n);
     else if (to_device)
         fgd_written_host((uintptr_t)dst, n);
-    if (fgc_memory_accounting()) {
-        if (to_device)
-            return CUDA_SUCCESS; /* the bytes are not kept: the destination pages stay untouched */
-        if (from_device) {
-            memset(dst, 0, n); /* device memory was never written, so it reads as zeros */
-            return CUDA_SUCCESS;
-        }
-    }
-    if (dst != src) /* a collective's in-place buffer copied onto itself */
+    if (fgc_memory_accounting() && to_device) {
+        /* the bytes are not kept: the destination pages stay untouched */
+    } else if (fgc_memory_accounting() && from_device) {
+        memset(dst, 0, n); /* device memory was never written, so it reads as zeros */
+    } else if (dst != src) { /* a collective's in-place buffer copied onto itself */
         memmove(dst, src, n);
+    }
+    if (c) {
+        fgd_work(c->device, 0, started, fgd_now_ns(), to_device && from_device ? fgd_copy_ns(c->device, n) : 0);
+        if (!to_device) /* the program reads the result: it waited for the device */
+            fgd_synced(c->device);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -521,8 +523,13 @@ CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
         return CUDA_SUCCESS;
     fgd_activity("cuMemset", NULL, n * width);
     int device = on_device(P(dst));
-    if (device)
+    if (device) {
         fgd_written_host((uintptr_t)dst, n * width); /* a memset's value is the host's */
+        struct CUctx_st *c = fgd_current(); /* a fill is a kernel on a GPU: memory work, writing its bytes */
+        long long now = fgd_now_ns();
+        if (c)
+            fgd_work(c->device, 0, now, now, fgd_copy_ns(c->device, n * width) / 2);
+    }
     if (device && fgc_memory_accounting())
         return CUDA_SUCCESS; /* accounting mode: device memory stays untouched */
     if (width == 1) {
