@@ -83,10 +83,10 @@ def _dense_tflops(doc: dict[str, Any]) -> float:
 
 
 def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]:
-    """The load model's parameters for one board (native/nvml/model.c reads them as telemetry.*): the profile's own
-    figures where it has them (the H200's, from a real board), else load_model.yaml's rules from the power limit
-    (named in `derived`) or its defaults, measured on no board (named in `defaulted`); the curves' shape is the
-    same for every board."""
+    """The load model's figures for one board (native/nvml/model.c reads them as telemetry.*): the profile's own
+    where it has them (the H200's, from a real board), else load_model.yaml's rules from the power limit (named in
+    `derived`) or its defaults, measured on no board (named in `defaulted`). The curves' shape (load_model.yaml's
+    `model`) is the same for every board and reaches C through the generated contract (tools/gen_contract.py)."""
     model, rule, default = load_model["model"], load_model["derive"], load_model["defaults"]
     power, clocks, thermal = doc["power"], doc["clocks_mhz"], doc.get("thermal", {})
     limit = power["default_limit_w"]
@@ -108,7 +108,6 @@ def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]
         "compute_w": given(power, "compute_w", "compute_w", round(limit * rule["compute_w_per_limit_w"], 1)),
         "memory_w": given(power, "memory_w", "memory_w", round(limit * rule["memory_w_per_limit_w"], 1)),
         "cap_w": round(limit * model["cap_fraction"], 1),
-        "clock_exponent": model["clock_exponent"],
         "idle_sm_mhz": given(clocks, "idle", "idle_sm_mhz", default["idle_sm_mhz"], rule=False),
         "video_mhz": given(clocks, "video", "video_mhz", round(clocks["boost"] * default["video_per_boost"]),
                            rule=False),
@@ -119,15 +118,8 @@ def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]
                                  round(rule["compute_c_at_limit"] / limit, 5)),
         "memory_c_per_w": given(thermal, "memory_c_per_w", "memory_c_per_w",
                                 round(rule["memory_c_at_limit"] / limit, 5)),
-        "fast_tau_s": model["thermal"]["fast_tau_s"],
-        "slow_tau_s": model["thermal"]["slow_tau_s"],
-        "fast_share": model["thermal"]["fast_share"],
-        "mem_util_compute": model["memory_util"]["compute"],
-        "mem_util_memory": model["memory_util"]["memory"],
         "gemm_tflops": round(_dense_tflops(doc) * model["gemm_efficiency"], 2),
         "copy_gb_s": round(doc["memory"].get("bandwidth_gb_s", 0) * model["copy_efficiency"], 1),
-        "util_period_s": model["util_period_s"],
-        "power_window_s": model["power_window_s"],
         "derived": derived,
         "defaulted": defaulted,
     }

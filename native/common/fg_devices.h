@@ -15,16 +15,12 @@
 /* What every GPU UUID starts with: UUID_PREFIX in fakegpu/devices/device.py. */
 #define FG_UUID_PREFIX "GPU-"
 
-/* The load model's parameters for one board: the compiled catalog's telemetry.* (fakegpu/profiles/compile.py, from
+/* The load model's figures for one board: the compiled catalog's telemetry.* (fakegpu/profiles/compile.py, from
  * profiles/load_model.yaml and the board's profile). native/nvml/model.c says what each does. */
 typedef struct {
     double idle_w, active_idle_w, compute_w, memory_w, cap_w; /* draw: no process; a context; busy; the cap */
-    double clock_exponent;
     double idle_sm_mhz, video_mhz, video_idle_mhz;
     double idle_c, compute_c_per_w, memory_c_per_w; /* temperature: idle; steady rise per watt by kind */
-    double fast_tau_s, slow_tau_s, fast_share;      /* its two lags */
-    double mem_util_compute, mem_util_memory;       /* memory utilization per kind, % of busy time */
-    double util_period_s, power_window_s;           /* NVML's windows */
     double gemm_tflops, copy_gb_s;                  /* achieved rates: how long native mode's work takes */
 } fg_load_params;
 

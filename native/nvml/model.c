@@ -32,7 +32,6 @@
  * (default 50 ms), which is how soon a killed process's memory goes. The ring's summary (a pass over 255 slots per
  * process) is computed once per device and slot: a memory query never pays for it, and nvidia-smi's dozens of
  * queries pay once. */
-#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
@@ -120,9 +119,32 @@ unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u)
     return a > cap ? cap : a;
 }
 
+/* x^e for 0 < x <= 1, within 1e-6: the clock under the power cap. Written out rather than libm's pow, since every
+ * process that loads NVML (each nvidia-smi) would pay for loading libm. */
+static double pow01(double x, double e)
+{
+    uint64_t b;
+    memcpy(&b, &x, sizeof b);
+    int k = (int)((b >> 52) & 0x7ff) - 1023; /* x = m * 2^k, 1 <= m < 2 */
+    b = (b & ((1ULL << 52) - 1)) | (1023ULL << 52);
+    double m, t, t2, y, z, term = 1, r = 1;
+    memcpy(&m, &b, sizeof m);
+    t = (m - 1) / (m + 1), t2 = t * t; /* ln m = 2 atanh t, t <= 1/3 */
+    y = e * (k * 0.69314718055994531 + 2 * t * (1 + t2 * (1 / 3.0 + t2 * (1 / 5.0 + t2 * (1 / 7.0 + t2 / 9.0)))));
+    int n = (int)y - (y < (int)y); /* y = n + f, 0 <= f < 1 */
+    z = y - n;
+    for (int i = 1; i < 12; i++)
+        term *= z / i, r += term; /* e^f */
+    for (; n < 0; n++)
+        r *= 0.36787944117144233; /* e^-1 */
+    return r;
+}
+
+static long rounded(double x) { return x < 0 ? -(long)(0.5 - x) : (long)(x + 0.5); }
+
 static unsigned slots_of(double seconds)
 {
-    double n = round(seconds * SLOTS_PER_S);
+    double n = (double)rounded(seconds * SLOTS_PER_S);
     return n < 1 ? 1u : n > HISTORY ? HISTORY : (unsigned)n;
 }
 
@@ -149,7 +171,7 @@ static void summarize(const fg_device *d, uint64_t now, fg_ring_summary *s)
     memset(s, 0, sizeof *s);
     s->slot = now;
 
-    unsigned period = slots_of(p->util_period_s);
+    unsigned period = slots_of(FG_LOAD_UTIL_PERIOD_S);
     uint64_t start = (now / period - 1) * period; /* the last whole period: slots start .. start + period - 1 */
     for (uint64_t k = start; k < start + period && k < now; k++) {
         if (k + n < now)
@@ -160,9 +182,9 @@ static void summarize(const fg_device *d, uint64_t now, fg_ring_summary *s)
     s->period_compute /= (double)period * FG_STATE_SLOT_US;
     s->period_memory /= (double)period * FG_STATE_SLOT_US;
 
-    unsigned window = slots_of(p->power_window_s);
-    double fast = exp(-1 / (p->fast_tau_s * SLOTS_PER_S)), slow = exp(-1 / (p->slow_tau_s * SLOTS_PER_S));
-    double wf = (1 - fast) * p->fast_share, ws = (1 - slow) * (1 - p->fast_share); /* weights of the newest slot */
+    unsigned window = slots_of(FG_LOAD_POWER_WINDOW_S);
+    double fast = FG_LOAD_FAST_DECAY, slow = FG_LOAD_SLOW_DECAY; /* per slot */
+    double wf = (1 - fast) * FG_LOAD_FAST_SHARE, ws = (1 - slow) * (1 - FG_LOAD_FAST_SHARE); /* weights of the newest slot */
     for (unsigned age = 0; age < n; age++) { /* age 0: slot now - 1 */
         unsigned i = n - 1 - age;
         if (!compute[i] && !memory[i]) {
@@ -195,7 +217,7 @@ static void pinned(const fg_device *d, double share, fg_ring_summary *s)
 
 static unsigned percent(double share)
 {
-    double v = round(share * 100);
+    double v = (double)rounded(share * 100);
     return v < 0 ? 0u : v > 100 ? 100u : (unsigned)v;
 }
 
@@ -226,16 +248,16 @@ void fg_load_of(const fg_device *d, fg_load *out)
     out->gpu_util = percent(period_busy);
     if (fg_cfg.pin_gpu_util >= 0)
         out->gpu_util = fg_cfg.pin_gpu_util > 100 ? 100u : (unsigned)fg_cfg.pin_gpu_util;
-    double mem = s.period_compute * p->mem_util_compute + s.period_memory * p->mem_util_memory;
+    double mem = s.period_compute * FG_LOAD_MEM_UTIL_COMPUTE + s.period_memory * FG_LOAD_MEM_UTIL_MEMORY;
     out->mem_util = percent(mem / 100);
     if (fg_cfg.pin_mem_util >= 0)
         out->mem_util = fg_cfg.pin_mem_util > 100 ? 100u : (unsigned)fg_cfg.pin_mem_util;
 
     double watts = active ? p->active_idle_w + s.excess_w : p->idle_w;
-    out->power_mw = fg_cfg.pin_power_mw >= 0 ? (unsigned)fg_cfg.pin_power_mw : (unsigned)lround(watts * 1000);
+    out->power_mw = fg_cfg.pin_power_mw >= 0 ? (unsigned)fg_cfg.pin_power_mw : (unsigned)rounded(watts * 1000);
 
     double temp = p->idle_c + s.rise_c + (active ? p->compute_c_per_w * (p->active_idle_w - p->idle_w) : 0);
-    out->temperature_c = fg_cfg.pin_temperature >= 0 ? (unsigned)fg_cfg.pin_temperature : (unsigned)lround(temp);
+    out->temperature_c = fg_cfg.pin_temperature >= 0 ? (unsigned)fg_cfg.pin_temperature : (unsigned)rounded(temp);
 
     out->sm_mhz = active ? d->clock_boost_mhz : (unsigned)p->idle_sm_mhz;
     out->video_mhz = (unsigned)(active ? p->video_mhz : p->video_idle_mhz);
@@ -243,8 +265,8 @@ void fg_load_of(const fg_device *d, fg_load *out)
     double demand = s.period_compute * (p->compute_w - p->active_idle_w) +
                     s.period_memory * (p->memory_w - p->active_idle_w);
     if (active && demand > p->cap_w - p->active_idle_w) {
-        double ratio = pow((p->cap_w - p->active_idle_w) / demand, p->clock_exponent);
-        unsigned mhz = (unsigned)lround(d->clock_boost_mhz * ratio / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ;
+        double ratio = pow01((p->cap_w - p->active_idle_w) / demand, FG_LOAD_CLOCK_EXPONENT);
+        unsigned mhz = (unsigned)rounded(d->clock_boost_mhz * ratio / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ;
         out->sm_mhz = mhz > p->idle_sm_mhz ? mhz : (unsigned)p->idle_sm_mhz;
         out->event_reasons = nvmlClocksEventReasonSwPowerCap;
     }
