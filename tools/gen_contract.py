@@ -136,7 +136,7 @@ def header() -> str:
         f"#define FG_STATE_BUSY_AHEAD_NS {shared_state.BUSY_AHEAD_NS}LL",
         f"#define FG_STATE_SIZE {shared_state.SIZE}",
         "",
-        "/* The load model's shape, the same for every board (profiles/load_model.yaml's model; native/nvml/model.c). */",
+        "/* The load model's shape, the same for every board (profiles/load_model.yaml; native/nvml/model.c). */",
         *_load_model(),
         "",
         "/* The run's fault board (fakegpu/faults/board.py). */",

@@ -1,28 +1,29 @@
 /* The dynamic side of a fake GPU: usage from the shared state, and a load model that follows the work, fitted to a
- * real H200 (tests/data/gpu/h200/telemetry.json; tools/gpu_capture/fit_telemetry.py; native/README.md).
+ * real H200 (tests/data/gpu/h200/telemetry.json by tools/gpu_capture/fit_telemetry.py; native/README.md tells it
+ * whole, tests/real_gpu/test_telemetry.py holds it to the capture).
  *
  * Input. The CUDA shims and fakecuda write, per process and board, a ring of 15.625 ms slots holding how many
- * microseconds of compute work (cuBLAS GEMMs, cuDNN convolutions and matmuls, fakecuda's matrix products) and of
- * memory work (copies, fills, every other kernel) ran in each (common/fg_state.h, fakegpu/shared_state.py: how a
- * launch stream becomes busy time). The board's figures are its profile's telemetry.* (fg_load_params).
+ * microseconds of compute work (tensor-core math: GEMMs, convolutions, attention) and of memory work (copies,
+ * fills, every other kernel) ran in each (common/fg_state.h; fakegpu/shared_state.py says how a launch stream
+ * becomes busy time). The board's figures are its profile's telemetry.* (fg_load_params); the curves' shape,
+ * the same for every board, is profiles/load_model.yaml's `model`, here as FG_LOAD_* from fg_contract.h.
  *
  * Model, per board:
- *   states     no process: idle_w, the idle SM and video clocks, reason GpuIdle, idle_c.  A process holding a
- *              context (nothing running): active_idle_w at boost clocks, no reason, the context's draw heating the
+ *   states     no process: idle_w, the idle SM and video clocks, reason GpuIdle, idle_c. A process holding a
+ *              context, nothing running: active_idle_w at boost clocks, no reason, the context's draw heating the
  *              die like compute work. The capture: 81.7 W / 345 MHz / 37 C against 126.7 W / 1980 MHz / 39 C.
- *   utilization  the busy share of NVML's last whole sample period (util_period_s, 0.2 s, aligned to the shared
- *              monotonic clock so that every reader agrees); memory utilization the same period's busy shares
- *              weighted by mem_util_compute (23%) and mem_util_memory (100%).
+ *   utilization  the busy share of NVML's last whole sample period (0.2 s, aligned to the shared monotonic clock so
+ *              that every reader agrees); memory utilization the same period's compute share x 23% plus its memory
+ *              share x 100%.
  *   power      each slot demands active_idle_w + compute share x (compute_w - active_idle_w) + memory share x
  *              (memory_w - active_idle_w); the power controller holds the draw at cap_w (98.9% of the limit);
- *              NVML reports the average draw of the last power_window_s (1 s: a step ramps for a second).
+ *              NVML reports the average draw of the last second (a step ramps linearly for a second).
  *   clocks     boost while active; when the sample period's demand passes the cap, the SM clock falls to
- *              boost x ((cap - active idle) / (demand - active idle))^clock_exponent, in 15 MHz steps, with
- *              reason SW power cap (0x4). A bf16 GEMM loop on the H200: 980 W demanded, 692 W drawn, 1455 MHz.
+ *              boost x ((cap - active idle) / (demand - active idle))^0.75, in 15 MHz steps, with reason SW power
+ *              cap (0x4). A bf16 GEMM loop on the H200: 980 W demanded, 692 W drawn, 1455 MHz.
  *   temperature  idle_c plus the steady rise of the draw above the idle (compute_c_per_w for compute work and the
  *              context's draw, memory_c_per_w for memory work: HBM traffic heats the GPU's sensor less), through two
- *              first-order lags (fast_tau_s 0.2 s carrying fast_share 75%, slow_tau_s 1.5 s the rest) over the
- *              ring's 4 s.
+ *              first-order lags (0.2 s carrying 75%, 1.5 s the rest) over the ring's 4 s.
  * A process's busy history goes with it: when it exits the board is at its no-process idle at once.
  * FAKEGPU_TEMPERATURE / _POWER_W / _MEMORY_UTILIZATION pin one reading; FAKEGPU_UTILIZATION pins utilization and
  * drives the rest as steady compute work of that share.
@@ -31,7 +32,7 @@
  * another process shows at once; the folder itself is rescanned when it changes and every FAKEGPU_STATE_TTL_MS
  * (default 50 ms), which is how soon a killed process's memory goes. The ring's summary (a pass over 255 slots per
  * process) is computed once per device and slot: a memory query never pays for it, and nvidia-smi's dozens of
- * queries pay once. */
+ * queries pay once. No libm: every nvidia-smi would pay to load it. */
 #include <pthread.h>
 #include <stdint.h>
 #include <time.h>
