@@ -10,8 +10,9 @@
  *
  * Model, per board:
  *   states     no process: idle_w, the idle SM and video clocks, reason GpuIdle, idle_c. A process holding a
- *              context, nothing running: active_idle_w at boost clocks, no reason, the context's draw heating the
- *              die like compute work. The capture: 81.7 W / 345 MHz / 37 C against 126.7 W / 1980 MHz / 39 C.
+ *              context on a datacenter board, nothing running: active_idle_w at boost clocks, no reason, the
+ *              context's draw heating the die like compute work. The capture: 81.7 W / 345 MHz / 37 C against
+ *              126.7 W / 1980 MHz / 39 C. Desktop boards stay at their idle with a context (P8), until work runs.
  *   utilization  the busy share of NVML's last whole sample period (0.2 s, aligned to the shared monotonic clock so
  *              that every reader agrees); memory utilization the same period's compute share x 23% plus its memory
  *              share x 100%.
@@ -241,8 +242,11 @@ void fg_load_of(const fg_device *d, fg_load *out)
     }
     pthread_mutex_unlock(&cache_lock);
 
-    /* A context on the board, or work in the window: clocks up, the context-idle draw. */
-    int active = u.compute_procs + u.graphics_procs > 0 || s.busy || s.period_compute + s.period_memory > 0;
+    /* Work in the window, or a context on a datacenter board: clocks up, the context-idle draw. The capture shows a
+     * held context keeping a datacenter board at boost; desktop boards drop to P8 at idle, context or not, and no
+     * capture says otherwise. */
+    int held = u.compute_procs + u.graphics_procs > 0 && fg_is_datacenter(d);
+    int active = held || s.busy || s.period_compute + s.period_memory > 0;
     double period_busy = s.period_compute + s.period_memory;
     memset(out, 0, sizeof *out);
     out->active = active;

@@ -124,6 +124,26 @@ def test_registered_process_is_seen_by_every_struct_version(native: NativeEnv, t
     assert result["process_name"]["value"] == "python3 train.py"
 
 
+def test_a_held_context_keeps_a_datacenter_board_up_and_leaves_a_desktop_board_idle(native: NativeEnv,
+                                                                                      test_catalog) -> None:
+    """The capture's context-idle state (boost clocks, more power) is a datacenter board's; a desktop board holding a
+    context and running nothing stays in P8 at its idle, as before, since no capture says otherwise."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        native.register(sleeper.pid, 0, 2 * 1024 * MIB, "python3 hold.py")
+        native.register(sleeper.pid, 1, 2 * 1024 * MIB, "python3 hold.py")
+        result = walk(native, "a100,rtx4090", pid=sleeper.pid)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    a100, rtx = ({k: a.get("value") for k, a in dev.items()} for dev in result["devices"])
+    load = {n: resolve_devices(n, "0", test_catalog[1])[0].profile.data["telemetry"] for n in ("a100", "rtx4090")}
+    assert (a100["power_usage"], a100["clock_sm"], a100["event_reasons"], a100["perf_state"]) == (
+        round(load["a100"]["active_idle_w"] * 1000), 1410, 0, 0)
+    assert (rtx["power_usage"], rtx["clock_sm"], rtx["event_reasons"], rtx["perf_state"]) == (
+        round(load["rtx4090"]["idle_w"] * 1000), 210, 1, 8)
+
+
 def test_dead_process_entries_are_dropped(native: NativeEnv) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
