@@ -46,12 +46,23 @@ struct CUevent_st {
     atomic_llong t_ns; /* host CLOCK_MONOTONIC time of the last record; 0: never recorded */
 };
 
+/* What grows a context after its creation, as lazy module loading makes a real one grow (fgd_load_part). */
+enum { FGD_PART_FIRST_LAUNCH, FGD_PART_CUBLAS, FGD_PART_CUDNN, FGD_PARTS };
+
 typedef struct {
-    unsigned long long capacity; /* what allocations may use: the CUDA total less the context */
-    unsigned long long context;  /* the context's own footprint, charged once the context exists */
+    unsigned long long total; /* CUDA's total memory of the device; allocations may use it less the context */
+    atomic_ullong context;    /* the context's own footprint, charged once the context exists; grows by parts */
+    atomic_uint parts;        /* bit per FGD_PART_* the context has grown by */
     atomic_ullong used, peak, allocs, frees;
     atomic_int active; /* a context exists: the process shows on this device in nvidia-smi */
 } fgd_mem;
+
+/* What allocations may use on the device now: its total less the context as it stands. */
+static inline unsigned long long fgd_capacity(const fgd_mem *m)
+{
+    unsigned long long context = atomic_load(&m->context);
+    return m->total > context ? m->total - context : 0;
+}
 
 typedef struct {
     int loaded;
@@ -109,6 +120,9 @@ FG_HIDDEN struct CUctx_st *fgd_current(void);
 FG_HIDDEN void fgd_activate(struct CUctx_st *c);
 FG_HIDDEN void fgd_limits_load(void);
 FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
+FG_HIDDEN unsigned long long fgd_part_bytes(int cc_major, int part);
+/* The context of CUDA device `device` grows by `part`, once (the first kernel launch, a library's first run). */
+FG_HIDDEN void fgd_load_part(int device, int part);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
 FG_HIDDEN void fgd_state_changed(int device);
 /* Work ran on the device now (a kernel, a copy): NVML's utilization, power and clocks follow it. */

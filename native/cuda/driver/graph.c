@@ -399,6 +399,7 @@ FGC_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
             kernels++;
             if (fgd_is_function(node->kernel.func))
                 fgd_launched_copy(node->kernel.func, e->device, &node->args);
+            fgd_load_part(e->device, FGD_PART_FIRST_LAUNCH);
             fgd_busy(e->device);
         }
         else if (node->type == CU_GRAPH_NODE_TYPE_MEMCPY)

@@ -204,7 +204,7 @@ CUresult fgd_charge(int device, size_t bytes)
     /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
     unsigned long long used = atomic_load(&m->used);
     do {
-        if (used + bytes > m->capacity || used + bytes < used)
+        if (used + bytes > fgd_capacity(m) || used + bytes < used)
             return CUDA_ERROR_OUT_OF_MEMORY;
     } while (!atomic_compare_exchange_weak(&m->used, &used, used + bytes));
     unsigned long long now = used + bytes, peak = atomic_load(&m->peak);
@@ -339,7 +339,8 @@ FGC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     fgd_activate(c);
     *total = d->cuda_total ? d->cuda_total : d->mem_total;
     unsigned long long used = atomic_load(&m->used);
-    *free = used < m->capacity ? m->capacity - used : 0;
+    unsigned long long capacity = fgd_capacity(m);
+    *free = used < capacity ? capacity - used : 0;
     return CUDA_SUCCESS;
 }
 

@@ -37,7 +37,7 @@ static void process_name(char *name, size_t len)
 
 static uint64_t device_total(unsigned i)
 {
-    return atomic_load(&fgd.mem[i].active) ? fgd.mem[i].context + atomic_load(&fgd.mem[i].used) : 0;
+    return atomic_load(&fgd.mem[i].active) ? atomic_load(&fgd.mem[i].context) + atomic_load(&fgd.mem[i].used) : 0;
 }
 
 /* The state counts per board of the device table: the sum of this process's CUDA devices on it (CUDA_VISIBLE_DEVICES
@@ -94,6 +94,10 @@ static void after_fork_child(void)
     for (unsigned i = 0; i < FG_MAX_DEVICES; i++) {
         atomic_store(&fgd.mem[i].used, 0);
         atomic_store(&fgd.mem[i].active, 0);
+        if (i < fgd.devs.count) { /* its context, if it makes one, starts unloaded */
+            atomic_store(&fgd.mem[i].parts, 0);
+            atomic_store(&fgd.mem[i].context, fgd_context_bytes(fgd.devs.dev[i].cc_major));
+        }
     }
 }
 
