@@ -248,6 +248,20 @@ def _tools_first_on_path(env: dict[str, str], root: Path, lib_dir: str | os.Path
         _prepend(env, "PATH", str(folder))
 
 
+def _nvml_alone_on_path(env: dict[str, str], root: Path, lib_dir: str | os.PathLike[str] | None) -> None:
+    # fakecuda fakes torch.cuda in Python, but pynvml, nvitop, gpustat and torch's NVML-based queries in the same
+    # process load libnvidia-ml.so.1 by name: ours must be found. Only NVML: the build's libcuda/libcudart next to
+    # it would turn the CUDA build of torch onto native mode's path.
+    from fakegpu.locations import native_lib_dir
+
+    nvml = Path(lib_dir or native_lib_dir()) / "libnvidia-ml.so.1"
+    if nvml.is_file():
+        folder = root / "nvml"
+        folder.mkdir()
+        (folder / nvml.name).symlink_to(nvml.resolve())
+        _prepend(env, "LD_LIBRARY_PATH", str(folder), sep=":")
+
+
 def _prepend(env: dict[str, str], key: str, *entries: str, sep: str = os.pathsep) -> None:
     old = env.get(key, "")
     env[key] = sep.join([*entries, *([old] if old else [])])
@@ -337,6 +351,7 @@ def prepare(
         else:
             env["FAKEGPU_RUNTIME"] = "fakecuda"
             prepend_python_hook(env, root)
+            _nvml_alone_on_path(env, root, lib_dir)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise

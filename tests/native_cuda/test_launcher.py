@@ -50,6 +50,24 @@ def test_native_env_preloads_our_libraries(cuda_build) -> None:
     assert not launch.root.exists()
 
 
+def test_fakecuda_finds_our_nvml_and_nothing_else_of_the_build(cuda_build) -> None:
+    """pynvml, nvitop and gpustat in a fakecuda process load libnvidia-ml.so.1 by name; the build's libcuda must
+    stay out of reach, or the CUDA build of torch would take native mode's path."""
+    launch = prepare("h100:1", "fakecuda", base_env={"PATH": "/usr/bin"}, lib_dir=cuda_build)
+    try:
+        folder = Path(launch.env["LD_LIBRARY_PATH"].split(":")[0])
+        assert sorted(p.name for p in folder.iterdir()) == ["libnvidia-ml.so.1"]
+        assert (folder / "libnvidia-ml.so.1").resolve() == cuda_build / "libnvidia-ml.so.1"
+        assert "LD_PRELOAD" not in launch.env
+    finally:
+        launch.cleanup()
+    code = ("import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0); "
+            "print(n.nvmlDeviceGetCount(), n.nvmlDeviceGetName(h))")
+    proc = run_fakegpu(["--devices", "a100:2", "--mode", "fakecuda", "--", sys.executable, "-c", code])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2", "NVIDIA", "A100-SXM4-80GB"]
+
+
 def test_hook_dir_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()

@@ -41,8 +41,7 @@ def test_each_checkpoint_holds_what_the_gpu_held(mode: str, native_libs, torch21
         for key in ("allocated", "reserved", "total"):
             assert got[key] == want[key], (name, key)
         assert got["free"] == want["free"] + UNMODELED_DEVICE_BYTES, name
-        if mode == "native":  # fakecuda's process is not NVML's to list (fakegpu run puts no NVML on its path)
-            assert got["nvml"]["process_used"] == want["nvml"]["process_used"], name
+        assert got["nvml"]["process_used"] == want["nvml"]["process_used"], name
 
 
 def test_native_modes_derived_figures_are_the_python_models(native_libs, torch211: str) -> None:
