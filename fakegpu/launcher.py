@@ -32,6 +32,7 @@ last CUDA activity, which libcuda keeps in a page shared with <run folder>/activ
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -394,7 +395,7 @@ def run(
         argv = child_argv(command, launch, mode, lib_dir)
         try:
             if limit is None:
-                rc = subprocess.run(argv, env=launch.env, check=False).returncode
+                rc = _run_in_foreground(argv, launch.env)
             else:
                 rc = _run_with_timeout(argv, launch, limit, mode)
         except FileNotFoundError as exc:
@@ -427,6 +428,42 @@ def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode:
             signal.signal(sig, handler)
         if proc.poll() is None:  # the launcher itself was interrupted: leave nothing behind
             end_tree(proc)
+
+
+def _run_in_foreground(command: list[str], env: dict[str, str]) -> int:
+    """Without --timeout the command stays in the launcher's process group, so a terminal's job control and an
+    interactive program's reads work as they do without fakegpu. What a supervisor sends the launcher alone
+    (SIGTERM, SIGHUP; SIGINT too unless a terminal sent it, which delivers it to the command itself) is passed on,
+    and the launcher waits for the command and cleans up: dying at once would orphan the command and leave the
+    run's folder behind."""
+    proc = subprocess.Popen(command, env=env)
+
+    def forward(sig: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+    old: dict[int, object] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, forward)
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN if _terminal_sends_sigint() else forward)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # the launcher itself failed: leave nothing behind
+            end_tree(proc)
+
+
+def _terminal_sends_sigint() -> bool:
+    """The launcher runs in the foreground of a terminal, whose Ctrl-C reaches every process of the group."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):
+        return False
 
 
 def _forward_signals(pgid: int) -> dict[int, object]:
