@@ -10,12 +10,12 @@ import yaml
 
 from fakegpu.errors import CatalogError, UnknownProfile
 from fakegpu.profiles import load_catalog
-from fakegpu.profiles.compile import PROFILES_DIR, compile_catalog, schema_errors, stale_outputs
+from fakegpu.profiles.compile import PROFILES_DIR, compile_catalog, load_capabilities, schema_errors, stale_outputs
 from fakegpu.profiles.invariants import check_catalog
 
 MIB = 1 << 20
 SCHEMA = json.loads((PROFILES_DIR / "schema.json").read_text())
-CAPABILITIES = yaml.safe_load((PROFILES_DIR / "compute_capabilities.yaml").read_text())
+CAPABILITIES = load_capabilities()
 SOURCES = sorted(PROFILES_DIR.glob("*/*.yaml"))
 BAD_FIXTURES = Path(__file__).resolve().parents[1] / "data" / "profiles" / "bad"
 
