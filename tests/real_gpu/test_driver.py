@@ -114,7 +114,7 @@ def test_runtime_error_texts_are_the_drivers(native_libs) -> None:
     # cc 5.2 (GTX TITAN X): Maxwell's smaller 1D, 2D and 3D textures; no VMM flag measured; device sync depth 2.
     ("geforce-gtx-titan-x", {21: 65536, 22: 65536, 24: 4096, 42: 16384, 77: 16384, 102: 0, 108: 0}),
     # cc 6.1 (GTX 1070): Pascal's textures with the 16384 mipmapped 1D width.
-    ("geforce-gtx-1070", {21: 131072, 24: 16384, 77: 16384, 69: 1 << 28}),
+    ("geforce-gtx-1070", {21: 131072, 24: 16384, 77: 16384, 69: 1 << 28, 108: 0}),
     # cc 8.6 (RTX 3090): the Ampere flags, GPUDirect RDMA off, 3/4 of the 6 MiB L2 persisting.
     ("rtx-3090", {77: 32768, 102: 1, 103: 1, 115: 1, 110: 0, 116: 0, 119: 1, 120: 0, 108: 4718592,
                   109: 134213632, 148: {"error": 1}}),
@@ -124,6 +124,9 @@ def test_other_boards_take_their_compute_capabilitys_facts(native_libs, devices:
     assert doc["attributes"] == expect
     sync_depth = doc["defaults"][3]
     assert sync_depth == 2 and doc["set"][3] == 0 and doc["after"][3] == 24  # below cc 9.0; 30 clamps to 24
+    # The persisting-L2 limit exists where a set-aside does (cc 8.0 on), clamped to it.
+    persisting = expect[108]
+    assert doc["after"][6] == (persisting if persisting else {"error": 215})
 
 
 def test_printf_fifo_default_follows_the_sm_count(native_libs) -> None:

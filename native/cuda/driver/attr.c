@@ -118,9 +118,10 @@ static void fill(fgd_limits *l, const fg_record *r, const fg_device *d)
     l->warp_size = field_uint(r, "sm_limits.warp_size", 32);
     fill_catalog(l, r);
     l->limit_default[CU_LIMIT_PRINTF_FIFO_SIZE] *= d->sm_count;
-    /* The persisting-L2 limit exists from cc 8.0 on; it is a hint, so it exists wherever the driver knows it. */
+    /* The persisting-L2 limit exists where a set-aside does (cc 8.0 on): a TU104 (cc 7.5) answers a set with
+     * "limit is not supported on this architecture", CUDA_ERROR_UNSUPPORTED_LIMIT (public notes of a user). */
     l->limit_default[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = (size_t)(l->l2_persisting_default * (double)d->l2_bytes);
-    l->limit_known[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 1;
+    l->limit_known[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = l->l2_persisting_max > 0;
 }
 
 /* fg_device carries none of the compute capability's facts, so read them from the table again: the i-th device
