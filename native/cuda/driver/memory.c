@@ -268,6 +268,15 @@ static small_page *pages;
 static size_t npages, cap_pages;
 static pthread_mutex_t small_lock = PTHREAD_MUTEX_INITIALIZER;
 
+static void small_prepare(void) { pthread_mutex_lock(&small_lock); }
+static void small_resume(void) { pthread_mutex_unlock(&small_lock); }
+static void small_child(void) { pthread_mutex_init(&small_lock, NULL); }
+/* A fork during another thread's small allocation must not leave the child with the lock held. */
+__attribute__((constructor)) static void install_small_fork_handler(void)
+{
+    pthread_atfork(small_prepare, small_resume, small_child);
+}
+
 static int unit_taken(const small_page *pg, size_t u) { return pg->unit[u / 8] >> (u % 8) & 1; }
 
 static void mark_units(small_page *pg, size_t first, size_t n, int taken)
