@@ -318,7 +318,10 @@ FGC_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int fla
 
 FGC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    return fgd_check_device(dev);
+    CUresult rc = fgd_check_device(dev);
+    if (rc == CUDA_SUCCESS)
+        fgd_limits_reset(dev);
+    return rc;
 }
 
 FGC_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
