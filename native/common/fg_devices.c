@@ -109,17 +109,6 @@ static int get_str(const fg_record *r, const char *key, char *dst, size_t len, i
 
 static unsigned watts_to_mw(double w) { return (unsigned)(w * 1000.0 + 0.5); }
 
-/* A small driver-reserved carve-out like real boards show (e.g. 551 MiB on an H100 80GB), unless the
- * profile states one: 256 MiB plus 1/256 of the total, whole MiB. */
-static unsigned long long default_reserved(unsigned long long total)
-{
-    unsigned long long mib = 1ull << 20;
-    unsigned long long r = 256 * mib + total / 256;
-    if (r > total / 16)
-        r = total / 16;
-    return r / mib * mib;
-}
-
 /* The board's MIG slices and mig.gip.N profiles (fakegpu/profiles/table.py). */
 static int fill_mig_board(const fg_record *r, fg_mig_board *b, char *err, size_t errlen)
 {
@@ -213,10 +202,12 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
     if (get_ull(r, "l2_cache_bytes", &d->l2_bytes, 0, err, errlen) < 0 ||
         get_ull(r, "memory.cuda_total_bytes", &d->cuda_total, 0, err, errlen) < 0)
         return -1;
-    if (get_ull(r, "memory.reserved_bytes", &d->mem_reserved, 0, err, errlen) != 0)
-        d->mem_reserved = default_reserved(d->mem_total);
-    if (!d->cuda_total)
+    if (!d->cuda_total || d->cuda_total > d->mem_total)
         d->cuda_total = d->mem_total;
+    /* What the driver keeps is what CUDA does not get: on a real H200 (driver 580.159.04) NVML's reserved,
+     * 644939776 bytes, is exactly NVML's total less cuDeviceTotalMem (tests/data/gpu/h200), so the catalog's
+     * CUDA total (measured, or derived in fakegpu/profiles/compile.py) is the one source of both. */
+    d->mem_reserved = d->mem_total - d->cuda_total;
     get_double(r, "memory.bandwidth_gb_s", &d->mem_bandwidth_gb_s);
     get_double(r, "nvlink.bandwidth_gb_s", &d->nvlink_bandwidth_gb_s);
 

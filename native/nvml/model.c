@@ -11,6 +11,7 @@
  * (default 50 ms), which is how soon a killed process's memory goes. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "fg_nvml.h"
@@ -75,12 +76,14 @@ int fg_is_datacenter(const fg_device *d) { return strcmp(d->segment, "datacenter
 
 static int busy(const fg_usage *u) { return u->busy_slots > 0; }
 
-/* Allocated device memory: what processes hold plus the 1 MiB an idle board shows on 550+ drivers. The
- * driver's reserved carve-out is accounted separately (nvmlMemory_v2_t.reserved). */
+/* Allocated device memory: what processes hold. An idle board shows 1 MiB used on the 550 branch (an H100 on
+ * 550.127.08, ../shared/facts/nvidia-smi-formats.md) and none from 570 on (an H200 on 580.159.04: NVML v2 used 0,
+ * tests/data/gpu/h200; 0 MiB in the -q -x captures of an A100 on 570.148.08 and an H100 on 580.105.08 in
+ * NVIDIA/k8s-test-infra). The driver's reserved carve-out is accounted separately (nvmlMemory_v2_t.reserved). */
 unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u)
 {
     unsigned long long cap = d->mem_total - d->mem_reserved;
-    unsigned long long a = MIB + u->used_bytes;
+    unsigned long long a = (atoi(fg_cfg.driver_version) < 570 ? MIB : 0) + u->used_bytes;
     return a > cap ? cap : a;
 }
 

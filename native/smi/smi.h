@@ -152,7 +152,8 @@ void smi_xml_rows(nvmlDevice_t d, const smi_xml_row *rows, size_t n, int depth);
 /* xml_gpu.c: one <gpu> element's children, at the given depth. */
 void smi_xml_gpu(nvmlDevice_t d, int depth);
 
-/* Memory in whole MiB as nvidia-smi rounds it. */
-static inline unsigned long long smi_mib(unsigned long long bytes) { return bytes >> 20; }
+/* Memory in whole MiB as nvidia-smi rounds it: up. A real H200 (580.159.04) shows NVML's 644939776 reserved bytes
+ * (615.06 MiB) as 616 MiB and 150109880320 free bytes (143155.94 MiB) as 143156 MiB (tests/data/gpu/h200/smi). */
+static inline unsigned long long smi_mib(unsigned long long bytes) { return (bytes + (1ull << 20) - 1) >> 20; }
 
 #endif

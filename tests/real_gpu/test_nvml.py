@@ -76,3 +76,11 @@ def fake(native_libs, torch211) -> dict:
 
 def test_error_strings_are_driver_580s(fake):
     assert fake["ErrorStrings"] == REAL["ErrorStrings"]
+
+
+def test_memory_info_as_the_board_gave_it(fake):
+    """No process: v1 counts the reservation as used, v2 shows it apart; what is free is CUDA's whole total."""
+    d, r = fake["devices"][0], REAL["devices"][0]
+    assert d["MemoryInfo"] == r["MemoryInfo"]
+    assert d["MemoryInfo_v2"] == r["MemoryInfo_v2"]
+    assert d["MemoryInfo_v2"]["free"] == real("driver.json")["total_mem"]  # cuDeviceTotalMem on that board
