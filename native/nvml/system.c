@@ -44,7 +44,9 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
     return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
 }
 
-/* The name nvidia-smi shows for a pid: what the process registered, else its argv[0], else comm. */
+/* The name nvidia-smi shows for a pid: what the process registered (its argv[0], as fakegpu/shared_state.py and
+ * cuda/driver/state.c write it), else its argv[0] as given ("python3", not "python3 train.py": a real H200's
+ * nvidia-smi, tests/data/gpu/h200/smi/holding_apps.txt), else comm. */
 static int proc_name(unsigned pid, char *out, size_t len)
 {
     for (unsigned i = 0; i < fg_devs.count; i++) {
@@ -65,8 +67,8 @@ static int proc_name(unsigned pid, char *out, size_t len)
     if (f) {
         size_t n = fread(out, 1, len - 1, f);
         fclose(f);
-        out[n] = '\0';
-        if (n)
+        out[n] = '\0'; /* the first NUL ends argv[0], all that real NVML shows */
+        if (out[0])
             return 0;
     }
     snprintf(path, sizeof path, "/proc/%u/comm", pid);

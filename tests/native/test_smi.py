@@ -116,7 +116,7 @@ def test_every_listed_field_is_queryable(native: NativeEnv) -> None:
     assert values["clocks.default_applications.graphics"] == values["clocks.max.graphics"]
     busy = subprocess.Popen(["sleep", "60"])
     try:
-        native.register(busy.pid, 0, 1 << 30, "python3 train.py")
+        native.register(busy.pid, 0, 1 << 30, "python3")
         with native.working(busy.pid, 0):
             again = native.smi("--query-gpu=clocks_throttle_reasons.gpu_idle,clocks_event_reasons.gpu_idle",
                                "--format=csv,noheader", devices="h100:1")
@@ -139,7 +139,7 @@ def test_select_by_index_list_uuid_and_bus_id(native: NativeEnv) -> None:
 def test_registered_process_in_table_and_memory(native: NativeEnv) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        native.register(sleeper.pid, 1, 20480 * MIB, "python3 train.py")
+        native.register(sleeper.pid, 1, 20480 * MIB, "python3")
         table = native.smi(devices="a100:2").stdout
         table_550 = native.smi(devices="a100:2", FAKEGPU_DRIVER_VERSION="550.127.08").stdout
         apps = native.smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv", devices="a100:2")
@@ -149,15 +149,15 @@ def test_registered_process_in_table_and_memory(native: NativeEnv) -> None:
         sleeper.wait()
     # 570 and later (the default driver is 580) widen the PID column by six, as in a real 570 capture:
     # "|    0   N/A  N/A         2753460      C   VLLM::Worker_TP0                      79028MiB |"
-    row = f"|    1   N/A  N/A{sleeper.pid:>16}      C   {'python3 train.py':<35}{'20480MiB':>11} |"
+    row = f"|    1   N/A  N/A{sleeper.pid:>16}      C   {'python3':<35}{'20480MiB':>11} |"
     assert row in table.splitlines()
-    row_550 = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3 train.py':<41}{'20480MiB':>11} |"
+    row_550 = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3':<41}{'20480MiB':>11} |"
     assert row_550 in table_550.splitlines()
     assert all(len(line) == 91 for line in table.splitlines()[1:] + table_550.splitlines()[1:] if line.strip())
     assert "No running processes found" not in table
     assert "|   20480MiB /  81920MiB |" in table  # no idle MiB on 580 (a real H200 shows 0MiB with no process)
     assert apps.stdout.splitlines() == ["pid, process_name, used_gpu_memory [MiB]",
-                                        f"{sleeper.pid}, python3 train.py, 20480 MiB"]
+                                        f"{sleeper.pid}, python3, 20480 MiB"]
     assert used.stdout.split() == ["0", "20480"]
 
 

@@ -19,20 +19,19 @@ static fg_state_file *file;
 static int unavailable; /* the folder could not take the file, or the process is exiting */
 static char state_dir[512];
 
+/* argv[0] as the process was started ("python3" for `python3 train.py`, a path if it was run by one): what real
+ * NVML and nvidia-smi show for a process (a real H200, tests/data/gpu/h200/smi/holding_default.txt). */
 static void process_name(char *name, size_t len)
 {
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, name, len - 1) : -1;
     if (fd >= 0)
         close(fd);
-    if (n <= 0) {
+    if (n <= 0 || !name[0]) {
         fg_strlcpy(name, "cuda-app", len);
         return;
     }
-    name[n] = 0;
-    for (ssize_t i = 0; i < n - 1; i++) /* argv separators become spaces, as nvidia-smi prints them */
-        if (name[i] == 0)
-            name[i] = ' ';
+    name[n] = 0; /* the first NUL ends argv[0] */
 }
 
 static uint64_t device_total(unsigned i)
