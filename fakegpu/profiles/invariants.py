@@ -41,6 +41,14 @@ def check_profile(rel_path: str, p: dict[str, Any], capabilities: dict[str, Any]
     clocks = p["clocks_mhz"]
     if clocks["boost"] < clocks["base"]:
         bad(f"boost clock {clocks['boost']} MHz is below base {clocks['base']} MHz")
+    if clocks.get("memory_supported", [clocks["memory"]])[0] != clocks["memory"]:
+        bad("clocks_mhz.memory_supported starts with the max memory clock, clocks_mhz.memory")
+    low = clocks.get("graphics_min")
+    if low is not None and (low > clocks["boost"] or (clocks["boost"] - low) % 15):
+        bad("clocks_mhz.graphics_min is below boost by whole 15 MHz steps (NVML lists graphics clocks so)")
+    thermal = p.get("thermal")
+    if thermal and not thermal["gpu_max_c"] <= thermal["slowdown_c"] <= thermal["shutdown_c"]:
+        bad("thermal thresholds must satisfy gpu_max <= slowdown <= shutdown")
     mem = p["memory"]
     if mem["total_bytes"] % MIB:
         bad("memory.total_bytes is not a whole number of MiB (NVML totals are)")

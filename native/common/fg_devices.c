@@ -79,6 +79,27 @@ static int get_uint(const fg_record *r, const char *key, unsigned *out, int requ
     return rc;
 }
 
+/* A comma-separated list of whole numbers (a profile's list, fakegpu/profiles/table.py); 1 when absent. */
+static int get_uint_list(const fg_record *r, const char *key, unsigned *out, unsigned max, unsigned *count, char *err,
+                         size_t errlen)
+{
+    const char *v = fg_record_get(r, key);
+    *count = 0;
+    if (!v)
+        return 1;
+    while (*v) {
+        char *end = NULL;
+        unsigned long x = strtoul(v, &end, 10);
+        if (end == v || x > 0xFFFFFFFFul || (*end && *end != ',') || *count == max) {
+            fg_seterr(err, errlen, "line %d: %s=%.40s is not a list of at most %u numbers", r->line, key, v, max);
+            return -1;
+        }
+        out[(*count)++] = (unsigned)x;
+        v = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static int get_double(const fg_record *r, const char *key, double *out)
 {
     const char *v = fg_record_get(r, key);
@@ -179,6 +200,13 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
         {"clocks_mhz.base", &d->clock_base_mhz},
         {"clocks_mhz.boost", &d->clock_boost_mhz},
         {"clocks_mhz.memory", &d->clock_mem_mhz},
+        {"clocks_mhz.video", &d->clock_video_mhz},
+        {"clocks_mhz.graphics_min", &d->clock_graphics_min_mhz},
+        {"memory.row_remap_banks", &d->row_remap_banks},
+        {"thermal.shutdown_c", &d->temp_shutdown_c},
+        {"thermal.slowdown_c", &d->temp_slowdown_c},
+        {"thermal.gpu_max_c", &d->temp_gpu_max_c},
+        {"thermal.memory_max_c", &d->temp_mem_max_c},
         {"memory.bus_width_bits", &d->mem_bus_width},
         {"pci.device_id", &d->pci_device_id},
         {"pci.subsystem_id", &d->pci_subsystem_id},
@@ -222,6 +250,23 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
     d->power_idle_mw = get_double(r, "power.idle_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw / 7;
     if (!d->clock_boost_mhz)
         d->clock_boost_mhz = d->clock_base_mhz;
+    if (get_uint_list(r, "clocks_mhz.memory_supported", d->mem_clocks, FG_MAX_MEM_CLOCKS, &d->mem_clock_count, err,
+                      errlen) < 0)
+        return -1;
+    if (!d->mem_clock_count)
+        d->mem_clocks[d->mem_clock_count++] = d->clock_mem_mhz;
+    /* Where no board was measured: video engines top out a little below boost, graphics clocks go down to the
+     * 210 MHz most boards list, and thresholds are an A100/H100's of the 550 branch (HBM with a limit of its own). */
+    if (!d->clock_video_mhz)
+        d->clock_video_mhz = d->clock_boost_mhz * 9 / 10;
+    if (!d->clock_graphics_min_mhz || d->clock_graphics_min_mhz > d->clock_boost_mhz)
+        d->clock_graphics_min_mhz = d->clock_boost_mhz < 210 ? d->clock_boost_mhz : 210;
+    if (!d->temp_shutdown_c) {
+        d->temp_shutdown_c = 92;
+        d->temp_slowdown_c = 89;
+        d->temp_gpu_max_c = 87;
+        d->temp_mem_max_c = d->memory_type[0] == 'H' ? 95 : 0;
+    }
     if (!d->pcie_gen)
         d->pcie_gen = 4;
     if (!d->pcie_width)

@@ -264,3 +264,50 @@ nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsi
     *checksum = h;
     return NVML_SUCCESS;
 }
+
+/* GSP firmware runs the board from Turing on, on by default, its version the driver's: a real H200 (580.159.04)
+ * answers enabled/enabled and 580.159.04, and the A100 (570.148.08) and T4 (595.91.07) -q -x captures in
+ * NVIDIA/k8s-test-infra show their driver's version too. */
+static int has_gsp(const fg_device *d) { return d->cc_major * 10 + d->cc_minor >= 75; }
+
+nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(isEnabled);
+    FG_NEED(defaultMode);
+    if (!has_gsp(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *isEnabled = *defaultMode = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(version);
+    if (!has_gsp(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    return fg_copy_out(version, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE, fg_cfg.driver_version);
+}
+
+/* Every discrete board, SXM ones included, talks to the host over PCIe (2 on a real H200); integrated GPUs have
+ * no PCI function to report. */
+nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(type);
+    if (!strcmp(d->segment, "embedded"))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *type = NVML_BUS_TYPE_PCIE;
+    return NVML_SUCCESS;
+}
+
+/* The board's place in the node, counted from 1: a real H200 in a VM reported the SXM slot it sat in (3), single
+ * PCIe boards report 1 (the L40S and T4 captures in NVIDIA/k8s-test-infra). */
+nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(moduleId);
+    *moduleId = d->index + 1;
+    return NVML_SUCCESS;
+}

@@ -158,6 +158,12 @@ nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErro
     return NVML_SUCCESS;
 }
 
+/* Row remapping replaced page retirement with Ampere: from then on the retired-page queries are NOT_SUPPORTED and
+ * the remapped-row ones answer. A real H200 (580.159.04) answers so, and the -q -x captures of an A100 (570.148.08),
+ * H100 and B200 (580.105.08) and L40S (595.91.07) in NVIDIA/k8s-test-infra show retired pages N/A beside a row
+ * remapper, a T4 (Turing) the other way round. */
+static int remaps_rows(const fg_device *d) { return d->cc_major >= 8; }
+
 nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                        unsigned int *pageCount, unsigned long long *addresses)
 {
@@ -167,10 +173,12 @@ nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCa
     if ((unsigned)cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
-    /* Before Ampere a double-bit error retires its page; Xid 63 says the retirement was recorded. */
+    if (remaps_rows(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    /* A double-bit error retires its page; Xid 63 says the retirement was recorded. */
     fg_fault_ecc e;
     fg_fault_ecc_of(d->index, &e);
-    *pageCount = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR && d->cc_major < 8 ? e.recorded : 0;
+    *pageCount = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? e.recorded : 0;
     return NVML_SUCCESS;
 }
 
@@ -187,10 +195,12 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEna
     FG_DEVICE(device, d);
     FG_NEED(isPending);
     FG_NEED_ECC(d);
+    if (remaps_rows(d))
+        return NVML_ERROR_NOT_SUPPORTED;
     /* Pending: an uncorrectable error whose retirement is not recorded yet (it is at the next reset). */
     fg_fault_ecc e;
     fg_fault_ecc_of(d->index, &e);
-    *isPending = d->cc_major < 8 && uncorrectable(d) > e.recorded ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    *isPending = uncorrectable(d) > e.recorded ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 
@@ -203,8 +213,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     FG_NOT_IN_MIG_MODE(d);
     FG_NEED(isPending);
     FG_NEED(failureOccurred);
-    /* Row remapping replaced page retirement with Ampere. */
-    if (!d->ecc || d->cc_major < 8)
+    if (!d->ecc || !remaps_rows(d))
         return NVML_ERROR_NOT_SUPPORTED;
     /* Ampere and later remap the row of an uncorrectable error at the next reset (pending until then); Xid 63
      * records a remapping, Xid 64 a failure to. */
@@ -214,5 +223,48 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     *uncRows = e.recorded;
     *isPending = uncorrectable(d) > e.recorded;
     *failureOccurred = e.record_fails > 0;
+    return NVML_SUCCESS;
+}
+
+/* Nothing remapped is ever deactivated here: every remapping stays active. */
+nvmlReturn_t nvmlDeviceGetRemappedRows_v2(nvmlDevice_t device, nvmlRemappedRowsInfo_v2_t *info)
+{
+    FG_NEED(info);
+    unsigned corr = 0, unc = 0, pending = 0, failed = 0;
+    nvmlReturn_t rc = nvmlDeviceGetRemappedRows(device, &corr, &unc, &pending, &failed);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    info->corrActiveRemaps = corr;
+    info->uncActiveRemaps = unc;
+    info->corrInactiveRemaps = info->uncInactiveRemaps = 0;
+    info->bPending = pending;
+    info->bFailureOccurred = failed;
+    return NVML_SUCCESS;
+}
+
+/* Banks by how many spare rows they have left: all of them at the maximum on a healthy board (a real H200: 3072 of
+ * 3072). A board whose bank count was never measured does not answer. */
+nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(values);
+    FG_NOT_IN_MIG_MODE(d);
+    if (!d->ecc || !remaps_rows(d) || !d->row_remap_banks)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(values, 0, sizeof *values);
+    values->max = d->row_remap_banks;
+    return NVML_SUCCESS;
+}
+
+/* Confidential computing (Hopper on) is off: no protected memory, and what is unprotected is what CUDA gets (a real
+ * H200: 146591680 KiB, its cuDeviceTotalMem). */
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(memInfo);
+    if (d->cc_major < 9)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memInfo->protectedMemSizeKib = 0;
+    memInfo->unprotectedMemSizeKib = d->cuda_total / 1024;
     return NVML_SUCCESS;
 }

@@ -21,13 +21,15 @@ MIB = 1 << 20
 
 def declared_not_supported(key: str, profile: dict) -> bool:
     """Where NotSupported is the answer we declare (native/README.md), as a real board of that kind gives."""
-    if key in ("fan_speed", "fan_speed_v2", "num_fans"):
+    if key in ("fan_speed", "fan_speed_v2"):  # a fanless board counts 0 fans (num_fans) and has no speed
         return profile["fans"] == 0
     if key.startswith("nvlink_"):
         return profile["nvlink"]["links"] == 0
     if key == "mig_mode":
         return not profile["mig"]["supported"]
-    if key in ("ecc_mode", "ecc_total", "ecc_detailed", "retired_pages", "retired_pending", "remapped_rows"):
+    if key in ("retired_pages", "retired_pending"):  # row remapping replaced page retirement with Ampere
+        return not profile["memory"]["ecc"] or int(profile["compute_capability"].split(".")[0]) >= 8
+    if key in ("ecc_mode", "ecc_total", "ecc_detailed", "remapped_rows"):
         return not profile["memory"]["ecc"]
     return False
 

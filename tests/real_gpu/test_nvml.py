@@ -35,6 +35,7 @@ BOARD_SKIP = {
     "IrqNum": "the VM's interrupt line", "NvLink*": "the VM hides NVLink",
     "BoardId": "the VM's PCI slot shapes the board id",
     "TopologyNearestGpus.SYSTEM": "a one-GPU VM",
+    "ModuleId": "the SXM slot the VM was given (3); the fake numbers boards from 1",
     # That one board: its identity, not its model's.
     "Serial": "that board's", "UUID": "that board's", "BoardPartNumber": "that SKU's",
     "VbiosVersion": "that board's VBIOS", "InforomImageVersion": "that board's InfoROM",
@@ -42,6 +43,7 @@ BOARD_SKIP = {
     # The moment: readings of a board that had just run the capture's earlier steps.
     "PowerUsage": "a reading", "TotalEnergyConsumption": "energy since the driver loaded",
     "Temperature.GPU": "a reading", "PcieThroughput*": "a reading",
+    "MarginTemperature": "T.Limit less a reading (test_margin_is_below_tlimit)",
     "ViolationStatus.*": "timestamps and time spent throttled since the driver loaded",
     "EncoderUtilization": "the sampling period, a reading", "DecoderUtilization": "the sampling period",
     "JpgUtilization": "the sampling period", "OfaUtilization": "the sampling period",
@@ -54,11 +56,7 @@ BOARD_SKIP = {
     "ProcessUtilization": "NVML's sample buffers are not modelled",
     # Not modelled yet, each a gap to close.
     "FieldValues": "nvmlDeviceGetFieldValues is not modelled yet",
-    "MaxClockInfo.VIDEO": "video clocks are not modelled yet", "ApplicationsClock.VIDEO": "video clocks",
-    "DefaultApplicationsClock.VIDEO": "video clocks", "MaxCustomerBoostClock.*": "boost clocks per domain",
-    "Clock.VIDEO.*": "video clocks", "Clock.MEM.BOOST": "boost clocks per domain",
     "MemoryErrorCounter.*": "ECC counters by location are not modelled yet",
-    "MigProfiles": "MIG profile structures: another helper's work (nvml.json MigProfiles)",
     "AdaptiveClockInfoStatus": "not modelled yet", "MemClkMinMaxVfOffset": "not modelled yet",
     "GpcClkMinMaxVfOffset": "not modelled yet", "SupportedPerformanceStates": "not modelled yet",
     "NumaNodeId": "not modelled yet", "LastBBXFlushTime": "not modelled yet", "C2cModeInfoV": "not modelled yet",
@@ -84,3 +82,33 @@ def test_memory_info_as_the_board_gave_it(fake):
     assert d["MemoryInfo"] == r["MemoryInfo"]
     assert d["MemoryInfo_v2"] == r["MemoryInfo_v2"]
     assert d["MemoryInfo_v2"]["free"] == real("driver.json")["total_mem"]  # cuDeviceTotalMem on that board
+
+
+def normalised(key: str, value):
+    """An answer with what may legitimately differ taken out."""
+    if key == "MigProfiles":
+        # Driver 580 hands the profile info back with version 0 though pynvml asks with version 2; the fake
+        # echoes 2. No client reads the field back.
+        return {p: {**e, "info": {k: v for k, v in e["info"].items() if k != "version"}} if "info" in e else e
+                for p, e in value.items()}
+    return value
+
+
+def test_every_board_answer_matches(fake):
+    d, r = fake["devices"][0], REAL["devices"][0]
+    wrong = {k: (r[k], d.get(k)) for k in r
+             if not skipped(k, BOARD_SKIP) and normalised(k, d.get(k)) != normalised(k, r[k])}
+    assert not wrong, "\n".join(f"{k}: real {a!r}, fake {b!r}" for k, (a, b) in sorted(wrong.items()))
+
+
+def test_every_system_answer_matches(fake):
+    keys = [k for k in REAL if k not in ("devices", "ErrorStrings") and not skipped(k, TOP_SKIP)]
+    wrong = {k: (REAL[k], fake.get(k)) for k in keys if fake.get(k) != REAL[k]}
+    assert not wrong, "\n".join(f"{k}: real {a!r}, fake {b!r}" for k, (a, b) in sorted(wrong.items()))
+
+
+def test_margin_is_below_tlimit(fake):
+    """The margin is how far the GPU runs below its max operating temperature, on the real board as on the fake."""
+    for doc in (REAL, fake):
+        d = doc["devices"][0]
+        assert d["MarginTemperature"] == d["TemperatureThreshold.GPU_MAX"] - d["Temperature.GPU"]
