@@ -220,10 +220,12 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
     for (size_t i = 0; i < sizeof uints / sizeof uints[0]; i++)
         if (get_uint(r, uints[i].key, uints[i].dst, 0, err, errlen) < 0)
             return -1;
-    unsigned ecc = 0, mig = 0;
-    if (get_uint(r, "memory.ecc", &ecc, 0, err, errlen) < 0 || get_uint(r, "mig.supported", &mig, 0, err, errlen) < 0)
+    unsigned ecc = 0, mig = 0, c2c = 0;
+    if (get_uint(r, "memory.ecc", &ecc, 0, err, errlen) < 0 || get_uint(r, "mig.supported", &mig, 0, err, errlen) < 0 ||
+        get_uint(r, "c2c", &c2c, 0, err, errlen) < 0)
         return -1;
     d->ecc = ecc != 0;
+    d->c2c = c2c != 0;
     d->mig_supported = mig != 0;
     if (d->mig_supported && fill_mig_board(r, &d->mig_board, err, errlen))
         return -1;

@@ -42,6 +42,7 @@ typedef struct {
     unsigned mem_bus_width;
     double mem_bandwidth_gb_s;
     int ecc;
+    int c2c; /* NVLink-C2C to a Grace CPU */
     unsigned row_remap_banks; /* 0: not known, the histogram is not answered */
     unsigned pci_device_id;    /* 0x20B2 */
     unsigned pci_subsystem_id; /* 0x147F10DE */

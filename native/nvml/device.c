@@ -311,3 +311,63 @@ nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
     *moduleId = d->index + 1;
     return NVML_SUCCESS;
 }
+
+/* FakeGPU keeps no InfoROM to corrupt: it checks out, as a real H200's does (inforom.checksum_validation valid). */
+nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    return NVML_SUCCESS;
+}
+
+/* Neither HMM nor ATS: the fake's device memory is never the process's own (a real H200 in a VM reports None; a
+ * host whose kernel has HMM reports HMM). */
+nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(mode);
+    if (mode->version != nvmlDeviceAddressingMode_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    mode->value = NVML_DEVICE_ADDRESSING_MODE_NONE;
+    return NVML_SUCCESS;
+}
+
+/* Where the board sits, as a machine outside a rack-scale NVLink domain reports it (a real H200: host 1, slot and
+ * tray 0, no chassis serial or InfiniBand GUID, module id as nvmlDeviceGetModuleId). */
+nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *platformInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(platformInfo);
+    if (platformInfo->version != nvmlPlatformInfo_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memset(platformInfo, 0, sizeof *platformInfo);
+    platformInfo->version = nvmlPlatformInfo_v2;
+    platformInfo->hostId = 1;
+    platformInfo->moduleId = (unsigned char)(d->index + 1);
+    return NVML_SUCCESS;
+}
+
+/* Extended GPU memory needs a Grace CPU's: no board here has it, as every captured board shows (egm disabled). */
+nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(caps);
+    if (caps->version != nvmlDeviceCapabilities_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    caps->capMask = 0;
+    return NVML_SUCCESS;
+}
+
+/* The C2C link to a Grace CPU: reported from Hopper on by datacenter boards, enabled on the superchips (the H100,
+ * B200 and H200 captures say Disabled, the GB200 and GB300 ones Enabled, the A100 and L40S ones N/A). */
+nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(c2cModeInfo);
+    if (d->cc_major < 9 || !fg_is_datacenter(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    c2cModeInfo->isC2cEnabled = d->c2c ? 1 : 0;
+    return NVML_SUCCESS;
+}

@@ -152,6 +152,10 @@ nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErro
     if (!valid_counter(errorType, counterType) || (unsigned)locationType >= NVML_MEMORY_LOCATION_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
+    /* Hopper counts errors in DRAM and SRAM only: a real H200 answers NOT_SUPPORTED for L1, L2, register file,
+     * texture, shared memory and CBU. */
+    if (d->cc_major >= 9 && locationType != NVML_MEMORY_LOCATION_DRAM && locationType != NVML_MEMORY_LOCATION_SRAM)
+        return NVML_ERROR_NOT_SUPPORTED;
     *count = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && locationType == NVML_MEMORY_LOCATION_DRAM
                  ? uncorrectable(d)
                  : 0;
@@ -266,5 +270,47 @@ nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfCo
         return NVML_ERROR_NOT_SUPPORTED;
     memInfo->protectedMemSizeKib = 0;
     memInfo->unprotectedMemSizeKib = d->cuda_total / 1024;
+    return NVML_SUCCESS;
+}
+
+/* SRAM errors by kind and by where they struck, from Ampere on (the A100 570.148.08 and H200 -q -x captures list
+ * parity and SEC-DED counts and, on the H200, the uncorrectable sources): the fault board injects none. */
+nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(status);
+    if (status->version != nvmlEccSramErrorStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    FG_NEED_ECC(d);
+    if (d->cc_major < 8)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(status, 0, sizeof *status);
+    status->version = nvmlEccSramErrorStatus_v1;
+    return NVML_SUCCESS;
+}
+
+/* No channel or TPC waits for a repair at the next reset: the -q -x captures show both from Ada and Hopper on
+ * (L40S, H100, B200, H200), not on an A100 (570.148.08). */
+nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(repairStatus);
+    if (repairStatus->version != nvmlRepairStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->cc_major * 10 + d->cc_minor < 89)
+        return NVML_ERROR_NOT_SUPPORTED;
+    repairStatus->bChannelRepairPending = repairStatus->bTpcRepairPending = 0;
+    return NVML_SUCCESS;
+}
+
+/* Memory beyond repair: none, on a Hopper board as the H200 reports it (an L40S answers N/A). */
+nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(nvmlDevice_t device,
+                                                    nvmlUnrepairableMemoryStatus_v1_t *unrepairableMemoryStatus)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(unrepairableMemoryStatus);
+    if (d->cc_major < 9)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unrepairableMemoryStatus->bUnrepairableMemory = 0;
     return NVML_SUCCESS;
 }
