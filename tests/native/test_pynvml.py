@@ -193,3 +193,49 @@ def test_every_function_nvidia_ml_py_calls_is_exported(native: NativeEnv) -> Non
     assert len(names) > 300, "nvidia-ml-py's lookups were not found: the walk would pass vacuously"
     lib = ctypes.CDLL(str(LIB_DIR / "libnvidia-ml.so.1"))
     assert [n for n in names if not hasattr(lib, n)] == []
+
+
+BOARD_FACTS = """
+import json, pynvml as n
+n.nvmlInit()
+def ask(fn, *a):
+    try:
+        v = fn(*a)
+        return v if isinstance(v, (int, str, list)) else {k: getattr(v, k) for k, *_ in v._fields_}
+    except n.NVMLError as e:
+        return type(e).__name__
+out = []
+for i in range(n.nvmlDeviceGetCount()):
+    h = n.nvmlDeviceGetHandleByIndex(i)
+    out.append({
+        "fans": ask(n.nvmlDeviceGetNumFans, h),
+        "margin": ask(n.nvmlDeviceGetMarginTemperature, h),
+        "gsp": ask(n.nvmlDeviceGetGspFirmwareMode, h),
+        "histogram": ask(n.nvmlDeviceGetRowRemapperHistogram, h),
+        "retired": ask(n.nvmlDeviceGetRetiredPages, h, 0),
+        "mem_clocks": ask(n.nvmlDeviceGetSupportedMemoryClocks, h),
+        "shutdown": ask(n.nvmlDeviceGetTemperatureThreshold, h, 0),
+        "reasons": ask(n.nvmlDeviceGetSupportedClocksEventReasons, h),
+        "events": ask(n.nvmlDeviceGetSupportedEventTypes, h),
+        "bus": ask(n.nvmlDeviceGetBusType, h),
+    })
+print(json.dumps(out))
+"""
+
+
+def test_board_facts_follow_the_profile_and_the_generation(native: NativeEnv) -> None:
+    """What a real H200 answers (tests/data/gpu/h200/nvml.json) for a Hopper board, and what the other boards of
+    the test catalog answer by their generation (Ampere A100, Ada L4 and RTX 4090) and profile."""
+    out = native.python(BOARD_FACTS, devices="h100,a100,l4-24gb,rtx4090")
+    assert out.returncode == 0, out.stderr
+    h100, a100, l4, rtx = json.loads(out.stdout)
+    assert h100["fans"] == a100["fans"] == l4["fans"] == 0 and rtx["fans"] > 0  # a fanless board counts none
+    assert h100["histogram"]["max"] == 2560                                    # the H100 capture's banks
+    assert a100["histogram"] == "NVMLError_NotSupported"                        # no bank count measured
+    assert rtx["histogram"] == rtx["retired"] == "NVMLError_NotSupported"       # no ECC
+    assert h100["retired"] == a100["retired"] == l4["retired"] == "NVMLError_NotSupported"  # rows are remapped
+    assert h100["mem_clocks"] == [2619, 1593] and a100["mem_clocks"] == [1593]
+    assert isinstance(h100["margin"], int) and isinstance(l4["margin"], int)    # T.Limit from Ada on
+    assert a100["margin"] == "NVMLError_NotSupported"
+    assert h100["gsp"] == [1, 1] and h100["reasons"] == 0x1FF and h100["bus"] == 2
+    assert h100["events"] == 65439 and rtx["events"] & 0x3 == 0                 # no ECC events without ECC
