@@ -124,15 +124,14 @@ def state_dir(environ: dict[str, str] | None = None) -> str:
 
 
 def process_name() -> str:
-    """The command line as nvidia-smi shows it for this process ("python3 train.py")."""
+    """argv[0] as this process was started: what real NVML and nvidia-smi show for it ("python3" for
+    `python3 train.py`, tests/data/gpu/h200/smi/holding_default.txt)."""
     try:
         with open("/proc/self/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
-        argv = [sys.executable, *sys.argv]
-    if argv:
-        argv[0] = os.path.basename(argv[0])
-    return clean_name(" ".join(argv))
+        argv0 = ""
+    return clean_name(argv0 or sys.executable)
 
 
 def clean_name(name: str) -> str:

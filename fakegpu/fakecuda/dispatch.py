@@ -53,6 +53,8 @@ _TENSOR_CORE = _GEMMS | {aten.convolution, aten.convolution_backward, aten._scal
                          aten._scaled_dot_product_efficient_attention_backward}
 # addmm with a 1-D bias is cuBLASLt's fused bias GEMM (linear's forward), with a workspace of its own.
 _LT = {aten.addmm, aten._addmm_activation}
+# Ops PyTorch's CUDA backend runs through cuDNN (cudnn enabled, its default): their first call loads cuDNN's kernels.
+_CUDNN = {aten.convolution, aten.convolution_backward, aten.cudnn_convolution, aten.cudnn_batch_norm}
 
 
 # ops fidelity.py knows fakecuda's memory does not match CUDA's for: counted, so reports can say so
@@ -131,6 +133,8 @@ class ChargeMode(TorchDispatchMode):
         if gap is not None:
             calls = self.runtime.gap_calls
             calls[gap] = calls.get(gap, 0) + 1
+        if packet in _CUDNN:
+            self.runtime.loaded(index, "cudnn")
         if packet is aten.convolution_backward:
             self._convolution_backward(index, args, out)
             return out
@@ -191,6 +195,7 @@ class ChargeMode(TorchDispatchMode):
         """What a cuBLAS call takes beyond its output, for the call only: a contiguous copy of each operand
         whose layout cuBLAS cannot read (ATen's prepare_matrix_for_cublas; a stride-0 gradient from sum's
         backward is one), then the workspace."""
+        self.runtime.loaded(index, "cublas")
         copies = [self.runtime.malloc(index, n) for n in _operand_copies(packet, args)]
         try:
             workspaces = self.runtime.workspaces

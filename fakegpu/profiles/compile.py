@@ -4,8 +4,9 @@
     python -m fakegpu.profiles.compile --check    # validate; fail if the committed catalog is stale
 
 Validation is the JSON Schema (profiles/schema.json) plus the invariants in `invariants.py`. The compiled
-form merges each profile with its compute capability's per-SM limits and with the load model's parameters
-(profiles/load_model.yaml, `telemetry`), so readers never repeat those merges.
+form merges each profile with its compute capability's facts (per-SM limits, CUDA device attributes, the
+persisting-L2 fractions, a context's default limits) and with the load model's figures (profiles/load_model.yaml,
+`telemetry`), so readers never repeat those merges.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from fakegpu.atomic_file import write_atomic
 from fakegpu.errors import CatalogError
 from fakegpu.profiles.catalog import CATALOG_FORMAT, COMPILED_CATALOG, Profile
-from fakegpu.profiles.invariants import check_catalog
+from fakegpu.profiles.invariants import CAPABILITY_GROUPS, check_catalog
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 
@@ -43,12 +44,29 @@ def schema_errors(profile: Any, schema: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors]
 
 
+def load_capabilities(profiles_dir: Path = PROFILES_DIR) -> dict[str, dict[str, Any]]:
+    """compute_capabilities.yaml by compute capability; its "_" keys only hold the sets the rows share."""
+    raw = _load_yaml(profiles_dir / "compute_capabilities.yaml")
+    return {cc: row for cc, row in raw.items() if not cc.startswith("_")}
+
+
+def capability_facts(row: dict[str, Any]) -> dict[str, Any]:
+    """One compute capability's row as the compiled profile carries it: sm_limits (the row's flat keys),
+    cuda_attributes (textures and attributes, keyed by CUDA attribute name), l2_persisting, context_limits."""
+    return {
+        "sm_limits": {k: v for k, v in row.items() if k != "arch" and k not in CAPABILITY_GROUPS},
+        "cuda_attributes": {**row["textures"], **row["attributes"]},
+        "l2_persisting": dict(row["l2_persisting"]),
+        "context_limits": dict(row["context_limits"]),
+    }
+
+
 def load_sources(profiles_dir: Path = PROFILES_DIR) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Read and schema-check every profile. Returns ({relative path: profile}, compute capability table)."""
     if not profiles_dir.is_dir():
         raise CatalogError(f"profile sources not found at {profiles_dir}")
     schema = json.loads((profiles_dir / "schema.json").read_text(encoding="utf-8"))
-    capabilities = _load_yaml(profiles_dir / "compute_capabilities.yaml")
+    capabilities = load_capabilities(profiles_dir)
     problems: list[str] = []
     profiles: dict[str, dict[str, Any]] = {}
     for path in sorted(profiles_dir.glob("*/*.yaml")):
@@ -108,9 +126,6 @@ def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]
         "compute_w": given(power, "compute_w", "compute_w", round(limit * rule["compute_w_per_limit_w"], 1)),
         "memory_w": given(power, "memory_w", "memory_w", round(limit * rule["memory_w_per_limit_w"], 1)),
         "cap_w": round(limit * model["cap_fraction"], 1),
-        "idle_sm_mhz": given(clocks, "idle", "idle_sm_mhz", default["idle_sm_mhz"], rule=False),
-        "video_mhz": given(clocks, "video", "video_mhz", round(clocks["boost"] * default["video_per_boost"]),
-                           rule=False),
         "video_idle_mhz": given(clocks, "video_idle", "video_idle_mhz", default["video_idle_mhz"], rule=False),
         "idle_c": given(thermal, "idle_c", "idle_c", default["idle_c_fans" if doc.get("fans") else "idle_c_fanless"],
                         rule=False),
@@ -139,9 +154,9 @@ def compile_catalog(profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
     compiled = []
     for doc in sources.values():
         merged = json.loads(json.dumps(doc))  # deep copy through JSON: also proves it serialises
-        limits = {k: v for k, v in capabilities[doc["compute_capability"]].items() if k != "arch"}
-        limits.update(doc.get("sm_limits", {}))
-        merged["sm_limits"] = limits
+        facts = capability_facts(capabilities[doc["compute_capability"]])
+        facts["sm_limits"].update(doc.get("sm_limits", {}))
+        merged.update(facts)
         memory = merged["memory"]
         memory["cuda_total_derived"] = "cuda_total_bytes" not in memory
         memory.setdefault("cuda_total_bytes", derived_cuda_total(memory["total_bytes"], doc["segment"]))

@@ -28,6 +28,7 @@ CU12_CFLAGS = $(filter-out -Invml -I$(B)/include -I$(GEN),$(CFLAGS)) -I$(CU)/com
               -I$(CU_GEN) $(CU12_DEFS) $(shell cat $(CU12_FLAGS) 2>/dev/null)
 CU_GENPY := $(ROOT)/tools/gen_cuda_stubs.py
 CU_COMMON_OBJ := $(COMMON_OBJ) $(CU_OBJ)/common/fgc_unsup.o $(CU_OBJ)/common/fgc_env.o $(CU_OBJ)/common/fgc_image.o \
+                 $(CU_OBJ)/common/fgc_private.o \
                  $(CU_OBJ)/common/fgc_report.o
 
 $(CU_FLAGS):

@@ -36,6 +36,7 @@
  * queries pay once. No libm: every nvidia-smi would pay to load it. */
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "fg_nvml.h"
@@ -112,12 +113,14 @@ unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max)
 
 int fg_is_datacenter(const fg_device *d) { return strcmp(d->segment, "datacenter") == 0 || !d->segment[0]; }
 
-/* Allocated device memory: what processes hold plus the 1 MiB an idle board shows on 550+ drivers. The
- * driver's reserved carve-out is accounted separately (nvmlMemory_v2_t.reserved). */
+/* Allocated device memory: what processes hold. An idle board shows 1 MiB used on the 550 branch (an H100 on
+ * 550.127.08, ../shared/facts/nvidia-smi-formats.md) and none from 570 on (an H200 on 580.159.04: NVML v2 used 0,
+ * tests/data/gpu/h200; 0 MiB in the -q -x captures of an A100 on 570.148.08 and an H100 on 580.105.08 in
+ * NVIDIA/k8s-test-infra). The driver's reserved carve-out is accounted separately (nvmlMemory_v2_t.reserved). */
 unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u)
 {
     unsigned long long cap = d->mem_total - d->mem_reserved;
-    unsigned long long a = MIB + u->used_bytes;
+    unsigned long long a = (atoi(fg_cfg.driver_version) < 570 ? MIB : 0) + u->used_bytes;
     return a > cap ? cap : a;
 }
 
@@ -264,15 +267,16 @@ void fg_load_of(const fg_device *d, fg_load *out)
     double temp = p->idle_c + s.rise_c + (active ? p->compute_c_per_w * (p->active_idle_w - p->idle_w) : 0);
     out->temperature_c = fg_cfg.pin_temperature >= 0 ? (unsigned)fg_cfg.pin_temperature : (unsigned)rounded(temp);
 
-    out->sm_mhz = active ? d->clock_boost_mhz : (unsigned)p->idle_sm_mhz;
-    out->video_mhz = (unsigned)(active ? p->video_mhz : p->video_idle_mhz);
+    /* Idle, a board sits at the bottom of its clock table (the H200: 345 MHz, its lowest supported clock). */
+    out->sm_mhz = active ? d->clock_boost_mhz : d->clock_graphics_min_mhz;
+    out->video_mhz = active ? d->clock_video_mhz : (unsigned)p->video_idle_mhz;
     out->event_reasons = active ? nvmlClocksEventReasonNone : nvmlClocksEventReasonGpuIdle;
     double demand = s.period_compute * (p->compute_w - p->active_idle_w) +
                     s.period_memory * (p->memory_w - p->active_idle_w);
     if (active && demand > p->cap_w - p->active_idle_w) {
         double ratio = pow01((p->cap_w - p->active_idle_w) / demand, FG_LOAD_CLOCK_EXPONENT);
         unsigned mhz = (unsigned)rounded(d->clock_boost_mhz * ratio / CLOCK_STEP_MHZ) * CLOCK_STEP_MHZ;
-        out->sm_mhz = mhz > p->idle_sm_mhz ? mhz : (unsigned)p->idle_sm_mhz;
+        out->sm_mhz = mhz > d->clock_graphics_min_mhz ? mhz : d->clock_graphics_min_mhz;
         out->event_reasons = nvmlClocksEventReasonSwPowerCap;
     }
     /* Datacenter boards with persistence on sit in P0 (the H200 did in every state captured); desktop cards drop to

@@ -149,7 +149,7 @@ def fit(capture: Path) -> dict:
             "power.active_idle_w": round(active_idle_w, 1),
             "power.compute_w": round(compute_w),
             "power.memory_w": round(memory_w),
-            "clocks_mhz.idle": nvml["ClockInfo.SM"],
+            "clocks_mhz.graphics_min": nvml["ClockInfo.SM"],  # idle, the SM clock sits at the bottom of its table
             "clocks_mhz.video": nvml["MaxClockInfo.VIDEO"],
             "clocks_mhz.video_idle": nvml["ClockInfo.VIDEO"],
             "thermal.idle_c": idle_c,

@@ -15,6 +15,7 @@
 
 #include "fgblas.h"
 #include "fgc_image.h"
+#include "fgc_private.h"
 #include "fgc_report.h"
 
 static atomic_ullong calls, flops_lo; /* FLOPs kept in a 64-bit counter: 1.8e19 is far beyond a run */
@@ -91,6 +92,7 @@ void fgblas_record(cudaStream_t stream, const char *api, long long m, long long 
                    const void *const *outs, size_t nouts)
 {
     unsigned long long flops = (unsigned long long)(2 * m * n * k * batch);
+    fgc_library_loaded("cublas"); /* a real cuBLAS's kernels would load into the context with its first GEMM */
     if (m <= 0 || n <= 0 || batch <= 0)
         nouts = 0; /* an empty product writes nothing */
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;

@@ -381,6 +381,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (fgd_capture_kernel(s, f, gx, gy, gz, bx, by, bz, smem, params, extra, &rc))
         return rc;
     fgd_launched(f, device, params, extra);
+    fgd_load_part(device, FGD_PART_FIRST_LAUNCH);
     fgd_launch_busy(device, ((const struct CUfunc_st *)f)->name, (unsigned long long)gx * gy * gz);
     return CUDA_SUCCESS;
 }

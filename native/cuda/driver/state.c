@@ -21,25 +21,24 @@ static int unavailable; /* the folder could not take the file, or the process is
 static char state_dir[512];
 static fg_busy_track tracks[FG_MAX_DEVICES]; /* per board: this process's last work there */
 
+/* argv[0] as the process was started ("python3" for `python3 train.py`, a path if it was run by one): what real
+ * NVML and nvidia-smi show for a process (a real H200, tests/data/gpu/h200/smi/holding_default.txt). */
 static void process_name(char *name, size_t len)
 {
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, name, len - 1) : -1;
     if (fd >= 0)
         close(fd);
-    if (n <= 0) {
+    if (n <= 0 || !name[0]) {
         fg_strlcpy(name, "cuda-app", len);
         return;
     }
-    name[n] = 0;
-    for (ssize_t i = 0; i < n - 1; i++) /* argv separators become spaces, as nvidia-smi prints them */
-        if (name[i] == 0)
-            name[i] = ' ';
+    name[n] = 0; /* the first NUL ends argv[0] */
 }
 
 static uint64_t device_total(unsigned i)
 {
-    return atomic_load(&fgd.mem[i].active) ? fgd.mem[i].context + atomic_load(&fgd.mem[i].used) : 0;
+    return atomic_load(&fgd.mem[i].active) ? atomic_load(&fgd.mem[i].context) + atomic_load(&fgd.mem[i].used) : 0;
 }
 
 /* The state counts per board of the device table: the sum of this process's CUDA devices on it (CUDA_VISIBLE_DEVICES
@@ -132,6 +131,10 @@ static void after_fork_child(void)
     for (unsigned i = 0; i < FG_MAX_DEVICES; i++) {
         atomic_store(&fgd.mem[i].used, 0);
         atomic_store(&fgd.mem[i].active, 0);
+        if (i < fgd.devs.count) { /* its context, if it makes one, starts unloaded */
+            atomic_store(&fgd.mem[i].parts, 0);
+            atomic_store(&fgd.mem[i].context, fgd_context_bytes(fgd.devs.dev[i].cc_major));
+        }
     }
 }
 
