@@ -73,12 +73,13 @@ def _render(report: dict) -> None:
         typer.echo(f"{model['model_type']}: {model['num_layers']} layers, {amount_text(model['parameters'])} "
                    f"parameters ({amount_text(model['weight_bytes'])}B of weights in {model['dtype']}); "
                    f"{model['phase']}, batch {model['batch']}, seq-len {model['seq_len']}")
-    dtypes = sorted({op["dtype"] for b in report["profiles"] for op in b["ops"]})
-    for board in report["profiles"]:
+    dtypes = {op["dtype"] for b in report["profiles"] for op in b["ops"] if op["flops"]}
+    for i, board in enumerate(report["profiles"]):
         peaks = "; ".join(f"{d} {_f(p['dense_tflops'], 4)} TFLOP/s" + (
             f" ({_f(p['sparse_tflops'], 4)} sparse)" if p["sparse_tflops"] else "") + f", ridge {p['ridge_point']:.0f}"
             for d, p in board["peaks"].items() if d in dtypes)
-        typer.echo(f"\n{board['name']} ({board['profile']}, {board['architecture']}): "
+        gap = "\n" if i or model else ""
+        typer.echo(f"{gap}{board['name']} ({board['profile']}, {board['architecture']}): "
                    f"{board['bandwidth_gb_s']:.0f} GB/s, L2 {board['l2_cache_bytes'] >> 20} MiB; {peaks}")
         rows = [(r["name"], r["count"], amount_text(r["flops"]), amount_text(r["bytes"]),
                  _f(r["arithmetic_intensity"]), r["bound"] + (f" ({r['backend']})" if r.get("backend") else ""),

@@ -189,7 +189,10 @@ def _not_one_of(value: Any, accepted: Sequence[str]) -> str:
 
 
 def _shown(value: Any) -> str:
-    return shorten(value) if isinstance(value, str) else shorten(json.dumps(value))
+    if isinstance(value, str):
+        return shorten(value)
+    text = json.dumps(value)
+    return text if len(text) <= 80 else shorten(text)
 
 
 def _type_name(value: Any) -> str:
