@@ -94,10 +94,16 @@ def derived_cuda_total(nvml_total: int, segment: str) -> int:
     return (nvml_total - reserve) // mib * mib
 
 
-def _dense_tflops(doc: dict[str, Any]) -> float:
-    """The board's dense rate for the GEMMs training runs: bf16, else fp16, else fp32."""
-    tflops = doc["tflops"]
-    return tflops.get("bf16") or tflops.get("fp16") or tflops["fp32"]
+def _achieved_rates(doc: dict[str, Any]) -> tuple[float, float]:
+    """(TFLOP/s of the GEMMs training runs: bf16, else fp16, else fp32; GB/s of a device-to-device copy) the board
+    reaches: its data sheet's peaks times the roofline's efficiency factors (fakegpu/perf/efficiency.yaml, the one
+    home of those shares: the H200 capture's for Hopper, each other architecture's own or its fallback's)."""
+    from fakegpu.perf.efficiency import load
+
+    eff, arch, tflops = load(), doc["architecture"], doc["tflops"]
+    dtype = next(d for d in ("bf16", "fp16", "fp32") if tflops.get(d))
+    gemm = tflops[dtype] * eff.factor(arch, f"gemm.compute.{dtype}").expected
+    return gemm, doc["memory"].get("bandwidth_gb_s", 0) * eff.factor(arch, "memory.copy").expected
 
 
 def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +124,7 @@ def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]
         (derived if rule else defaulted).append(name)
         return fallback
 
+    gemm_tflops, copy_gb_s = _achieved_rates(doc)
     idle_w = given(power, "idle_w", "idle_w", round(limit * rule["idle_w_per_limit_w"], 1))
     out = {
         "idle_w": idle_w,
@@ -133,8 +140,8 @@ def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]
                                  round(rule["compute_c_at_limit"] / limit, 5)),
         "memory_c_per_w": given(thermal, "memory_c_per_w", "memory_c_per_w",
                                 round(rule["memory_c_at_limit"] / limit, 5)),
-        "gemm_tflops": round(_dense_tflops(doc) * model["gemm_efficiency"], 2),
-        "copy_gb_s": round(doc["memory"].get("bandwidth_gb_s", 0) * model["copy_efficiency"], 1),
+        "gemm_tflops": round(gemm_tflops, 2),
+        "copy_gb_s": round(copy_gb_s, 1),
         "derived": derived,
         "defaulted": defaulted,
     }
