@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import UsageError, clip, shorten
-from fakegpu.perf.efficiency import load as load_efficiency
 from fakegpu.perf.ops import Attention, Custom, Gemm, MemoryOp, Op, dtype_name
 from fakegpu.perf.units import parse_quantity
+from fakegpu.profiles.efficiency import load as load_efficiency
 from fakegpu.profiles.matching import closest
 
 SCHEMA_PATH = Path(__file__).with_name("ops.schema.json")

@@ -73,7 +73,7 @@ def resolve(req: Request) -> Resolved:
         return Resolved(oplist.load(req.ops_file), {"kind": "ops", "path": str(req.ops_file)}, None, [])
     backend = req.attention
     if backend is not None:
-        from fakegpu.perf.efficiency import load
+        from fakegpu.profiles.efficiency import load
 
         known = load().attention_backends()
         if backend not in known:

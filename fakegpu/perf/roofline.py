@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fakegpu.errors import UsageError
-from fakegpu.perf.efficiency import Efficiency, Factor, load
 from fakegpu.perf.ops import Attention, Custom, Gemm, MemoryOp, Op
 from fakegpu.profiles import Profile
+from fakegpu.profiles.efficiency import Efficiency, Factor, load
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("estimate-roofline")

@@ -96,9 +96,9 @@ def derived_cuda_total(nvml_total: int, segment: str) -> int:
 
 def _achieved_rates(doc: dict[str, Any]) -> tuple[float, float]:
     """(TFLOP/s of the GEMMs training runs: bf16, else fp16, else fp32; GB/s of a device-to-device copy) the board
-    reaches: its data sheet's peaks times the roofline's efficiency factors (fakegpu/perf/efficiency.yaml, the one
+    reaches: its data sheet's peaks times the roofline's efficiency factors (fakegpu/profiles/efficiency.yaml, the one
     home of those shares: the H200 capture's for Hopper, each other architecture's own or its fallback's)."""
-    from fakegpu.perf.efficiency import load
+    from fakegpu.profiles.efficiency import load
 
     eff, arch, tflops = load(), doc["architecture"], doc["tflops"]
     dtype = next(d for d in ("bf16", "fp16", "fp32") if tflops.get(d))

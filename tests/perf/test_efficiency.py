@@ -7,10 +7,9 @@ import pytest
 import yaml
 
 from fakegpu.errors import CatalogError
-from fakegpu.perf import efficiency
 from fakegpu.perf.ops import Gemm, MemoryOp
 from fakegpu.perf.roofline import Board, estimate_op
-from fakegpu.profiles import load_catalog
+from fakegpu.profiles import efficiency, load_catalog
 
 
 def test_every_factor_has_a_source_or_an_assumption():

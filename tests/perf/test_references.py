@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from fakegpu.perf import model_ops
-from fakegpu.perf.efficiency import load
 from fakegpu.perf.ops import Gemm
 from fakegpu.perf.roofline import Board, estimate, estimate_op
 from fakegpu.profiles import load_catalog
+from fakegpu.profiles.efficiency import load
 from tests.perf.conftest import REPO
 
 REFS = yaml.safe_load((REPO / "tests" / "data" / "roofline" / "references.yaml").read_text())

@@ -7,10 +7,10 @@ import pytest
 
 from fakegpu.estimate.model_config import parse_model_config, read_model_config
 from fakegpu.perf import model_ops
-from fakegpu.perf.efficiency import load
 from fakegpu.perf.ops import Gemm, MemoryOp
 from fakegpu.perf.roofline import Board, estimate, estimate_op
 from fakegpu.profiles import load_catalog
+from fakegpu.profiles.efficiency import load
 from tests.perf.conftest import LLAMA_7B, REPO, roofline, roofline_error, roofline_json
 
 QWEN3_30B_A3B = REPO / "tests" / "data" / "devset" / "configs" / "qwen3-30b-a3b.json"

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import pytest
 
-from fakegpu.perf.efficiency import load
 from fakegpu.perf.ops import Attention, Gemm, MemoryOp, Op
 from fakegpu.perf.roofline import Board, estimate_op
 from fakegpu.profiles import load_catalog
+from fakegpu.profiles.efficiency import load
 from tests.real_gpu.conftest import real
 
 TOLERANCE = {"compute": 0.15, "memory": 0.15, "launch": 0.25}

@@ -1,8 +1,10 @@
-"""The roofline's efficiency factors (efficiency.yaml): what share of a datasheet peak each class of operation
+"""Efficiency factors (efficiency.yaml), facts of the catalog: what share of a datasheet peak each class of operation
 reaches per architecture, how long a host takes to issue an operation, and where each number comes from.
 
 The file is the one home of these numbers; this module only reads it and resolves an architecture's missing
-factor through its fallback architecture, marking the result assumed and saying why.
+factor through its fallback architecture, marking the result assumed and saying why. The roofline (fakegpu/perf)
+prices operations with them, and the catalog compiler derives each board's load model from them, so they live
+with the catalog, below both.
 """
 
 from __future__ import annotations
