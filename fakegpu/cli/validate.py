@@ -1,5 +1,6 @@
-"""`fakegpu validate MANIFEST [-j N] [--filter PATTERN]... [--fail-fast] [--out DIR] [--json]`: run a matrix
-of commands on fake GPU profiles and check their expectations (library: fakegpu.validate)."""
+"""`fakegpu validate MANIFEST [-j N] [--filter PATTERN]... [--fail-fast] [--out DIR] [--junit FILE]
+[--markdown FILE] [--html FILE] [--json]`: run a matrix of commands on fake GPU profiles and check their
+expectations (library: fakegpu.validate)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ def validate(
         "axis values) contains this, e.g. t4 or batch=8, or matches it whole as a glob with * and ?; repeat for more."),
     fail_fast: bool = typer.Option(False, "--fail-fast", help="Start no new case after the first that fails."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for report.json and each case's logs."),
+    junit: Path | None = typer.Option(
+        None, "--junit", help="Also write the report as JUnit XML (GitHub Actions, GitLab, Jenkins read it)."),
+    markdown: Path | None = typer.Option(
+        None, "--markdown", help="Also write a Markdown summary (e.g. --markdown \"$GITHUB_STEP_SUMMARY\")."),
+    html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (progress goes to stderr)."),
 ) -> None:
     """Run MANIFEST's cases on every profile of its matrix; exit 0 when all pass, 1 when one does not, 2 for a
@@ -42,15 +48,18 @@ def validate(
             done[0] += 1
             print(text.progress_line(result, done[0], len(cases)), file=stream, flush=True)
 
-        doc = run_plan(cases, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done)
+        extra = {name: path for name, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
+        doc = run_plan(cases, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done, extra=extra)
     except FakeGPUError as exc:
         raise fail("validate", exc, as_json) from exc
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while cases ran: their process trees are ended
         print("fakegpu validate: interrupted; the running cases were ended", file=sys.stderr)
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except OSError as exc:
-        raise fail("validate", FakeGPUError(f"cannot write under {out}: {exc.strerror or exc}"), as_json) from exc
-    print(f"{text.summary_line(doc)}; report: {out / 'report.json'}", file=stream)
+        raise fail("validate", FakeGPUError(
+            f"cannot write {exc.filename or f'under {out}'}: {exc.strerror or exc}"), as_json) from exc
+    written = "".join(f", {name}: {path}" for name, path in extra.items())
+    print(f"{text.summary_line(doc)}; report: {out / 'report.json'}{written}", file=stream)
     if as_json:
         emit_json("validate", doc, doc["exit_code"])
     raise typer.Exit(doc["exit_code"])

@@ -4,7 +4,10 @@
     matrix.py     axes x cases with include/exclude, placeholders filled in, --filter
     checks.py     expectations: exit code, stdout/stderr contains/matches, JSON pointer operators
     runner.py     each case as `fakegpu run` runs it, own process group, timeout ends the tree, -j N
-    report.py     progress lines, summary, the JSON report (reports/schemas/validate.schema.json)
+    report.py     progress lines, summary, the JSON report (reports/schemas/validate.schema.json): the one
+                  source of the others
+    junit.py      the report as JUnit XML (--junit) for GitHub Actions, GitLab and Jenkins
+    summary.py    the report as Markdown (--markdown, $GITHUB_STEP_SUMMARY) and one HTML page (--html)
 
 `run_manifest` is the whole of it for a caller that is not the CLI.
 """
@@ -12,7 +15,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,18 @@ from fakegpu.validate.runner import CaseResult, check_runnable, run_cases
 
 DEFAULT_OUT = Path(".fakegpu") / "validate"
 
-__all__ = ["DEFAULT_OUT", "Case", "CaseResult", "ManifestError", "plan", "run_manifest", "run_plan"]
+__all__ = ["DEFAULT_OUT", "FORMATS", "Case", "CaseResult", "ManifestError", "plan", "run_manifest", "run_plan",
+           "write_reports"]
+
+
+def _writers() -> dict[str, Callable[[Path, dict[str, Any]], None]]:
+    from fakegpu.validate import junit, summary
+
+    return {"junit": junit.write, "markdown": summary.write_markdown, "html": summary.write_html}
+
+
+# The formats besides report.json, each written from the same report document.
+FORMATS = ("junit", "markdown", "html")
 
 
 def plan(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, filters: Sequence[str] = ()) -> list[Case]:
@@ -41,16 +55,30 @@ def plan(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, filters: 
 
 def run_plan(cases: Sequence[Case], manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
              fail_fast: bool = False, on_start: Callable[[Case], None] | None = None,
-             on_done: Callable[[CaseResult], None] | None = None) -> dict[str, Any]:
-    """Run planned cases and write <out_dir>/report.json; returns the report."""
+             on_done: Callable[[CaseResult], None] | None = None,
+             extra: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
+    """Run planned cases and write <out_dir>/report.json, and each of `extra` ({format: path}, FORMATS);
+    returns the report."""
     started, clock = time.time(), time.monotonic()
     results = run_cases(cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
     doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock)
-    report.write(Path(out_dir) / "report.json", doc)
+    write_reports(doc, out_dir, extra or {})
     return doc
 
 
+def write_reports(doc: dict[str, Any], out_dir: str | Path, extra: Mapping[str, str | Path]) -> None:
+    """report.json under `out_dir`, then every other format asked for, all from `doc`."""
+    unknown = [f for f in extra if f not in FORMATS]
+    if unknown:
+        raise ValueError(f"unknown report format {unknown[0]!r}; expected one of: {', '.join(FORMATS)}")
+    report.write(Path(out_dir) / "report.json", doc)
+    writers = _writers()
+    for name, path in extra.items():
+        writers[name](Path(path), doc)
+
+
 def run_manifest(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
-                 filters: Sequence[str] = (), fail_fast: bool = False) -> dict[str, Any]:
+                 filters: Sequence[str] = (), fail_fast: bool = False,
+                 extra: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
     """plan, then run_plan."""
-    return run_plan(plan(manifest_path, out_dir, filters), manifest_path, out_dir, jobs, fail_fast)
+    return run_plan(plan(manifest_path, out_dir, filters), manifest_path, out_dir, jobs, fail_fast, extra=extra)

@@ -1,5 +1,8 @@
 """What a validate run tells: one plain progress line per case (CI logs read them as they come), a summary,
-and the JSON report (schema fakegpu/reports/schemas/validate.schema.json, written atomically)."""
+and the JSON report (schema fakegpu/reports/schemas/validate.schema.json, written atomically).
+
+The JSON report is the one source of every other report (junit.py, summary.py): they read the built document,
+and the per-case logs it names, through the helpers at the end of this module."""
 
 from __future__ import annotations
 
@@ -70,5 +73,57 @@ def _case(r: CaseResult) -> dict[str, Any]:
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
+    write_text(path, json.dumps(doc, indent=2) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Any report file: its folder made, the file replaced atomically (a CI step reading it never sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, json.dumps(doc, indent=2) + "\n")
+    write_atomic(path, text)
+
+
+# ---------------------------------------------------------------- reading a built report, for the other formats
+
+
+def axis_text(case: dict[str, Any]) -> str:
+    """profile=t4, mode=native: the combination a case ran on (include's added keys too)."""
+    return ", ".join(f"{k}={v}" for k, v in case["values"].items())
+
+
+def first_failure(case: dict[str, Any]) -> str:
+    """Why a case did not pass, in one line: its first failed check and what was found, else its message
+    (timeout, error, skipped); empty for a case that passed."""
+    if case["status"] == "passed":
+        return ""
+    failed = [c for c in case["checks"] if not c["passed"]]
+    if failed:
+        return f"{failed[0]['check']}: {failed[0]['detail']}" if failed[0]["detail"] else failed[0]["check"]
+    return case["message"]
+
+
+def failed_checks(case: dict[str, Any]) -> list[str]:
+    """Every check that did not hold, with its detail."""
+    return [f"{c['check']}: {c['detail']}" if c["detail"] else c["check"] for c in case["checks"] if not c["passed"]]
+
+
+# How much of a log a report quotes: its end, where a failure shows.
+EXCERPT_CHARS = 8000
+
+
+def log_excerpt(path: str | None, limit: int = EXCERPT_CHARS) -> str:
+    """The last `limit` characters of a case's log, saying what was left out and where the whole is; empty when
+    there is no log (a case that never started)."""
+    if not path:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            start = max(0, size - 4 * limit)  # at most 4 bytes a character: enough for `limit` of them
+            f.seek(start)
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    if start == 0 and len(text) <= limit:
+        return text
+    return f"[... the first part left out; the whole log ({size} bytes): {path}]\n" + text[-limit:]
