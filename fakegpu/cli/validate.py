@@ -24,6 +24,8 @@ def validate(
         [], "--filter", "-k", help="Run only cases whose id (as progress prints it: the case name, then its "
         "axis values) contains this, e.g. t4 or batch=8, or matches it whole as a glob with * and ?; repeat for more."),
     fail_fast: bool = typer.Option(False, "--fail-fast", help="Start no new case after the first that fails."),
+    rerun_failed: bool = typer.Option(
+        False, "--rerun-failed", help="Run only the cases that did not pass in the last run (the report in --out)."),
     out: Path = typer.Option(DEFAULT_OUT, "--out", help="Folder for report.json and each case's logs."),
     junit: Path | None = typer.Option(
         None, "--junit", help="Also write the report as JUnit XML (GitHub Actions, GitLab, Jenkins read it)."),
@@ -32,8 +34,8 @@ def validate(
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (progress goes to stderr)."),
 ) -> None:
-    """Run MANIFEST's cases on every profile of its matrix; exit 0 when all pass, 1 when one does not, 2 for a
-    bad manifest or usage."""
+    """Run MANIFEST's cases on every profile of its matrix; exit 0 when none failed (skipped ones do not fail a
+    run), 1 when one did, 2 for a bad manifest or usage."""
     from fakegpu.validate import plan, run_plan
     from fakegpu.validate import report as text
 
@@ -41,15 +43,22 @@ def validate(
     try:
         if jobs < 1:
             raise UsageError(f"--jobs {jobs}: at least 1")
-        cases = plan(manifest, out, filters)
+        planned = plan(manifest, out, filters, rerun_failed)
+        if planned.rerun is not None:
+            print(text.rerun_line(planned.rerun), file=stream, flush=True)
+        if not planned.cases:
+            print("nothing to rerun; the last report stays as it was", file=stream)
+            if as_json:
+                emit_json("validate", None)
+            raise typer.Exit(0)
         done = [0]
 
         def on_done(result: CaseResult) -> None:
             done[0] += 1
-            print(text.progress_line(result, done[0], len(cases)), file=stream, flush=True)
+            print(text.progress_line(result, done[0], len(planned.cases)), file=stream, flush=True)
 
         extra = {name: path for name, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
-        doc = run_plan(cases, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done, extra=extra)
+        doc = run_plan(planned, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done, extra=extra)
     except FakeGPUError as exc:
         raise fail("validate", exc, as_json) from exc
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while cases ran: their process trees are ended

@@ -10,12 +10,17 @@
     summary.py    the report as Markdown (--markdown, $GITHUB_STEP_SUMMARY) and one HTML page (--html)
 
 `run_manifest` is the whole of it for a caller that is not the CLI.
+
+--rerun-failed (`plan(..., rerun_failed=True)`): the cases of the manifest whose ids the last report in the output
+folder lists as not passed; ids the manifest no longer makes are named in the plan (and the new report) and
+skipped.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +31,8 @@ from fakegpu.validate.runner import CaseResult, check_runnable, run_cases
 
 DEFAULT_OUT = Path(".fakegpu") / "validate"
 
-__all__ = ["DEFAULT_OUT", "FORMATS", "Case", "CaseResult", "ManifestError", "plan", "run_manifest", "run_plan",
-           "write_reports"]
+__all__ = ["DEFAULT_OUT", "FORMATS", "Case", "CaseResult", "ManifestError", "Plan", "plan", "run_manifest",
+           "run_plan", "write_reports"]
 
 
 def _writers() -> dict[str, Callable[[Path, dict[str, Any]], None]]:
@@ -40,28 +45,48 @@ def _writers() -> dict[str, Callable[[Path, dict[str, Any]], None]]:
 FORMATS = ("junit", "markdown", "html")
 
 
-def plan(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, filters: Sequence[str] = ()) -> list[Case]:
+@dataclass(frozen=True)
+class Plan:
+    """What a run will run: `cases`, and with --rerun-failed what the last report gave (`rerun`: the report's
+    `rerun` object, None otherwise). `cases` may be empty only for a rerun with nothing left to run."""
+
+    cases: list[Case]
+    rerun: dict[str, Any] | None = None
+
+
+def plan(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, filters: Sequence[str] = (),
+         rerun_failed: bool = False) -> Plan:
     """The cases a run would run, checked runnable; ManifestError when the manifest is bad or a filter
-    selects nothing."""
+    selects nothing, UsageError when --rerun-failed finds no last report."""
     manifest = load(manifest_path)
     cases = expand(manifest, Path(out_dir).resolve())
     chosen = select(cases, filters)
     if not chosen:
         raise ManifestError([f"{manifest_path}: --filter {' '.join(filters)} selects none of the "
                              f"{len(cases)} cases (e.g. {cases[0].id})"])
+    rerun = None
+    if rerun_failed:
+        last = report.read_last(Path(out_dir))
+        ids = report.not_passed(last)
+        known = {c.id for c in cases}
+        chosen = [c for c in chosen if c.id in ids]
+        rerun = {"last_started": last.get("started"), "not_passed": len(ids),
+                 "rerun": [c.id for c in chosen], "not_in_manifest": [i for i in ids if i not in known]}
     check_runnable(chosen)
-    return chosen
+    return Plan(chosen, rerun)
 
 
-def run_plan(cases: Sequence[Case], manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
+def run_plan(planned: Plan, manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
              fail_fast: bool = False, on_start: Callable[[Case], None] | None = None,
              on_done: Callable[[CaseResult], None] | None = None,
              extra: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
     """Run planned cases and write <out_dir>/report.json, and each of `extra` ({format: path}, FORMATS);
     returns the report."""
     started, clock = time.time(), time.monotonic()
-    results = run_cases(cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
-    doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock)
+    if not planned.cases:  # a rerun with nothing left to run: the last report stays as it is
+        return report.build(Path(manifest_path), [], started, 0.0, planned.rerun)
+    results = run_cases(planned.cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
+    doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock, planned.rerun)
     write_reports(doc, out_dir, extra or {})
     return doc
 
@@ -79,6 +104,7 @@ def write_reports(doc: dict[str, Any], out_dir: str | Path, extra: Mapping[str, 
 
 def run_manifest(manifest_path: str | Path, out_dir: str | Path = DEFAULT_OUT, jobs: int = 1,
                  filters: Sequence[str] = (), fail_fast: bool = False,
-                 extra: Mapping[str, str | Path] | None = None) -> dict[str, Any]:
+                 extra: Mapping[str, str | Path] | None = None, rerun_failed: bool = False) -> dict[str, Any]:
     """plan, then run_plan."""
-    return run_plan(plan(manifest_path, out_dir, filters), manifest_path, out_dir, jobs, fail_fast, extra=extra)
+    return run_plan(plan(manifest_path, out_dir, filters, rerun_failed), manifest_path, out_dir, jobs, fail_fast,
+                    extra=extra)

@@ -13,15 +13,20 @@ from typing import Any
 
 from fakegpu import reports
 from fakegpu.atomic_file import write_atomic
-from fakegpu.errors import EXIT_FAILURE, EXIT_OK
+from fakegpu.errors import EXIT_FAILURE, EXIT_OK, UsageError, shorten
 from fakegpu.validate.runner import STATUSES, CaseResult
 
 SCHEMA = reports.schema_id("validate")
 
 
+# What makes a run fail; a skip (a requirement not met) is reported as one, never as a pass, but fails nothing.
+FAILING = ("failed", "timeout", "error")
+
+
 def exit_code(results: Sequence[CaseResult]) -> int:
-    """0 when every case passed, 1 otherwise (a manifest or usage error, 2, never gets this far)."""
-    return EXIT_OK if results and all(r.ok for r in results) else EXIT_FAILURE
+    """1 when a case failed, timed out or could not start, else 0 (a manifest or usage error, 2, never gets this
+    far)."""
+    return EXIT_FAILURE if any(r.status in FAILING for r in results) else EXIT_OK
 
 
 def progress_line(result: CaseResult, done: int, total: int) -> str:
@@ -39,8 +44,9 @@ def summary_line(doc: dict[str, Any]) -> str:
     return f"{counts['total']} case{'s' if counts['total'] != 1 else ''}: {parts} in {doc['elapsed_s']:.1f} s"
 
 
-def build(manifest: Path, results: Sequence[CaseResult], started: float, elapsed_s: float) -> dict[str, Any]:
-    return {
+def build(manifest: Path, results: Sequence[CaseResult], started: float, elapsed_s: float,
+          rerun: dict[str, Any] | None = None) -> dict[str, Any]:
+    doc = {
         "schema": SCHEMA,
         "manifest": str(manifest),
         "started": started,
@@ -49,6 +55,9 @@ def build(manifest: Path, results: Sequence[CaseResult], started: float, elapsed
         "summary": {"total": len(results), **{s: sum(r.status == s for r in results) for s in STATUSES}},
         "cases": [_case(r) for r in results],
     }
+    if rerun is not None:
+        doc["rerun"] = rerun
+    return doc
 
 
 def _case(r: CaseResult) -> dict[str, Any]:
@@ -70,6 +79,39 @@ def _case(r: CaseResult) -> dict[str, Any]:
         "stdout_log": str(r.stdout_log) if r.stdout_log else None,
         "stderr_log": str(r.stderr_log) if r.stderr_log else None,
     }
+
+
+def read_last(out_dir: Path) -> dict[str, Any]:
+    """The report the last run left in `out_dir`; UsageError (exit 2) when there is none or it is not one."""
+    path = Path(out_dir) / "report.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"--rerun-failed: no report of a last run in {out_dir} ({path.name}); run the manifest "
+                         "once first, with the same --out") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--rerun-failed: cannot read {path}: {exc}") from None
+    if not (isinstance(doc, dict) and doc.get("schema") == SCHEMA and isinstance(doc.get("cases"), list)):
+        raise UsageError(f"--rerun-failed: {path} is no fakegpu validate report (schema {SCHEMA})")
+    return doc
+
+
+def not_passed(doc: dict[str, Any]) -> list[str]:
+    """The ids of a report's cases that did not pass (failed, timed out, could not start, or were skipped)."""
+    return [c["id"] for c in doc["cases"] if isinstance(c, dict) and c.get("status") != "passed"
+            and isinstance(c.get("id"), str)]
+
+
+def rerun_line(rerun: dict[str, Any]) -> str:
+    """What --rerun-failed took from the last report, for the person reading the log."""
+    picked = rerun["rerun"]
+    text = (f"--rerun-failed: {len(picked)} of the {rerun['not_passed']} case"
+            f"{'s' if rerun['not_passed'] != 1 else ''} that did not pass in the last run")
+    gone = rerun["not_in_manifest"]
+    if gone:
+        text += (f"; not in the manifest any more, skipped: {', '.join(shorten(g) for g in gone[:5])}"
+                 + (f" and {len(gone) - 5} more" if len(gone) > 5 else ""))
+    return text
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:

@@ -287,3 +287,66 @@ cases:
 """
     proc, _ = _validate(tmp_path, manifest)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rerun_failed_runs_only_the_cases_that_did_not_pass_last_time(tmp_path: Path) -> None:
+    manifest = """\
+matrix:
+  profile: [t4, a100, h100]
+  include:
+    - {result: "true"}
+    - {profile: a100, result: "false"}
+cases:
+  - name: first
+    command: ["{result}"]
+  - name: second
+    command: ["true"]
+"""
+    proc, report = _validate(tmp_path, manifest)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert [c["id"] for c in report["cases"] if c["status"] != "passed"] == ["first[profile=a100]"]
+
+    # fixed: only the failed case runs again, and passes; the new report holds it alone
+    fixed = manifest.replace('{profile: a100, result: "false"}', '{profile: a100, result: "true"}')
+    proc, report = _validate(tmp_path, fixed, "--rerun-failed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "--rerun-failed: 1 of the 1 case that did not pass in the last run"
+    assert lines[1].startswith("[1/1] PASSED  first[profile=a100] ")
+    assert [c["id"] for c in report["cases"]] == ["first[profile=a100]"]
+    assert report["rerun"]["rerun"] == ["first[profile=a100]"] and report["rerun"]["not_in_manifest"] == []
+    reports.validate(report, "validate")
+
+    # nothing left that did not pass: nothing runs, the report stays
+    before = (tmp_path / "out" / "report.json").read_text()
+    proc, _ = _validate(tmp_path, fixed, "--rerun-failed")
+    assert proc.returncode == 0 and "nothing to rerun" in proc.stdout
+    assert (tmp_path / "out" / "report.json").read_text() == before
+
+
+def test_rerun_failed_names_and_skips_cases_gone_from_the_manifest(tmp_path: Path) -> None:
+    manifest = 'matrix: {profile: [t4, a100]}\ncases:\n  - name: gone\n    command: ["false"]\n' \
+               '  - name: stays\n    command: ["false"]\n'
+    proc, _ = _validate(tmp_path, manifest)
+    assert proc.returncode == 1
+    edited = manifest.replace("  - name: gone\n    command: [\"false\"]\n", "").replace('["false"]', '["true"]')
+    proc, report = _validate(tmp_path, edited, "--rerun-failed", "-k", "t4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        "--rerun-failed: 1 of the 4 cases that did not pass in the last run; not in the manifest any more, "
+        "skipped: 'gone[profile=t4]', 'gone[profile=a100]'")
+    assert [c["id"] for c in report["cases"]] == ["stays[profile=t4]"]
+    assert report["rerun"]["not_in_manifest"] == ["gone[profile=t4]", "gone[profile=a100]"]
+
+
+def test_rerun_failed_without_a_last_report_is_a_usage_error(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n'
+    proc, report = _validate(tmp_path, good, "--rerun-failed")
+    assert proc.returncode == 2 and report is None
+    [line] = proc.stderr.splitlines()
+    assert line == ("fakegpu validate: error: --rerun-failed: no report of a last run in out (report.json); run the "
+                    "manifest once first, with the same --out")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "report.json").write_text('{"schema": "fakegpu.preflight/v1"}')
+    proc, _ = _validate(tmp_path, good, "--rerun-failed")
+    assert proc.returncode == 2 and "is no fakegpu validate report" in proc.stderr and "Traceback" not in proc.stderr
