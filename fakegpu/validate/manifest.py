@@ -67,6 +67,7 @@ class CaseSpec:
     settings: Settings
     expect: dict[str, Any]
     index: int
+    requires: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -359,7 +360,8 @@ def _env_text(value: Any) -> str:
 def _build(path: Path, doc: dict[str, Any], lines: dict[KeyPath, int]) -> Manifest:
     matrix = doc["matrix"]
     cases = [CaseSpec(name=c["name"], command=c["command"] if isinstance(c["command"], str) else
-                      [str(a) for a in c["command"]], settings=_settings(c), expect=c.get("expect", {}), index=i)
+                      [str(a) for a in c["command"]], settings=_settings(c), expect=c.get("expect", {}), index=i,
+                      requires=c.get("requires", {}))
              for i, c in enumerate(doc["cases"])]
     return Manifest(
         path=path,

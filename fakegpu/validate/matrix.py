@@ -18,7 +18,7 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ class Case:
     expect: dict[str, Any]
     case_dir: Path
     origin: str  # file:line of the manifest case it comes from, for messages
+    requires: dict[str, Any] = field(default_factory=dict)  # placeholders filled in (requires.py)
 
 
 def combinations(axes: dict[str, list[Any]], include: Sequence[dict[str, Any]] = (),
@@ -126,6 +127,7 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
                     expect=fill(spec.expect, ("expect",)),
                     case_dir=case_dir,
                     origin=manifest.where(where),
+                    requires=fill(spec.requires, ("requires",)),
                 ))
             except ManifestError as exc:
                 problems.extend(exc.problems)

@@ -19,14 +19,10 @@ from fakegpu.validate.runner import STATUSES, CaseResult
 SCHEMA = reports.schema_id("validate")
 
 
-# What makes a run fail; a skip (a requirement not met) is reported as one, never as a pass, but fails nothing.
-FAILING = ("failed", "timeout", "error")
-
-
 def exit_code(results: Sequence[CaseResult]) -> int:
     """1 when a case failed, timed out or could not start, else 0 (a manifest or usage error, 2, never gets this
     far)."""
-    return EXIT_FAILURE if any(r.status in FAILING for r in results) else EXIT_OK
+    return EXIT_FAILURE if any(r.failing for r in results) else EXIT_OK
 
 
 def progress_line(result: CaseResult, done: int, total: int) -> str:

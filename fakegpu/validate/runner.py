@@ -4,7 +4,8 @@ process group of its own with its stdout and stderr in per-case logs, ended with
 timeout; up to `jobs` at once.
 
 Before anything runs, `check_runnable` refuses a case whose cwd is no folder or whose program is not found, so
-a typo in the manifest is a usage error (exit 2) and not N failed cases.
+a typo in the manifest is a usage error (exit 2) and not N failed cases; a program the case lists under
+`requires.binaries` is the exception: missing, it makes the case skipped (requires.py), as any unmet requirement.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fakegpu.errors import FakeGPUError, shorten
+from fakegpu.validate import requires
 from fakegpu.validate.checks import CheckResult, evaluate
 from fakegpu.validate.manifest import ManifestError
 from fakegpu.validate.matrix import Case
@@ -28,6 +30,8 @@ from fakegpu.validate.matrix import Case
 # How long a timed-out case gets after SIGTERM before SIGKILL.
 GRACE_S = 2.0
 STATUSES = ("passed", "failed", "timeout", "error", "skipped")
+# What fails a run (and stops it under --fail-fast); a skip is reported as one, never as a pass, but fails nothing.
+FAILING = ("failed", "timeout", "error")
 
 
 @dataclass
@@ -45,6 +49,10 @@ class CaseResult:
     def ok(self) -> bool:
         return self.status == "passed"
 
+    @property
+    def failing(self) -> bool:
+        return self.status in FAILING
+
 
 def check_runnable(cases: Sequence[Case]) -> None:
     """ManifestError naming each case (file:line) whose cwd is no folder or whose program cannot be found."""
@@ -56,6 +64,8 @@ def check_runnable(cases: Sequence[Case]) -> None:
             problems.append(f"{case.origin}: {case.id}: cwd {case.cwd} is not a folder")
             continue
         program = case.command[0]
+        if program in requires.names(case.requires.get("binaries")):
+            continue
         path = case.env.get("PATH") or os.environ.get("PATH", os.defpath)
         found = (shutil.which(program, path=path) if os.sep not in program
                  else shutil.which(str(case.cwd / program)))
@@ -72,6 +82,9 @@ def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
     """Run one case and check its expectations."""
     from fakegpu.launcher import child_argv, end_tree, prepare
 
+    unmet = requires.unmet(case.requires, case.command, case.cwd, {**os.environ, **case.env})
+    if unmet:
+        return CaseResult(case, "skipped", message=f"requirement not met: {'; '.join(unmet)}")
     case.case_dir.mkdir(parents=True, exist_ok=True)
     out_log, err_log = case.case_dir / "stdout.log", case.case_dir / "stderr.log"
     result = CaseResult(case, "error", stdout_log=out_log, stderr_log=err_log)
@@ -152,8 +165,9 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
               on_start: Callable[[Case], None] | None = None,
               on_done: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
     """Run `cases`, up to `jobs` at once, in order of the list; results in the same order. With `fail_fast`,
-    after the first case that does not pass no new case starts (the running ones finish) and the rest are
-    skipped. On KeyboardInterrupt every running case's process tree is ended before it propagates."""
+    after the first case that fails (FAILING: a skip does not count) no new case starts (the running ones finish)
+    and the rest are skipped. On KeyboardInterrupt every running case's process tree is ended before it propagates."""
+    requires.forget()
     results: list[CaseResult | None] = [None] * len(cases)
     lock = threading.Lock()
     next_index = [0]
@@ -178,7 +192,7 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
             result = run_case(cases[index], stop)
             with lock:
                 results[index] = result
-                if not result.ok:
+                if result.failing:
                     failed.set()
                 if on_done is not None:
                     on_done(result)

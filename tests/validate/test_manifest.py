@@ -63,7 +63,18 @@ def test_every_problem_is_listed_in_file_order(tmp_path: Path) -> None:
     assert problems[0].split(": ")[0].endswith(":2") and problems[1].split(": ")[0].endswith(":11")
     # the misspelling is the one problem: no "missing required key 'command'" beside it
     assert problems[1].endswith("unknown key 'comand'; did you mean 'command'? (accepted: command, cwd, env, "
-                                "expect, mode, name, timeout)")
+                                "expect, mode, name, requires, timeout)")
+
+
+def test_requires_keys_are_checked_too(tmp_path: Path) -> None:
+    text = GOOD.replace("expect: {exit_code: 0}", "requires:\n      modueles: [torch]\n      docker: yes please")
+    problems = _problems(_write(tmp_path, text))
+    assert [p.split(": ", 1)[1] for p in problems] == [  # in the order of the file
+        "cases[0].requires.modueles: unknown key 'modueles'; did you mean 'modules'? (accepted: binaries, docker, "
+        "modules, python)",
+        "cases[0].requires.docker: 'yes please' is a string; expected true/false"]
+    ok = load(_write(tmp_path, GOOD.replace("expect: {exit_code: 0}", "requires: {modules: torch, docker: true}")))
+    assert ok.cases[0].requires == {"modules": "torch", "docker": True}
 
 
 def test_a_missing_required_key_is_named(tmp_path: Path) -> None:
