@@ -227,6 +227,10 @@ def _schema_problems(doc: Any) -> list[tuple[KeyPath, str]]:
         if error.validator == "required" and all(
                 (tuple(error.absolute_path), k) in meant for k in error.validator_value if k not in error.instance):
             continue
+        # "one of these keys at least" (an operator, a bound), given misspelt: the misspelling says it all, too
+        if error.validator == "anyOf" and any((tuple(error.absolute_path), k) in meant
+                                              for option in error.validator_value for k in option.get("required", [])):
+            continue
         out.extend(_describe(error))
     return out
 
@@ -247,8 +251,9 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
         return [(path, f"{_shown(value)} is not accepted; expected {sub['const']!r}")]
     if kind == "type":
         return [(path, f"{_shown(value)} is a {_type_name(value)}; expected {_types(sub['type'])}")]
-    if kind == "anyOf":  # only a JSON check's operators are anyOf
-        return [(path, "no operator given; expected one of eq, ne, lt, le, gt, ge, approx, in, matches")]
+    if kind == "anyOf":  # "one of these keys at least": a JSON check's operators, memory's bounds
+        keys = [k for option in error.validator_value for k in option.get("required", [])]
+        return [(path, f"no {sub.get('title', 'key')} given; expected one of {', '.join(keys)}")]
     if kind == "oneOf":
         described = sub.get("description") or _alternatives(sub[kind])
         return [(path, f"{_shown(value)} is not accepted; expected {described}")]

@@ -124,7 +124,7 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
                     cwd=(manifest.folder / str(fill(cwd, ("cwd",)))).resolve() if cwd else manifest.folder,
                     env={k: str(fill(v, ("env", k))) for k, v in env.items()},
                     timeout_s=settings.timeout_s or defaults.timeout_s or DEFAULT_TIMEOUT_S,
-                    expect=fill(spec.expect, ("expect",)),
+                    expect=_bounds_checked(fill(spec.expect, ("expect",)), manifest, where),
                     case_dir=case_dir,
                     origin=manifest.where(where),
                     requires=fill(spec.requires, ("requires",)),
@@ -137,6 +137,20 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
     if problems:
         raise ManifestError(list(dict.fromkeys(problems)))  # once, not once per combination
     return cases
+
+
+def _bounds_checked(expect: dict[str, Any], manifest: Manifest, where: KeyPath) -> dict[str, Any]:
+    """`expect` once its memory bounds are known to parse (after placeholders: "<= {budget}")."""
+    from fakegpu.validate.checks import MEMORY_KEYS, memory_bound
+
+    for key, text in expect.get("memory", {}).items():
+        if key in MEMORY_KEYS:
+            try:
+                memory_bound(text)
+            except ValueError as exc:
+                path = (*where, "expect", "memory", key)
+                raise ManifestError([f"{manifest.where(path)}: {key_path(path)}: {exc}"]) from None
+    return expect
 
 
 class _Filler:

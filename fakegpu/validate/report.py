@@ -58,7 +58,7 @@ def build(manifest: Path, results: Sequence[CaseResult], started: float, elapsed
 
 def _case(r: CaseResult) -> dict[str, Any]:
     c = r.case
-    return {
+    doc = {
         "id": c.id,
         "name": c.name,
         "values": c.values,
@@ -75,6 +75,15 @@ def _case(r: CaseResult) -> dict[str, Any]:
         "stdout_log": str(r.stdout_log) if r.stdout_log else None,
         "stderr_log": str(r.stderr_log) if r.stderr_log else None,
     }
+    if r.memory is not None:
+        doc["memory"] = _memory(r.memory)
+    return doc
+
+
+def _memory(preflight: dict[str, Any]) -> dict[str, Any]:
+    """What a case's memory checks were held against: preflight's verdict and per-device peaks."""
+    return {"verdict": preflight["verdict"], "processes": len(preflight["processes"]),
+            "devices": preflight["devices"], "notes": preflight["notes"]}
 
 
 def read_last(out_dir: Path) -> dict[str, Any]:

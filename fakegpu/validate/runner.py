@@ -20,10 +20,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fakegpu.errors import FakeGPUError, shorten
 from fakegpu.validate import requires
-from fakegpu.validate.checks import CheckResult, evaluate
+from fakegpu.validate.checks import CheckResult, evaluate, wants_memory
 from fakegpu.validate.manifest import ManifestError
 from fakegpu.validate.matrix import Case
 
@@ -44,6 +45,7 @@ class CaseResult:
     message: str = ""  # why a case timed out, could not start, or was skipped
     stdout_log: Path | None = None
     stderr_log: Path | None = None
+    memory: dict[str, Any] | None = None  # the preflight document of the run, when its expectations need it
 
     @property
     def ok(self) -> bool:
@@ -95,6 +97,7 @@ def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
         result.message = exc.message
         return result
     try:
+        report_dir = _ask_for_memory_reports(case, launch) if wants_memory(case.expect) else None
         group = {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
         program = case.command[0]
         # The launcher looks a program up from our cwd; a case's relative ./tool is relative to its own.
@@ -123,12 +126,29 @@ def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
         if not timed_out:
             stdout = out_log.read_text(encoding="utf-8", errors="replace")
             stderr = err_log.read_text(encoding="utf-8", errors="replace")
-            result.checks = evaluate(case.expect, result.exit_code, stdout, stderr, case.cwd)
+            if report_dir is not None:
+                from fakegpu.fakecuda import preflight
+
+                result.memory = preflight.document(case.command, case.devices, case.mode, result.exit_code,
+                                                   preflight.gather(report_dir, case.mode))
+            result.checks = evaluate(case.expect, result.exit_code, stdout, stderr, case.cwd, result.memory)
             result.status = "passed" if all(c.passed for c in result.checks) else "failed"
     finally:
         launch.cleanup()
         result.elapsed_s = time.monotonic() - started
     return result
+
+
+def _ask_for_memory_reports(case: Case, launch: Any) -> Path:
+    """<case_dir>/reports, emptied of an earlier run's, where the case's processes write their memory reports
+    (preflight.request_reports: what `fakegpu preflight` asks of a command)."""
+    from fakegpu.fakecuda import preflight
+
+    folder = case.case_dir / "reports"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    preflight.request_reports(launch.env, launch.root, case.mode, str(folder))
+    return folder
 
 
 def _wait(proc: subprocess.Popen, limit: float, stop: threading.Event | None) -> bool:

@@ -105,6 +105,22 @@ def test_a_json_check_needs_an_operator(tmp_path: Path) -> None:
     assert ":14: cases[0].expect.json[0]: no operator given; expected one of eq, ne, lt" in problem
 
 
+def test_memory_needs_a_bound_and_preflight_a_verdict(tmp_path: Path) -> None:
+    text = GOOD.replace("expect: {exit_code: 0}", "expect:\n      memory: {device: 0}\n      preflight: fit")
+    problems = _problems(_write(tmp_path, text))
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "cases[0].expect.memory: no bound given; expected one of peak_allocated, peak_reserved, peak_used, headroom",
+        "cases[0].expect.preflight: 'fit' is not accepted; expected one of: fits, oom"]
+    [problem] = _problems(_write(tmp_path, GOOD.replace("expect: {exit_code: 0}",
+                                                        "expect: {memory: {peak_alocated: '<= 1GiB'}}")))
+    assert "cases[0].expect.memory.peak_alocated: unknown key 'peak_alocated'; did you mean 'peak_allocated'?" \
+        in problem
+    [problem] = _problems(_write(tmp_path, GOOD.replace("expect: {exit_code: 0}",
+                                                        "expect: {memory: {peak_used: 'about 1GiB'}}")))
+    assert problem.endswith("cases[0].expect.memory.peak_used: 'about 1GiB' is not accepted; expected a comparison "
+                            "and a size: '<= 70GiB', '> 512MiB'")
+
+
 def test_yaml_syntax_errors_name_the_line(tmp_path: Path) -> None:
     [problem] = _problems(_write(tmp_path, GOOD.replace("batch: [1, 8]", "batch: [1, 8")))
     assert problem.startswith(f"{tmp_path / 'validate.yaml'}:") and "not valid YAML" in problem
