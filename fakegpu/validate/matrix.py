@@ -50,6 +50,7 @@ class Case:
     case_dir: Path
     origin: str  # file:line of the manifest case it comes from, for messages
     requires: dict[str, Any] = field(default_factory=dict)  # placeholders filled in (requires.py)
+    cwd_origin: str = ""  # file:line where its cwd is set (the case's or defaults'), for messages
 
 
 def combinations(axes: dict[str, list[Any]], include: Sequence[dict[str, Any]] = (),
@@ -128,6 +129,8 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
                     case_dir=case_dir,
                     origin=manifest.where(where),
                     requires=fill(spec.requires, ("requires",)),
+                    cwd_origin=manifest.where((*where, "cwd") if settings.cwd else ("defaults", "cwd") if
+                                              defaults.cwd else where),
                 ))
             except ManifestError as exc:
                 problems.extend(exc.problems)

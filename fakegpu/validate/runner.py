@@ -63,7 +63,7 @@ def check_runnable(cases: Sequence[Case]) -> None:
     problems: list[str] = []
     for case in cases:
         if not case.cwd.is_dir():
-            problems.append(f"{case.origin}: {case.id}: cwd {case.cwd} is not a folder")
+            problems.append(f"{case.cwd_origin or case.origin}: {case.id}: cwd {case.cwd} is not a folder")
             continue
         program = case.command[0]
         if program in requires.names(case.requires.get("binaries")):

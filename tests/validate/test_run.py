@@ -168,7 +168,10 @@ cases:
      ":4: cases[0].comand: unknown key 'comand'; did you mean 'command'?"),
     (lambda m: m.replace('["true"]', '["no-such-program-xyz"]'),
      ":3: a[profile=t4]: program 'no-such-program-xyz' not found (not on PATH)"),
-    (lambda m: m + "    cwd: missing-folder\n", ":3: a[profile=t4]: cwd "),
+    (lambda m: m + "    cwd: missing-folder\n", ":5: a[profile=t4]: cwd "),
+    (lambda m: "defaults: {cwd: nowhere}\n" + m, ":1: a[profile=t4]: cwd "),
+    (lambda m: m.replace('["true"]', '["./missing.sh"]'),
+     ":3: a[profile=t4]: program './missing.sh' not found (not an executable file)"),
 ])
 def test_bad_manifests_exit_2_with_one_line_and_no_traceback(tmp_path: Path, edit, says: str) -> None:
     good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n'
