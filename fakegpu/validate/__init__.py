@@ -3,7 +3,9 @@
     manifest.py   read a YAML/JSON/TOML manifest, check it against manifest.schema.json (file:line errors)
     matrix.py     axes x cases with include/exclude, placeholders filled in, --filter
     checks.py     expectations: exit code, stdout/stderr contains/matches, JSON pointer operators
+    requires.py   a case's requirements (modules, programs, a Docker Engine): unmet, it is skipped
     runner.py     each case as `fakegpu run` runs it, own process group, timeout ends the tree, -j N
+    container.py  mode container: the case's image through the Docker SDK with --runtime=fakegpu, by label
     report.py     progress lines, summary, the JSON report (reports/schemas/validate.schema.json): the one
                   source of the others
     junit.py      the report as JUnit XML (--junit) for GitHub Actions, GitLab and Jenkins

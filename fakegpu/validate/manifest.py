@@ -24,6 +24,8 @@ SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 # Problems shown at most: a manifest broken everywhere still gives a readable message.
 SHOWN_PROBLEMS = 10
 DEFAULT_TIMEOUT_S = 600.0
+# fakegpu run's two, and a container of an image started with --runtime=fakegpu (container.py)
+MODES = ("fakecuda", "native", "container")
 
 KeyPath = tuple[str | int, ...]
 
@@ -58,6 +60,7 @@ class Settings:
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     mode: str | None = None
+    image: str | None = None  # mode container
 
 
 @dataclass(frozen=True)
@@ -309,9 +312,9 @@ def _rule_problems(doc: dict[str, Any]) -> list[tuple[KeyPath, str]]:
             if list_name == "exclude":
                 out.extend((("matrix", "exclude", i, k), f"not an axis of the matrix; {_near(k, axes)}")
                            for k in combo if k not in axes)
-            if "mode" in combo and combo["mode"] not in ("fakecuda", "native"):
+            if "mode" in combo and combo["mode"] not in MODES:
                 out.append((("matrix", list_name, i, "mode"), f"{_shown(combo['mode'])} is not accepted; expected "
-                            "one of: fakecuda, native"))
+                            f"one of: {', '.join(MODES)}"))
     for where, spec in specs:
         try:
             parse_spec(str(spec))
@@ -353,6 +356,7 @@ def _settings(raw: dict[str, Any]) -> Settings:
         env={k: _env_text(v) for k, v in raw.get("env", {}).items()},
         timeout_s=_seconds(raw["timeout"]) if "timeout" in raw else None,
         mode=raw.get("mode"),
+        image=raw.get("image"),
     )
 
 

@@ -75,6 +75,8 @@ def _case(r: CaseResult) -> dict[str, Any]:
         "stdout_log": str(r.stdout_log) if r.stdout_log else None,
         "stderr_log": str(r.stderr_log) if r.stderr_log else None,
     }
+    if c.image:
+        doc["image"] = c.image
     if r.memory is not None:
         doc["memory"] = _memory(r.memory)
     return doc

@@ -1,7 +1,8 @@
 """Run a validate matrix's cases: each as `fakegpu run` would run its command (the launcher's environment for
 its devices and mode, and its command line: under fakegpu-procfs as root, a static CUDA runtime refused), in a
 process group of its own with its stdout and stderr in per-case logs, ended with its whole process tree at its
-timeout; up to `jobs` at once.
+timeout; up to `jobs` at once. A case in mode `container` runs in a container of its image instead
+(container.py), and every container a run made is removed when it ends, interrupted or not.
 
 Before anything runs, `check_runnable` refuses a case whose cwd is no folder or whose program is not found, so
 a typo in the manifest is a usage error (exit 2) and not N failed cases; a program the case lists under
@@ -66,8 +67,8 @@ def check_runnable(cases: Sequence[Case]) -> None:
             problems.append(f"{case.cwd_origin or case.origin}: {case.id}: cwd {case.cwd} is not a folder")
             continue
         program = case.command[0]
-        if program in requires.names(case.requires.get("binaries")):
-            continue
+        if program in requires.names(case.requires.get("binaries")) or case.mode == "container":
+            continue  # a required program is a skip when missing; a container's programs are the image's
         path = case.env.get("PATH") or os.environ.get("PATH", os.defpath)
         found = (shutil.which(program, path=path) if os.sep not in program
                  else shutil.which(str(case.cwd / program)))
@@ -91,6 +92,12 @@ def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
     out_log, err_log = case.case_dir / "stdout.log", case.case_dir / "stderr.log"
     result = CaseResult(case, "error", stdout_log=out_log, stderr_log=err_log)
     started = time.monotonic()
+    if case.mode == "container":
+        try:
+            _run_in_container(case, stop, result)
+        finally:
+            result.elapsed_s = time.monotonic() - started
+        return result
     try:
         launch = prepare(case.devices, case.mode, base_env={**os.environ, **case.env})
     except FakeGPUError as exc:
@@ -117,26 +124,54 @@ def run_case(case: Case, stop: threading.Event | None = None) -> CaseResult:
             if timed_out:
                 ended = end_tree(proc, GRACE_S)
                 others = f" and {ended - 1} process{'es' if ended != 2 else ''} it started" if ended > 1 else ""
-                why = "stopped (the run was interrupted)" if stop is not None and stop.is_set() else (
-                    f"ran past its timeout of {case.timeout_s:g} s")
                 result.status, result.message = "timeout", (
-                    f"{why}; ended it (pid {proc.pid}{others}: SIGTERM, SIGKILL after {GRACE_S:g} s)")
+                    f"{_why_ended(case, stop)}; ended it (pid {proc.pid}{others}: SIGTERM, SIGKILL after "
+                    f"{GRACE_S:g} s)")
         rc = proc.returncode
         result.exit_code = 128 - rc if rc < 0 else rc
         if not timed_out:
-            stdout = out_log.read_text(encoding="utf-8", errors="replace")
-            stderr = err_log.read_text(encoding="utf-8", errors="replace")
+            memory = None
             if report_dir is not None:
                 from fakegpu.fakecuda import preflight
 
-                result.memory = preflight.document(case.command, case.devices, case.mode, result.exit_code,
-                                                   preflight.gather(report_dir, case.mode))
-            result.checks = evaluate(case.expect, result.exit_code, stdout, stderr, case.cwd, result.memory)
-            result.status = "passed" if all(c.passed for c in result.checks) else "failed"
+                memory = preflight.document(case.command, case.devices, case.mode, result.exit_code,
+                                            preflight.gather(report_dir, case.mode))
+            _check(case, result, memory)
     finally:
         launch.cleanup()
         result.elapsed_s = time.monotonic() - started
     return result
+
+
+def _run_in_container(case: Case, stop: threading.Event | None, result: CaseResult) -> None:
+    from fakegpu.validate import container
+
+    assert result.stdout_log is not None and result.stderr_log is not None
+    try:
+        status, timed_out, ended = container.run(case, stop, result.stdout_log, result.stderr_log, GRACE_S)
+    except FakeGPUError as exc:
+        result.message = exc.message
+        return
+    result.exit_code = status
+    if timed_out:
+        result.status, result.message = "timeout", f"{_why_ended(case, stop)}; {ended}"
+        return
+    _check(case, result, None)
+
+
+def _why_ended(case: Case, stop: threading.Event | None) -> str:
+    return "stopped (the run was interrupted)" if stop is not None and stop.is_set() else (
+        f"ran past its timeout of {case.timeout_s:g} s")
+
+
+def _check(case: Case, result: CaseResult, memory: dict[str, Any] | None) -> None:
+    """Hold a case that ran to its end to its expectations."""
+    assert result.stdout_log is not None and result.stderr_log is not None and result.exit_code is not None
+    stdout = result.stdout_log.read_text(encoding="utf-8", errors="replace")
+    stderr = result.stderr_log.read_text(encoding="utf-8", errors="replace")
+    result.memory = memory
+    result.checks = evaluate(case.expect, result.exit_code, stdout, stderr, case.cwd, memory)
+    result.status = "passed" if all(c.passed for c in result.checks) else "failed"
 
 
 def _ask_for_memory_reports(case: Case, launch: Any) -> Path:
@@ -235,6 +270,10 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
         raise
     finally:
         restore()
+        if any(c.mode == "container" for c in cases):  # whatever a case cut short could not remove itself
+            from fakegpu.validate import container
+
+            container.cleanup()
     reason = "not run: an earlier case failed (--fail-fast)"
     return [r if r is not None else CaseResult(c, "skipped", message=reason) for r, c in zip(results, cases,
                                                                                              strict=True)]

@@ -63,7 +63,7 @@ def test_every_problem_is_listed_in_file_order(tmp_path: Path) -> None:
     assert problems[0].split(": ")[0].endswith(":2") and problems[1].split(": ")[0].endswith(":11")
     # the misspelling is the one problem: no "missing required key 'command'" beside it
     assert problems[1].endswith("unknown key 'comand'; did you mean 'command'? (accepted: command, cwd, env, "
-                                "expect, mode, name, requires, timeout)")
+                                "expect, image, mode, name, requires, timeout)")
 
 
 def test_requires_keys_are_checked_too(tmp_path: Path) -> None:
@@ -84,7 +84,7 @@ def test_a_missing_required_key_is_named(tmp_path: Path) -> None:
 
 def test_a_wrong_value_says_what_is_accepted(tmp_path: Path) -> None:
     [problem] = _problems(_write(tmp_path, GOOD.replace("timeout: 90s", "mode: cuda")))
-    assert problem.endswith(":2: defaults.mode: 'cuda' is not accepted; expected one of: fakecuda, native")
+    assert problem.endswith(":2: defaults.mode: 'cuda' is not accepted; expected one of: fakecuda, native, container")
     [problem] = _problems(_write(tmp_path, GOOD.replace("timeout: 90s", "timeout: soon")))
     assert ":2: defaults.timeout: 'soon' is not accepted; expected seconds, or a duration" in problem
 
