@@ -1,6 +1,6 @@
-"""`fakegpu validate MANIFEST [-j N] [--filter PATTERN]... [--fail-fast] [--out DIR] [--junit FILE]
-[--markdown FILE] [--html FILE] [--json]`: run a matrix of commands on fake GPU profiles and check their
-expectations (library: fakegpu.validate)."""
+"""`fakegpu validate MANIFEST [-j N] [--filter PATTERN]... [--fail-fast] [--rerun-failed] [--out DIR]
+[--junit FILE] [--markdown FILE] [--html FILE] [--json]`: run a matrix of commands on fake GPU profiles and check
+their expectations; `fakegpu validate --init [FILE]` writes a starter manifest (library: fakegpu.validate)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ EXIT_INTERRUPTED = 130
 
 
 def validate(
-    manifest: Path = typer.Argument(..., help="The manifest: .yaml, .yml, .json or .toml."),
+    manifest: Path | None = typer.Argument(
+        None, help="The manifest: .yaml, .yml, .json or .toml (with --init: the file to write, default "
+        "fakegpu-validate.yaml)."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Cases run at once."),
     filters: list[str] = typer.Option(
         [], "--filter", "-k", help="Run only cases whose id (as progress prints it: the case name, then its "
@@ -33,6 +35,7 @@ def validate(
         None, "--markdown", help="Also write a Markdown summary (e.g. --markdown \"$GITHUB_STEP_SUMMARY\")."),
     html: Path | None = typer.Option(None, "--html", help="Also write a self-contained HTML summary."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON (progress goes to stderr)."),
+    init: bool = typer.Option(False, "--init", help="Write a starter manifest for this repository and exit."),
 ) -> None:
     """Run MANIFEST's cases on every profile of its matrix; exit 0 when none failed (skipped ones do not fail a
     run), 1 when one did, 2 for a bad manifest or usage."""
@@ -40,7 +43,11 @@ def validate(
     from fakegpu.validate import report as text
 
     stream = sys.stderr if as_json else sys.stdout
+    if init:
+        _init(manifest, as_json)
     try:
+        if manifest is None:
+            raise UsageError("no manifest given: fakegpu validate MANIFEST (or --init to write one)")
         if jobs < 1:
             raise UsageError(f"--jobs {jobs}: at least 1")
         planned = plan(manifest, out, filters, rerun_failed)
@@ -72,3 +79,20 @@ def validate(
     if as_json:
         emit_json("validate", doc, doc["exit_code"])
     raise typer.Exit(doc["exit_code"])
+
+
+def _init(path: Path | None, as_json: bool) -> None:
+    from fakegpu.validate import starter
+
+    target = path or Path(starter.DEFAULT_NAME)
+    try:
+        starter.write(target)
+    except FakeGPUError as exc:
+        raise fail("validate", exc, as_json) from exc
+    except OSError as exc:
+        raise fail("validate", FakeGPUError(f"cannot write {target}: {exc.strerror or exc}"), as_json) from exc
+    if as_json:
+        emit_json("validate", {"manifest": str(target)})
+    else:
+        print(f"wrote {target}; run it with: fakegpu validate {target}")
+    raise typer.Exit(0)
