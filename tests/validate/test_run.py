@@ -353,3 +353,40 @@ def test_rerun_failed_without_a_last_report_is_a_usage_error(tmp_path: Path) -> 
     (tmp_path / "out" / "report.json").write_text('{"schema": "fakegpu.preflight/v1"}')
     proc, _ = _validate(tmp_path, good, "--rerun-failed")
     assert proc.returncode == 2 and "is no fakegpu validate report" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _readme_blocks() -> list[str]:
+    """The code blocks of the README's validate section that sit inside its bullets (six spaces in)."""
+    import textwrap
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## A test matrix for CI: `fakegpu validate`"):readme.index("## Command reference")]
+    blocks, current, previous = [], [], ""
+    for line in section.splitlines():
+        starts = line.startswith("      ") and not line.startswith("       ") and not previous.strip()
+        if starts or (current and (line.startswith("      ") or not line.strip())):
+            current.append(line)
+        elif current:
+            blocks.append(textwrap.dedent("\n".join(current)).strip() + "\n")
+            current = []
+        previous = line
+    return blocks
+
+
+def test_the_readmes_manifest_snippets_are_valid(tmp_path: Path) -> None:
+    from fakegpu.validate.manifest import load
+    from fakegpu.validate.matrix import expand
+
+    checked = 0
+    for block in _readme_blocks():
+        if block.startswith("- name:"):  # a case, shown alone
+            text = "matrix: {profile: [t4]}\ncases:\n" + "".join(f"  {line}\n" for line in block.splitlines())
+        elif block.startswith(("defaults:", "matrix:")):
+            text = block
+        else:  # shell lines, a CI step
+            continue
+        path = tmp_path / f"snippet{checked}.yaml"
+        path.write_text(text)
+        assert expand(load(path), tmp_path / "out"), text
+        checked += 1
+    assert checked == 3  # memory, requires, container
