@@ -160,6 +160,11 @@ static inline int fgd_default_stream(CUstream s)
 /* Copies and fills as the synchronous API does them (driver/memory.c), for work replayed from a graph. */
 FG_HIDDEN CUresult fgd_copy(void *dst, const void *src, size_t n, const char *api);
 FG_HIDDEN CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n);
+/* [dst, dst + n*width) becomes n copies of the `width` bytes at `pattern`, as a GPU's memset or fill kernel leaves
+ * it: host-known in the account of written memory (driver/written.c). An all-zero pattern drops the whole host
+ * pages it covers instead of writing them. -1 (nothing done) when accounting mode cannot keep a nonzero pattern
+ * in device memory. */
+FG_HIDDEN int fgd_set_pattern(uintptr_t dst, const void *pattern, size_t width, size_t n);
 /* Stream-ordered work on a capturing stream is recorded into its graph instead of done (driver/graph.c):
  * these return 1 when `s` is capturing and the work was recorded (*rc the result), 0 to do it now. */
 FG_HIDDEN int fgd_capture_copy(CUstream s, void *dst, const void *src, size_t n, CUresult *rc);

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "fg_faults.h" /* allocation-triggered faults */
 #include "fgc_env.h"
@@ -674,6 +675,61 @@ FGC_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream s)
     return copy2d(pCopy, s, 1, "cuMemcpy2DAsync");
 }
 
+/* Whole host pages of a zero fill are dropped rather than written: they read as zeros afterwards and cost no
+ * host RAM (optimizer states and gradients are zero-filled, and must not spend what a simulated board holds).
+ * Below this many bytes a plain memset is cheaper than the system call. */
+#define ZERO_BY_DROPPING (64u << 10)
+
+static void zero_bytes(unsigned char *p, size_t n, int shared)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+    /* a private anonymous mapping refaults dropped pages as zeros; a shared one (a VMM handle's) must give back
+     * its backing too (MADV_REMOVE), or the old bytes come back */
+    if (hi <= lo || hi - lo < ZERO_BY_DROPPING ||
+        madvise((void *)lo, hi - lo, shared ? MADV_REMOVE : MADV_DONTNEED) != 0) {
+        memset(p, 0, n);
+        return;
+    }
+    memset(p, 0, lo - (uintptr_t)p);
+    memset((void *)hi, 0, (uintptr_t)p + n - hi);
+}
+
+int fgd_set_pattern(uintptr_t dst, const void *pattern, size_t width, size_t n)
+{
+    const unsigned char *v = pattern;
+    size_t zero = 0, total = n * width;
+    while (zero < width && v[zero] == 0)
+        zero++;
+    fgd_alloc a;
+    int device = fgd_lookup((void *)dst, &a) && a.kind != FGD_HOST;
+    if (device && fgc_memory_accounting()) { /* no bytes are kept: device memory reads as zeros */
+        if (zero < width)
+            return -1;
+        fgd_written_host(dst, total);
+        return 0;
+    }
+    if (device)
+        fgd_written_host(dst, total);
+    unsigned char *p = (unsigned char *)dst;
+    if (zero == width) {
+        if (device) /* our own mapping: its pages may be dropped */
+            zero_bytes(p, total, a.kind == FGD_MAPPED);
+        else
+            memset(p, 0, total);
+        return 0;
+    }
+    /* one element, then the filled prefix copied onto what follows it, doubling each time */
+    size_t done = width < total ? width : total;
+    memcpy(p, v, done);
+    while (done < total) {
+        size_t step = done < total - done ? done : total - done;
+        memcpy(p + done, p, step);
+        done += step;
+    }
+    return 0;
+}
+
 CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
 {
     FGD_INIT();
@@ -682,27 +738,18 @@ CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
     if (!n)
         return CUDA_SUCCESS;
     fgd_activity("cuMemset", NULL, n * width);
-    int device = on_device(P(dst));
-    if (device) {
-        fgd_written_host((uintptr_t)dst, n * width); /* a memset's value is the host's */
+    if (on_device(P(dst))) {
         struct CUctx_st *c = fgd_current(); /* a fill is a kernel on a GPU: memory work, writing its bytes */
         long long now = fgd_now_ns();
         if (c)
             fgd_work(c->device, 0, now, now, fgd_copy_ns(c->device, n * width) / 2);
     }
-    if (device && fgc_memory_accounting())
-        return CUDA_SUCCESS; /* accounting mode: device memory stays untouched */
-    if (width == 1) {
-        memset(P(dst), (int)(value & 0xff), n);
-    } else if (width == 2) {
-        uint16_t *p = P(dst), v = (uint16_t)value;
-        for (size_t i = 0; i < n; i++)
-            p[i] = v;
-    } else {
-        uint32_t *p = P(dst);
-        for (size_t i = 0; i < n; i++)
-            p[i] = value;
-    }
+    unsigned char pattern[4];
+    for (size_t i = 0; i < width; i++)
+        pattern[i] = (unsigned char)(value >> (8 * i)); /* little-endian, as the device stores it */
+    if (fgd_set_pattern(dst, pattern, width, n) != 0)
+        fgd_written_host((uintptr_t)dst, n * width); /* accounting mode: a memset's value is the host's, though
+                                                        not kept (device memory reads as zeros) */
     return CUDA_SUCCESS;
 }
 
