@@ -363,7 +363,7 @@ static int64_t nhwc_workspace(const fgdnn_desc *graph, const fgdnn_desc *op)
  * 8x8x512x64 and 4x16x1024x128, bf16, causal) and the backward one (8x8x512x64) asked for a workspace the
  * caching allocator served with one 512-byte block, beside the frontend's own dQ accumulator and softmax sums,
  * which torch allocates with it either way (mem_workloads.json's sdpa_causal_bf16, torch.json's sdpa_bf16). 512
- * bytes is the bound of what was measured, assumed for every shape. */
+ * bytes is the bound of what was measured, assumed for every shape on Hopper. */
 #define ATTENTION_WORKSPACE 512
 
 static int attention(const fgdnn_desc *graph)
@@ -384,8 +384,8 @@ static int64_t engine_count(const fgdnn_desc *graph) { return only_conv(graph) ?
 static int64_t workspace_of(const fgdnn_desc *graph, int64_t index)
 {
     const fgdnn_desc *op = only_conv(graph);
-    if (!op)
-        return index == 0 ? (attention(graph) ? ATTENTION_WORKSPACE : 0) : -1;
+    if (!op) /* measured on Hopper only: elsewhere attention keeps no workspace */
+        return index == 0 ? (attention(graph) && graph_cc(graph) / 10 == 9 ? ATTENTION_WORKSPACE : 0) : -1;
     if (index == ENGINE_NHWC)
         return nhwc_workspace(graph, op);
     if (index != ENGINE_EXPLICIT_GEMM)
