@@ -203,6 +203,8 @@ def test_loss_item_is_a_read_of_kernel_output(cuda_build, torch_python) -> None:
 @pytest.mark.torch
 @pytest.mark.parametrize("case, writer", [
     ("matmul", "cublas"),  # cublasGemmEx (torch 2.15) or cublasLtMatmul: the GEMM's output
+    ("mv", "cublasSgemv_v2"),
+    ("dot", "cublasSdot_v2"),  # torch's pointer mode is the device's: the result is a kernel's
     ("conv", "cudnn:ConvolutionFwd"),
     ("nccl_host", None),  # an all-reduce of host-known data is host-known: NCCL moves real bytes
     ("nccl_kernel", "at::native::vectorized_elementwise_kernel<"),  # ... of kernel output: that kernel's
@@ -246,7 +248,11 @@ print("graph", before, y.cpu().tolist(), flush=True)
 sys.stderr.write("strided\\n")
 x = torch.zeros(4, 4, device="cuda")
 x[:, 1].fill_(7)
-print("strided", x.cpu()[0].tolist())
+print("strided", x.cpu()[0].tolist(), flush=True)
+before = rss()
+huge = torch.empty((64 << 20) + 1, dtype=torch.uint8, device="cuda")
+huge.fill_(1)
+print("huge", (rss() - before) >> 20, huge[:2].cpu().tolist())
 """
 
 
@@ -255,11 +261,12 @@ print("strided", x.cpu()[0].tolist())
 def test_fills_are_carried_out(cuda_build, torch_python, tmp_path: Path, alloc_conf: str, monkeypatch) -> None:
     """torch.full/ones/zeros/fill_/zero_ of a contiguous tensor read back as the GPU gives them, with no warning,
     also when a CUDA graph replays the fill; a zero fill gives back the host pages it covers (private mappings,
-    and expandable segments' shared ones); a strided fill is still an ordinary kernel."""
+    and expandable segments' shared ones); a strided fill is still an ordinary kernel, and so is a nonzero fill
+    past 64 MiB, which would spend that much host memory."""
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", alloc_conf)
     rep = tmp_path / "rep"
     proc = run_fakegpu(["--devices", "a100", "--report-dir", str(rep), "--", torch_python, "-c", FILLS],
-                       complete=lambda p: "strided" in p.stdout)
+                       complete=lambda p: "huge" in p.stdout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = {ln.split()[0]: ln.split(" ", 1)[1] for ln in proc.stdout.splitlines()}
     assert out["v"] == "[1.0, 1.0, 1.0] [2.5, 2.5] [0, 0] [True, True] [(1+2j), (1+2j)] [1.0, 1.0] 0.0"
@@ -270,7 +277,10 @@ def test_fills_are_carried_out(cuda_build, torch_python, tmp_path: Path, alloc_c
     assert "last written by at::native::elementwise_kernel<" in proc.stderr
     (report,) = [json.loads(p.read_text()) for p in rep.glob("fakegpu-native-*.json")]
     validate(report, "native-process")
-    assert report["device_reads"]["carried_out_launches"] >= 8  # (zeros and zero_ are memsets in some versions)
+    reads = report["device_reads"]
+    assert reads["carried_out_launches"] >= 8  # (zeros and zero_ are memsets in some versions)
+    assert int(out["huge"].split()[0]) < 8 and reads["reads"] == 2  # the strided fill's, then the huge one's
+    assert any("FillFunctorIhE" in k["name"] for k in reads["kernels"]), reads["kernels"]
 
 
 ACCOUNTING_FILLS = """

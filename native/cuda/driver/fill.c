@@ -18,7 +18,12 @@
  * A strided fill (x[:, 0].fill_(v)) goes through elementwise_kernel with an offset calculator in a lambda, whose
  * layout is private to the build: it stays a kernel write, as does every other kernel. The layout is checked
  * against the module's parameter information (three parameters: 4-byte N, one element, one pointer), and a fill
- * that would run past its allocation (a GPU would fault) is left alone too. */
+ * that would run past its allocation (a GPU would fault) is left alone too.
+ *
+ * Carrying a fill out costs host memory for the bytes it sets unless they are zeros (whole pages are dropped then,
+ * driver/memory.c). Values control flow reads are small (scalars, masks, counters); a nonzero fill larger than
+ * CARRY_NONZERO_MAX is a buffer only kernels will read, and is left as a kernel write, which spends nothing, as
+ * native mode promises for memory the program does not copy in. */
 #include <stddef.h>
 #include <string.h>
 
@@ -66,6 +71,15 @@ int fgd_fill_kernel(const char *name, int layout, unsigned nparams, const struct
     return params[0].size == 4 && params[2].size == sizeof(uintptr_t) && width >= 1 && width <= 16;
 }
 
+#define CARRY_NONZERO_MAX (64u << 20)
+
+static int zeros(const unsigned char *v, size_t n)
+{
+    while (n && v[n - 1] == 0)
+        n--;
+    return n == 0;
+}
+
 /* The bytes of parameter i: from the kernelParams array, or at its offset in a packed buffer. */
 static const unsigned char *param(const struct CUfunc_st *f, unsigned i, void **params, const unsigned char *buf,
                                   size_t size)
@@ -92,5 +106,7 @@ int fgd_fill_launched(const struct CUfunc_st *f, void **params, const unsigned c
     fgd_alloc_ends(&data, 1, &end);
     if (!end || (end - data) / width < (size_t)n)
         return 0; /* not device memory, or past its allocation: a GPU would fault; left as a kernel write */
+    if ((size_t)n * width > CARRY_NONZERO_MAX && !zeros(value, width))
+        return 0;
     return fgd_set_pattern(data, value, width, (size_t)n) == 0;
 }
