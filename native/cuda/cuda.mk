@@ -104,6 +104,7 @@ CU_EXTRA_OBJ   := $(CU_OBJ)/stubs/extra.o
 define CU_MAJOR_SET
 CU$(1)_RUNTIME_OBJ := $(patsubst $(CU)/%.c,$(CU$(1)_OBJ)/%.o,$(wildcard $(CU)/runtime/*.c))
 CU$(1)_BLAS_OBJ    := $(CU$(1)_OBJ)/blas/cublas.o $(CU$(1)_OBJ)/blas/gemm.o $(CU$(1)_OBJ)/blas/level2.o \
+                      $(CU$(1)_OBJ)/blas/solve.o \
                       $(CU$(1)_OBJ)/blas/status.o $(CU$(1)_OBJ)/blas/record.o
 CU$(1)_LT_OBJ      := $(CU$(1)_OBJ)/blas/lt.o $(CU$(1)_OBJ)/blas/status.o $(CU$(1)_OBJ)/blas/record_lt.o
 

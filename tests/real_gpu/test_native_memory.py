@@ -77,6 +77,6 @@ def test_op_database_subset_within_tolerance(native_libs, torch211, tmp_path: Pa
     fake = native_memory.probe(torch211, ["opdb", "--samples", "3", "--ops", ",".join(native_memory.SUBSET)],
                                tmp_path / "opdb.json")
     rows = harness.compare(REAL_OPDB, fake)
-    assert len(rows) == native_memory.SUBSET_SAMPLES, sorted(rows)
+    assert set(native_memory.SUBSET) <= {k.rsplit("#", 1)[0] for k in rows}, sorted(rows)  # (and their variants)
     off = native_memory.outside_tolerance(rows)
-    assert off == {k: v for k, v in native_memory.KNOWN_OPDB.items() if k in rows}, json.dumps(off, indent=1)
+    assert set(off) == set(native_memory.KNOWN_OPDB) & set(rows), json.dumps(off, indent=1)
