@@ -13,7 +13,7 @@ VENV210_STAMP := $(VENV210)/.installed
 VENV211       := .venv-torch211
 VENV211_STAMP := $(VENV211)/.installed
 
-.PHONY: all install native catalog test test-fast soak memory-fidelity lint demo images bench clean
+.PHONY: all install native catalog test test-fast soak memory-fidelity native-memory lint demo images bench clean
 
 all: install native
 
@@ -71,6 +71,11 @@ soak: all $(VENV210_STAMP)
 memory-fidelity: all
 	$(PY) -m tests.memory_fidelity.harness --json build/memory-fidelity/workloads.json
 	$(PY) -m tests.memory_fidelity.harness --opdb --samples 3 --json build/memory-fidelity/opdb.json
+
+# Native mode (the memory oracle above) against the real H200's capture, every workload and the whole captured op
+# database under torch 2.11 (tests/real_gpu/native_memory.py); writes build/native-memory/{workloads,opdb}.json.
+native-memory: all $(VENV211_STAMP)
+	$(PY) -m tests.real_gpu.native_memory --json build/native-memory
 
 # The fast subset: no Docker, no torch.
 test-fast: $(STAMP)

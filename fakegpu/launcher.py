@@ -32,6 +32,7 @@ last CUDA activity, which libcuda keeps in a page shared with <run folder>/activ
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -248,6 +249,20 @@ def _tools_first_on_path(env: dict[str, str], root: Path, lib_dir: str | os.Path
         _prepend(env, "PATH", str(folder))
 
 
+def _nvml_alone_on_path(env: dict[str, str], root: Path, lib_dir: str | os.PathLike[str] | None) -> None:
+    # fakecuda fakes torch.cuda in Python, but pynvml, nvitop, gpustat and torch's NVML-based queries in the same
+    # process load libnvidia-ml.so.1 by name: ours must be found. Only NVML: the build's libcuda/libcudart next to
+    # it would turn the CUDA build of torch onto native mode's path.
+    from fakegpu.locations import native_lib_dir
+
+    nvml = Path(lib_dir or native_lib_dir()) / "libnvidia-ml.so.1"
+    if nvml.is_file():
+        folder = root / "nvml"
+        folder.mkdir()
+        (folder / nvml.name).symlink_to(nvml.resolve())
+        _prepend(env, "LD_LIBRARY_PATH", str(folder), sep=":")
+
+
 def _prepend(env: dict[str, str], key: str, *entries: str, sep: str = os.pathsep) -> None:
     old = env.get(key, "")
     env[key] = sep.join([*entries, *([old] if old else [])])
@@ -337,6 +352,7 @@ def prepare(
         else:
             env["FAKEGPU_RUNTIME"] = "fakecuda"
             prepend_python_hook(env, root)
+            _nvml_alone_on_path(env, root, lib_dir)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -379,7 +395,7 @@ def run(
         argv = child_argv(command, launch, mode, lib_dir)
         try:
             if limit is None:
-                rc = subprocess.run(argv, env=launch.env, check=False).returncode
+                rc = _run_in_foreground(argv, launch.env)
             else:
                 rc = _run_with_timeout(argv, launch, limit, mode)
         except FileNotFoundError as exc:
@@ -412,6 +428,42 @@ def _run_with_timeout(command: list[str], launch: LaunchEnv, limit: float, mode:
             signal.signal(sig, handler)
         if proc.poll() is None:  # the launcher itself was interrupted: leave nothing behind
             end_tree(proc)
+
+
+def _run_in_foreground(command: list[str], env: dict[str, str]) -> int:
+    """Without --timeout the command stays in the launcher's process group, so a terminal's job control and an
+    interactive program's reads work as they do without fakegpu. What a supervisor sends the launcher alone
+    (SIGTERM, SIGHUP; SIGINT too unless a terminal sent it, which delivers it to the command itself) is passed on,
+    and the launcher waits for the command and cleans up: dying at once would orphan the command and leave the
+    run's folder behind."""
+    proc = subprocess.Popen(command, env=env)
+
+    def forward(sig: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+    old: dict[int, object] = {}
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            old[sig] = signal.signal(sig, forward)
+        old[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN if _terminal_sends_sigint() else forward)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # the launcher itself failed: leave nothing behind
+            end_tree(proc)
+
+
+def _terminal_sends_sigint() -> bool:
+    """The launcher runs in the foreground of a terminal, whose Ctrl-C reaches every process of the group."""
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):
+        return False
 
 
 def _forward_signals(pgid: int) -> dict[int, object]:

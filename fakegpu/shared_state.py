@@ -15,13 +15,29 @@ real driver reaps a killed process's context. Layout (native byte order, fixed o
     12  type      1 byte   C (compute) or G (graphics)
     16  name      64 bytes what nvidia-smi shows, NUL-terminated, no tab or newline
     80  used      u64[64]  bytes in use per device index: 0 = this process does not use that device
-    592 busy      u64[64][BUSY_SLOTS] per device, the recent time slots in which this process kept it busy
+    592 busy      u64[64][BUSY_SLOTS] per device, how long this process kept it busy in each recent time slot
 
-Busy time is what utilization, power, temperature and clocks follow (native/nvml/model.c): the second before a
-query is cut into BUSY_SLOTS slots of SLOT_NS (CLOCK_MONOTONIC, which every process and container of a host
-shares), and a process that launches a kernel or copies in slot k stores k into busy[device][k % BUSY_SLOTS].
-Slot k was busy when some process's ring holds k there, so a reader needs no history of its own and a stale
-entry can never pass for a recent one.
+Busy time is what utilization, power, temperature and clocks follow (native/nvml/model.c). Time is cut into slots
+of SLOT_NS (CLOCK_MONOTONIC, which every process and container of a host shares); a device's ring holds the last
+BUSY_SLOTS of them (4 s: the temperature's memory). The word for slot k sits at busy[device][k % BUSY_SLOTS] and
+packs k (its low SLOT_BITS bits) with the microseconds of compute-bound and of memory-bound work in it
+(US_BITS each): compute in bits 14-27, memory in bits 0-13. A word whose k is not the slot a reader asks about is
+an old one, so a reader needs no history of its own and a stale entry never passes for a recent one; each word is
+one 8-byte store, so a reader never sees half of one.
+
+How busy time is told, with no kernel run. A writer reports each piece of work when it is handed to the device
+(a launch, a copy), with the time the device needs for it where that is known: native mode's libcuda models a
+GEMM from its FLOPs and a device copy from its bytes at the board's achieved rates (its profile's telemetry.*),
+and gives any other kernel KERNEL_NS; fakecuda's ops take real time on the CPU, and report that span. Work queues
+behind the work before it, as on a stream, at most BUSY_AHEAD_NS ahead of the wall clock (beyond that the device
+is saturated and the surplus is dropped); a synchronisation takes back what is queued after it, since the program
+went on as if the device had finished. Work reported less than BUSY_GAP_NS after the device's previous work
+ended continues it, the gap counting as busy with that work's kind: a program that keeps launching keeps the GPU
+fed, as its kernels would on a real one (the fake's launches are quicker than the real kernels they stand for).
+A longer pause is idle time. Kinds: WORK_COMPUTE for what runs on the tensor cores (cuBLAS GEMMs, cuDNN
+convolutions, matmuls and attention, fakecuda's matrix products, convolutions and attention), WORK_MEMORY for
+everything else (copies, fills, elementwise kernels, reductions): a real H200 draws and heats very differently for
+the two (tests/data/gpu/h200/telemetry.json).
 
 The C writer (the CUDA shims) and reader (NVML) take these numbers from native/build/gen/fg_contract.h, which
 tools/gen_contract.py writes from this module; fakecuda writes through StateFile below.
@@ -37,7 +53,7 @@ import time
 
 from fakegpu.devices import MAX_DEVICES
 
-MAGIC = b"FGSTATE2"
+MAGIC = b"FGSTATE3"  # 3: busy words carry time by kind (2: a busy bit per slot)
 # Also hook/fakegpu_hook/contract.py's CONTAINER_DIR (the hook may not import this package): gen_contract checks.
 CONTAINER_DIR = "/run/fakegpu"
 NAME_LEN = 64
@@ -46,10 +62,55 @@ OFF_TYPE = 12
 OFF_NAME = 16
 OFF_USED = OFF_NAME + NAME_LEN
 OFF_BUSY = OFF_USED + 8 * MAX_DEVICES
-BUSY_SLOTS = 64
-SLOT_NS = 1_000_000_000 // BUSY_SLOTS  # 15.625 ms: the window is the last second, as NVML's sample period
+BUSY_SLOTS = 256
+SLOT_NS = 1_000_000_000 // 64  # 15.625 ms: NVML's windows (0.2 s utilization, 1 s power) are whole slots or near
+SLOT_US = SLOT_NS // 1000
+US_BITS = 14  # microseconds of one kind in one slot: at most SLOT_US = 15625 < 2**14
+SLOT_BITS = 64 - 2 * US_BITS  # 36 bits of slot number: wraps after 34 years of uptime
+WORK_COMPUTE = 0
+WORK_MEMORY = 1
+# Launches closer than this are back-to-back work: longer than the gaps of a CPU-bound PyTorch loop (tens of
+# microseconds between launches), shorter than a sleep, a data-loading stall or a step's host-side pause.
+BUSY_GAP_NS = 2_000_000
+KERNEL_NS = 10_000  # a kernel of unknown size: the H200's smallest fills, adds and copies took 9-11 us (perf.json)
+BUSY_AHEAD_NS = 100_000_000  # how far queued work may run ahead of the wall clock
 SIZE = OFF_BUSY + 8 * BUSY_SLOTS * MAX_DEVICES
 SUFFIX = ".proc"
+
+
+_SLOT_MASK = (1 << SLOT_BITS) - 1
+_US_MASK = (1 << US_BITS) - 1
+_WORD = struct.Struct("Q")  # native order: one 8-byte store, so a reader never sees half a word
+
+
+def busy_word(word: int, k: int) -> tuple[int, int]:
+    """(compute us, memory us) a ring word holds for slot k: (0, 0) when it holds another slot."""
+    if word >> (2 * US_BITS) != k & _SLOT_MASK:
+        return 0, 0
+    return (word >> US_BITS) & _US_MASK, word & _US_MASK
+
+
+def add_busy(word: int, k: int, kind: int, us: int) -> int:
+    """The word for slot k with `us` more microseconds of `kind` (a stale word starts from zero)."""
+    compute, memory = busy_word(word, k)
+    if kind == WORK_COMPUTE:
+        compute = min(SLOT_US, compute + us)
+    else:
+        memory = min(SLOT_US, memory + us)
+    return (k & _SLOT_MASK) << (2 * US_BITS) | compute << US_BITS | memory
+
+
+class _Track:
+    """A writer's memory of a device's last work (the process's own, not shared): when it ended, its kind, and the
+    nanoseconds short of a whole microsecond per kind. fakecuda reports spans of time already spent, so nothing is
+    ever queued ahead here (native mode's writer, common/fg_state.c, also queues and takes back)."""
+
+    __slots__ = ("carry", "end", "kind")
+
+    def __init__(self) -> None:
+        self.end = -(1 << 62)
+        self.kind = WORK_MEMORY
+        self.carry = [0, 0]
 
 
 def state_dir(environ: dict[str, str] | None = None) -> str:
@@ -63,15 +124,14 @@ def state_dir(environ: dict[str, str] | None = None) -> str:
 
 
 def process_name() -> str:
-    """The command line as nvidia-smi shows it for this process ("python3 train.py")."""
+    """argv[0] as this process was started: what real NVML and nvidia-smi show for it ("python3" for
+    `python3 train.py`, tests/data/gpu/h200/smi/holding_default.txt)."""
     try:
         with open("/proc/self/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+            argv0 = f.read().split(b"\0", 1)[0].decode(errors="replace")
     except OSError:
-        argv = [sys.executable, *sys.argv]
-    if argv:
-        argv[0] = os.path.basename(argv[0])
-    return clean_name(" ".join(argv))
+        argv0 = ""
+    return clean_name(argv0 or sys.executable)
 
 
 def clean_name(name: str) -> str:
@@ -87,6 +147,7 @@ class StateFile:
         if kind not in ("C", "G"):
             raise ValueError(f"process type {kind!r}: expected 'C' (compute) or 'G' (graphics)")
         self.path = os.path.join(directory, f"{pid}{SUFFIX}")
+        self._tracks: dict[int, _Track] = {}
         header = bytearray(OFF_USED)
         header[:len(MAGIC)] = MAGIC
         struct.pack_into("=I", header, OFF_PID, pid)
@@ -114,10 +175,52 @@ class StateFile:
         # byte by byte), so a reader never sees half a counter.
         struct.pack_into("Q", self._map, OFF_USED + 8 * device, used_bytes)
 
-    def mark_busy(self, device: int, now_ns: int | None = None) -> None:
-        """The device is busy now (a kernel or a copy of this process): one store into the device's ring."""
-        k = (time.monotonic_ns() if now_ns is None else now_ns) // SLOT_NS
-        struct.pack_into("Q", self._map, OFF_BUSY + 8 * (device * BUSY_SLOTS + k % BUSY_SLOTS), k)
+    def busy(self, device: int, kind: int = WORK_MEMORY, start_ns: int | None = None,
+             end_ns: int | None = None) -> None:
+        """Work of `kind` ran on the device from start_ns to end_ns (CLOCK_MONOTONIC; both default to now: a moment's
+        work, which counts KERNEL_NS). Its time, and the gap since the previous work when that is short, goes into
+        the device's ring. fakecuda calls this at every op: the common case (back-to-back work of one kind within a
+        slot) is one read and one write of the mapping."""
+        if not 0 <= device < MAX_DEVICES:
+            raise ValueError(f"device index {device}: expected 0..{MAX_DEVICES - 1}")
+        t1 = time.monotonic_ns() if end_ns is None else end_ns
+        t0 = t1 if start_ns is None or start_ns > t1 else start_ns
+        track = self._tracks.get(device)
+        if track is None:
+            track = self._tracks[device] = _Track()
+        end = track.end
+        start = t0 if t0 > end else end
+        stop = start + KERNEL_NS if t0 == t1 else t1
+        if stop < t1:
+            stop = t1
+        if end < t0 < end + BUSY_GAP_NS:  # continues the previous work: the gap was busy with it
+            if track.kind == kind:
+                start = end
+            else:
+                self._accrue(device, track, track.kind, end, t0)
+        if stop > start:
+            self._accrue(device, track, kind, start, stop)
+        if stop > end:
+            track.end = stop
+        track.kind = kind
+
+    def _accrue(self, device: int, track: _Track, kind: int, a: int, b: int) -> None:
+        """[a, b) was busy with `kind`: each slot it overlaps gets its share, in whole microseconds (the remainder
+        carries to the next share, so many short intervals add up exactly)."""
+        carry = track.carry
+        k, last = a // SLOT_NS, (b - 1) // SLOT_NS
+        if last - k >= BUSY_SLOTS:
+            k = last - BUSY_SLOTS + 1
+        base = OFF_BUSY + 8 * device * BUSY_SLOTS
+        while k <= last:
+            lo = k * SLOT_NS
+            ns = (b if b < lo + SLOT_NS else lo + SLOT_NS) - (a if a > lo else lo) + carry[kind]
+            us, carry[kind] = divmod(ns, 1000)
+            if us:
+                offset = base + 8 * (k % BUSY_SLOTS)
+                (word,) = _WORD.unpack_from(self._map, offset)
+                _WORD.pack_into(self._map, offset, add_busy(word, k, kind, us))
+            k += 1
 
     def close(self, remove: bool = True) -> None:
         if remove:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -34,6 +35,25 @@ def _c(value: str) -> str:
 
 def _list(values: tuple[str, ...]) -> str:
     return ", ".join(_c(v) for v in values)
+
+
+LOAD_MODEL = ROOT / "profiles" / "load_model.yaml"
+
+
+def _load_model() -> list[str]:
+    import yaml
+
+    m = yaml.safe_load(LOAD_MODEL.read_text(encoding="utf-8"))["model"]
+    values = {"UTIL_PERIOD_S": m["util_period_s"], "POWER_WINDOW_S": m["power_window_s"],
+              "CLOCK_EXPONENT": m["clock_exponent"], "MEM_UTIL_COMPUTE": m["memory_util"]["compute"],
+              "MEM_UTIL_MEMORY": m["memory_util"]["memory"], "FAST_TAU_S": m["thermal"]["fast_tau_s"],
+              "SLOW_TAU_S": m["thermal"]["slow_tau_s"], "FAST_SHARE": m["thermal"]["fast_share"]}
+    slot_s = shared_state.SLOT_NS / 1e9
+    # The lags' decay over one slot, computed here so that NVML needs no libm (a spawn of nvidia-smi pays for
+    # every library it loads).
+    values["FAST_DECAY"] = math.exp(-slot_s / m["thermal"]["fast_tau_s"])
+    values["SLOW_DECAY"] = math.exp(-slot_s / m["thermal"]["slow_tau_s"])
+    return [f"#define FG_LOAD_{k} {float(v)!r}" for k, v in values.items()]
 
 
 def header() -> str:
@@ -106,7 +126,18 @@ def header() -> str:
         f"#define FG_STATE_OFF_BUSY {shared_state.OFF_BUSY}",
         f"#define FG_STATE_BUSY_SLOTS {shared_state.BUSY_SLOTS}",
         f"#define FG_STATE_SLOT_NS {shared_state.SLOT_NS}LL",
+        f"#define FG_STATE_SLOT_US {shared_state.SLOT_US}",
+        f"#define FG_STATE_US_BITS {shared_state.US_BITS}",
+        f"#define FG_STATE_SLOT_BITS {shared_state.SLOT_BITS}",
+        f"#define FG_WORK_COMPUTE {shared_state.WORK_COMPUTE}",
+        f"#define FG_WORK_MEMORY {shared_state.WORK_MEMORY}",
+        f"#define FG_STATE_BUSY_GAP_NS {shared_state.BUSY_GAP_NS}LL",
+        f"#define FG_STATE_KERNEL_NS {shared_state.KERNEL_NS}LL",
+        f"#define FG_STATE_BUSY_AHEAD_NS {shared_state.BUSY_AHEAD_NS}LL",
         f"#define FG_STATE_SIZE {shared_state.SIZE}",
+        "",
+        "/* The load model's shape, the same for every board (profiles/load_model.yaml; native/nvml/model.c). */",
+        *_load_model(),
         "",
         "/* The run's fault board (fakegpu/faults/board.py). */",
         f"#define FG_FAULT_MAGIC {_c(board.MAGIC.decode('ascii'))}",

@@ -70,7 +70,8 @@ def run(
     command: list[str] = typer.Argument(..., help="Command run on every node (after --); $NODE_RANK etc. are "
                                                   "the node's. One quoted argument with spaces runs under sh -c."),
 ) -> None:
-    """Run COMMAND on every node at once; output prefixed by node; exit status of the job (first failed node)."""
+    """Run COMMAND on every node at once; output prefixed by node; exit status of the job (first failed node).
+    torchelastic's log lines (failures, restarts, rendezvous; LOGLEVEL=INFO for torchrun) go to `cluster report`."""
     if command and command[0] == "--":  # click keeps the separator when options are not interspersed
         command = command[1:]
     try:
@@ -149,14 +150,15 @@ def report(
 @app.command()
 def fault(
     name: str = typer.Argument(..., help="Cluster name."),
-    action: str = typer.Argument(..., help="kill, pause, resume, partition, heal or gpu-lost."),
+    action: str = typer.Argument(..., help="kill, pause, resume, partition, heal, gpu-lost or kill-workers."),
     node: str = typer.Argument(..., help="The node: node-0, node-1, ..."),
     gpu: int | None = typer.Option(None, "--gpu", help="gpu-lost: the GPU's index in the node."),
     at: str = typer.Option("0", "--at", help="Delay from now (30, 30s, 2m); the command waits it out."),
     as_json: bool = typer.Option(False, "--json", help="Print the versioned JSON envelope."),
 ) -> None:
-    """Fail or recover a node: docker kill, pause/resume, partition/heal (network disconnect/reconnect), or Xid 79
-    on one of its GPUs. Recorded in the cluster's fault timeline (`cluster report`)."""
+    """Fail or recover a node: docker kill, pause/resume, partition/heal (network disconnect/reconnect), Xid 79
+    on one of its GPUs, or SIGKILL to its torchrun agent's workers (the agent lives on to restart them). Recorded
+    in the cluster's fault timeline (`cluster report`)."""
     from fakegpu.cli.faults import container_layout
     from fakegpu.cluster import faults
     from fakegpu.faults.plan import parse_duration

@@ -14,6 +14,7 @@ from fakegpu.cli import (
     fakecuda,
     faults,
     metrics,
+    perf,
     profiles,
     run,
     validate,
@@ -39,6 +40,7 @@ app.command("demo")(fakecuda.demo)
 app.command("preflight", context_settings={"allow_interspersed_args": False})(fakecuda.preflight)
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
+app.command("estimate-roofline")(perf.estimate_roofline)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.command("validate")(validate.validate)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)

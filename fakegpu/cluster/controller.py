@@ -20,12 +20,16 @@ import docker
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 
 from fakegpu.cluster import models as m
+from fakegpu.cluster.elastic import AgentLog
 from fakegpu.devices import resolve_devices
 
 Progress = Callable[[str], None]
 # Ends every process of a job in a node but the node's own init (pid 1) and the killer itself: kill(-1, ...).
 _STOP_JOB = ["python3", "-c", "import os, signal; os.kill(-1, signal.SIGTERM)"]
 _VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+# torchelastic logs restarts and rendezvous at INFO, which it hides by default; a torchrun job gets LOGLEVEL=INFO
+# (unless the node or the command sets it) so that the run record can show them.
+_TORCHRUN = re.compile(r"(^|[\s/])torchrun(\s|$)|torch\.distributed\.run\b")
 
 
 def client_from_env() -> docker.DockerClient:
@@ -45,6 +49,10 @@ class NodeOutcome:
     status: str = "running"  # ok | failed | stopped (ended by us after another node failed, or Ctrl-C)
     reason: str = ""
     tail: list[str] = field(default_factory=list)
+    log: AgentLog = field(init=False)  # torchelastic's events in this node's output
+
+    def __post_init__(self) -> None:
+        self.log = AgentLog(self.node)
 
     def as_dict(self) -> dict:
         return {"node": self.node, "rank": self.rank, "exit_code": self.exit_code, "status": self.status,
@@ -224,8 +232,9 @@ class Controller:
         execs = []
         for node in cluster.nodes:
             container = self.client.containers.get(node.container)
-            cmd = self._command(argv, container.attrs["Config"]["Env"])
-            exec_id = self.client.api.exec_create(container.id, cmd, environment={"PYTHONUNBUFFERED": "1"})["Id"]
+            node_env = container.attrs["Config"]["Env"]
+            cmd = self._command(argv, node_env)
+            exec_id = self.client.api.exec_create(container.id, cmd, environment=self._exec_env(cmd, node_env))["Id"]
             execs.append((container, exec_id))
         started = time.time()
         threads = [threading.Thread(target=self._pump, args=(o, c, e, lines), daemon=True)
@@ -274,20 +283,32 @@ class Controller:
 
         return [_VAR.sub(sub, a) for a in argv]
 
+    @staticmethod
+    def _exec_env(cmd: list[str], node_env: list[str]) -> dict[str, str]:
+        env = {"PYTHONUNBUFFERED": "1"}
+        if _TORCHRUN.search(" ".join(cmd)) and not any(e.startswith("LOGLEVEL=") for e in node_env):
+            env["LOGLEVEL"] = "INFO"
+        return env
+
     def _pump(self, outcome: NodeOutcome, container, exec_id: str, lines: queue.Queue) -> None:
         buffer = b""
         try:
             for chunk in self.client.api.exec_start(exec_id, stream=True):
+                arrival = time.time()  # the agent's own stamps are placed against it (fakegpu.cluster.elastic)
                 buffer += chunk
                 *complete, buffer = buffer.split(b"\n")
                 for raw in complete:
                     text = raw.decode(errors="replace").rstrip("\r")
                     outcome.tail = [*outcome.tail, text][-20:]
+                    outcome.log.feed(text, arrival)
                     lines.put(("line", outcome, text))
             if buffer:
-                lines.put(("line", outcome, buffer.decode(errors="replace")))
+                text = buffer.decode(errors="replace")
+                outcome.log.feed(text, time.time())
+                lines.put(("line", outcome, text))
         except (APIError, DockerException, OSError) as exc:
             outcome.reason = f"lost the node's output stream: {exc}"
+        outcome.log.close()
         self._conclude(outcome, container, exec_id)
         lines.put(("end", outcome, ""))
 
@@ -342,7 +363,8 @@ class Controller:
     @staticmethod
     def _record(state_dir: Path, argv: Sequence[str], started: float, outcomes: list[NodeOutcome],
                 code: int) -> None:
+        events = sorted((e.as_dict() for o in outcomes for e in list(o.log.events)), key=lambda e: e["time"])
         (state_dir / "run.json").write_text(json.dumps({
             "command": list(argv), "started": started, "ended": time.time(), "exit_code": code,
-            "nodes": [o.as_dict() for o in outcomes],
+            "nodes": [o.as_dict() for o in outcomes], "elastic_events": events,
         }, indent=1))

@@ -1,8 +1,9 @@
 """`fakegpu cluster fault`: node loss and recovery in a running cluster, and the timeline of what was done.
 
-A fault is one engine action on one node's container: kill, pause/resume, partition/heal (disconnect from and
-reconnect to the cluster's network, with the node's hostname as alias again, so its peers resolve it), or
-gpu-lost (Xid 79 on one of the node's GPUs). Everything is checked before anything is done or waited for.
+A fault is one action on one node: kill, pause/resume, partition/heal (disconnect from and reconnect to the
+cluster's network, with the node's hostname as alias again, so its peers resolve it), gpu-lost (Xid 79 on one of
+the node's GPUs) or kill-workers (SIGKILL to the training workers of the node's torchelastic agent, which lives
+on to restart them). Everything is checked before anything is done or waited for.
 
 A delay (`at_s`) is waited out by the caller's own process: no timer is left behind that could outlive the
 cluster or fire into a later cluster of the same name, at the price of a command that blocks until then.
@@ -37,12 +38,51 @@ from fakegpu.shared_state import CONTAINER_DIR
 if TYPE_CHECKING:
     from fakegpu.cluster.controller import Controller
 
-ACTIONS = ("kill", "pause", "resume", "partition", "heal", "gpu-lost")
+ACTIONS = ("kill", "pause", "resume", "partition", "heal", "gpu-lost", "kill-workers")
 TIMELINE = "faults.json"
 XID_LOST = 79
 # Containers started by the engine's default runtime carry the shims in their image: their board is the node's
 # own /run/fakegpu, reachable only from inside it.
 _PLAIN_RUNTIMES = ("", "runc", None)
+# Run inside the node by its own python3. torchelastic starts each worker with TORCHELASTIC_RUN_ID in its
+# environment, which the agent itself does not carry: the workers are the processes that have it and whose
+# parent does not (their own children, DataLoader workers and the like, go as they would after a crash: the
+# agent ends each worker's process group when it stops the group). Prints when the signals went out and to whom.
+_KILL_WORKERS = r"""
+import json, os, signal, time
+
+def environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    except OSError:
+        return {}
+
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+me = os.getpid()
+pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]
+workers = []
+for pid in pids:
+    env = environ(pid)
+    if b"TORCHELASTIC_RUN_ID" in env and b"TORCHELASTIC_RUN_ID" not in environ(parent(pid)):
+        workers.append({"pid": pid, "rank": int(env.get(b"RANK", b"-1")),
+                        "local_rank": int(env.get(b"LOCAL_RANK", b"-1"))})
+at = time.time()
+killed = []
+for w in workers:
+    try:
+        os.kill(w["pid"], signal.SIGKILL)
+        killed.append(w)
+    except ProcessLookupError:
+        pass
+print(json.dumps({"time": at, "killed": killed}))
+"""
 
 
 @dataclass(frozen=True)
@@ -134,9 +174,36 @@ def _lose_gpu(client: Any, container: Any, gpu: int, layout: Callable[[], Contai
     return text
 
 
-def _act(controller: Controller, target: Target, layout: Callable[[], ContainerLayout] | None) -> str:
+def _kill_workers(container: Any, node: str) -> tuple[str, float]:
+    code, out = container.exec_run(["python3", "-c", _KILL_WORKERS],
+                                   environment={"FAKEGPU_RUNTIME": ""})  # no fakecuda (and no report) for it
+    text = out.decode(errors="replace").strip()
+    try:
+        done = json.loads(text.splitlines()[-1])
+    except (ValueError, IndexError):
+        done = None
+    if code != 0 or not isinstance(done, dict):
+        raise m.ClusterError(f"the worker search in {node} exited {code}: {text[-500:]}")
+    if not done["killed"]:
+        raise m.ClusterError(f"no torchelastic workers running on {node} (is a torchrun job running there?)")
+    who = ", ".join(f"rank {w['rank']} (local rank {w['local_rank']}, pid {w['pid']})"
+                    for w in sorted(done["killed"], key=lambda w: w["rank"]))
+    return f"SIGKILL to {len(done['killed'])} worker(s): {who}", float(done["time"])
+
+
+def _act(controller: Controller, target: Target,
+         layout: Callable[[], ContainerLayout] | None) -> tuple[str, float | None]:
+    """Do the action; returns what was done and, where the node knows better than we do, when."""
     client = controller.client
     container = client.containers.get(target.node.container)
+    action = target.action
+    if action == "kill-workers":
+        # the node's clock is the host's (one kernel); its time is the kill's, not docker exec's return
+        return _kill_workers(container, target.node.hostname)
+    return _engine_act(client, container, target, layout), None
+
+
+def _engine_act(client: Any, container: Any, target: Target, layout: Callable[[], ContainerLayout] | None) -> str:
     action = target.action
     if action == "kill":
         container.kill()
@@ -173,13 +240,15 @@ def apply(controller: Controller, target: Target, at_s: float = 0.0,
             now = None
         if now != target.cluster.run_id:  # downed, or downed and up again, while we waited: not ours to hit
             raise m.ClusterError(f"cluster {target.cluster.name} was taken down during the wait; nothing done")
+    applied: float | None = None
     try:
-        detail, outcome = _act(controller, target, layout), "ok"
+        (detail, applied), outcome = _act(controller, target, layout), "ok"
     except DockerException as exc:
         detail, outcome = getattr(exc, "explanation", None) or str(exc), "failed"
     except (FakeGPUError, OSError) as exc:  # the fault board's refusals (ContainerNotUsable, ...) among them
         detail, outcome = getattr(exc, "message", None) or str(exc), "failed"
-    event = FaultEvent(time.time(), requested, target.action, target.node.hostname, target.gpu, outcome, detail)
+    event = FaultEvent(applied or time.time(), requested, target.action, target.node.hostname, target.gpu, outcome,
+                       detail)
     record(target.cluster.state_dir, event)
     if outcome == "failed":
         raise m.ClusterError(f"{target.action} on {target.node.hostname} failed: {detail}")

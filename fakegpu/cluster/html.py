@@ -67,6 +67,11 @@ def _bars_svg(doc: dict, width: int = 720) -> str:
     return "".join(parts)
 
 
+def _rank(p: dict) -> str:
+    restart = p.get("restart_count")
+    return f"{p['rank']}" + (f" (restart {restart})" if restart else "")
+
+
 def _table(doc: dict) -> str:
     head = ("<tr><th>node</th><th>status</th><th>rank</th><th>device</th><th>peak allocated</th>"
             "<th>peak reserved</th><th>peak used</th><th>capacity</th><th>verdict</th><th>collectives</th></tr>")
@@ -79,28 +84,64 @@ def _table(doc: dict) -> str:
             coll = ", ".join(f"{op}: {s['calls']}" for op, s in p["collectives"].items()) or "-"
             for d in p["devices"]:
                 body.append(
-                    f"<tr><td>{n['node']}</td><td>{escape(n['status'])}</td><td>{p['rank']}</td>"
+                    f"<tr><td>{n['node']}</td><td>{escape(n['status'])}</td><td>{_rank(p)}</td>"
                     f"<td>cuda:{d['index']} {escape(d['name'])}</td><td>{d['peak_allocated_bytes'] // MiB} MiB</td>"
                     f"<td>{d['peak_reserved_bytes'] // MiB} MiB</td><td>{d['peak_used_bytes'] // MiB} MiB</td>"
                     f"<td>{d['capacity_bytes'] // MiB} MiB</td><td>{d['verdict']}</td><td>{escape(coll)}</td></tr>")
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def _faults_table(doc: dict) -> str:
-    faults = doc.get("faults", [])
-    if not faults:
-        return "<p>No faults were injected (<code>fakegpu cluster fault</code>).</p>"
-    job = doc["job"]
-    head = "<tr><th>time (UTC)</th><th>into the job</th><th>action</th><th>node</th><th>GPU</th>" \
-           "<th>outcome</th><th>detail</th></tr>"
+_SOURCE_LABEL = {"fault": "fakegpu cluster fault", "torchelastic": "torchelastic log", "job": "job output"}
+
+
+def _timeline_rows(doc: dict) -> list[tuple[float, str, str, str, str]]:
+    """(time, source, node, what, detail) of every injected fault and recognised log event, in time order."""
     rows = []
-    for f in faults:
-        into = "-" if job is None else f"{f['time'] - job['started']:+.1f} s"
-        gpu = "-" if f["gpu"] is None else f["gpu"]
-        rows.append(f"<tr><td>{time.strftime('%H:%M:%S', time.gmtime(f['time']))}</td><td>{into}</td>"
-                    f"<td>{escape(f['action'])}</td><td>{escape(f['node'])}</td><td>{gpu}</td>"
-                    f"<td>{escape(f['outcome'])}</td><td>{escape(f['detail'])}</td></tr>")
-    return f"<table>{head}{''.join(rows)}</table>"
+    for f in doc.get("faults", []):
+        what = f["action"] + ("" if f["gpu"] is None else f" GPU {f['gpu']}")
+        rows.append((f["time"], "fault", f["node"], what, f"{f['outcome']}: {f['detail']}"))
+    for e in doc.get("elastic", {}).get("events", []):
+        rows.append((e["time"], e["source"], e["node"], e["kind"], e["detail"]))
+    return sorted(rows, key=lambda r: r[0])
+
+
+def _recoveries(doc: dict) -> str:
+    items = []
+    for r in doc.get("elastic", {}).get("recoveries", []):
+        if r["rendezvous_s"] is None:
+            back = "<b>not recovered</b>: the log shows no new rendezvous of every node after it"
+        else:
+            back = f"every node's agent completed a rendezvous {r['rendezvous_s']:.1f} s later"
+            if r["first_output_s"] is not None:
+                back += f", and the new workers of every node printed progress {r['first_output_s']:.1f} s later"
+            back += (f"; <b>time lost {r['time_lost_s']:.1f} s</b>" if r["recovered"]
+                     else "; <b>not recovered</b>: a new worker group failed")
+        restarts = ", ".join(f"{escape(n)} {c}" for n, c in r["restarts"].items())
+        items.append(f"<li>{escape(r['action'])} {escape(r['node'])}: {back} (worker group restarts: {restarts})"
+                     "</li>")
+    return f"<ul>{''.join(items)}</ul>" if items else ""
+
+
+def _faults_table(doc: dict) -> str:
+    rows = _timeline_rows(doc)
+    if not rows:
+        return "<p>No faults were injected (<code>fakegpu cluster fault</code>) and no restarts were logged.</p>"
+    job = doc["job"]
+    head = "<tr><th>time (UTC)</th><th>into the job</th><th>source</th><th>node</th><th>what</th>" \
+           "<th>detail</th></tr>"
+    body = []
+    for when, source, node, what, detail in rows:
+        into = "-" if job is None else f"{when - job['started']:+.1f} s"
+        body.append(f"<tr><td>{time.strftime('%H:%M:%S', time.gmtime(when))}.{int(when % 1 * 1000):03d}</td>"
+                    f"<td>{into}</td><td>{_SOURCE_LABEL.get(source, escape(source))}</td><td>{escape(node)}</td>"
+                    f"<td>{escape(what)}</td><td>{escape(detail)}</td></tr>")
+    sources = doc.get("elastic", {}).get("sources", {})
+    note = ("<p>Rows from the torchelastic log are the agents' own log lines and rows from job output the workers' "
+            "own lines, as <code>cluster run</code> received them; nothing is inferred. "
+            + " ".join(f"{escape(k)}: {escape(v)}." for k, v in sources.items())
+            + " Restarts and rendezvous are logged at INFO (LOGLEVEL=INFO, set by <code>cluster run</code> for "
+            "torchrun unless the node or the command sets LOGLEVEL).</p>")
+    return f"<table>{head}{''.join(body)}</table>{_recoveries(doc)}{note}"
 
 
 def render(doc: dict) -> str:

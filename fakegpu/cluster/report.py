@@ -1,6 +1,7 @@
 """The merged cluster report: every process report (fakecuda-process) and activity document
-(fakecuda-activity) of every node, plus the last run's outcome, as one document checked against
-fakegpu.reports' cluster-report schema. Reads only the host's state folder, so it works after `cluster down`."""
+(fakecuda-activity) of every node, plus the last run's outcome, the fault timeline and what torchelastic's agents
+logged (fakegpu.cluster.elastic), as one document checked against fakegpu.reports' cluster-report schema. Reads
+only the host's state folder, so it works after `cluster down`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu import reports
+from fakegpu.cluster import elastic
 from fakegpu.cluster import models as m
 from fakegpu.cluster.faults import timeline
 from fakegpu.fakecuda.report import ACTIVITY_SCHEMA, PROCESS_SCHEMA
@@ -58,7 +60,8 @@ def _processes(folder: Path) -> list[dict[str, Any]]:
             })
         out.append({
             "pid": pid, "name": rep["name"], "rank": act.get("rank"), "local_rank": act.get("local_rank"),
-            "world_size": act.get("world_size"), "uncaught_exception": rep["uncaught_exception"],
+            "world_size": act.get("world_size"), "restart_count": act.get("restart_count"),
+            "uncaught_exception": rep["uncaught_exception"],
             "oom": rep["oom"]["occurred"], "devices": devices, "collectives": act.get("collectives", {}),
             "has_activity": bool(act),
         })
@@ -101,6 +104,7 @@ def merge(state_dir: Path) -> dict[str, Any]:
         raise m.ClusterNotFound(f"no cluster state in {state_dir} (was `fakegpu cluster up` run for it?)")
     run = _load(state_dir / "run.json")
     outcomes = {o["node"]: o for o in (run or {}).get("nodes", [])}
+    events = (run or {}).get("elastic_events", [])
     nodes, missing = [], []
     for rank in range(meta["nodes"]):
         host = f"node-{rank}"
@@ -114,8 +118,10 @@ def merge(state_dir: Path) -> dict[str, Any]:
             "node": host, "node_rank": rank, "status": outcome["status"], "exit_code": outcome["exit_code"],
             "reason": outcome["reason"], "devices": _device_totals(procs), "processes": procs,
             "collectives": _sum_collectives([p["collectives"] for p in procs]),
+            "restarts": elastic.restarts(events, host),
         })
-    ranks = sorted((p for n in nodes for p in n["processes"] if p["rank"] is not None), key=lambda p: p["rank"])
+    # a rank restarted by torchelastic has a report per start: count ranks, not processes
+    ranks = {p["rank"] for n in nodes for p in n["processes"] if p["rank"] is not None}
     all_devices = [d for n in nodes for d in n["devices"]]
     if run is None:
         verdict = "no-run"
@@ -125,14 +131,17 @@ def merge(state_dir: Path) -> dict[str, Any]:
         verdict = "oom"
     else:
         verdict = "tight" if any(d["verdict"] == "tight" for d in all_devices) else "fits"
+    job = None if run is None else {k: run[k] for k in ("command", "started", "ended", "exit_code")}
+    faults = timeline(state_dir)
     return {
         "schema": SCHEMA, "cluster": meta["name"], "run_id": meta["run_id"],
         "mode": meta["mode"], "image": meta["image"], "devices_spec": meta["devices"], "nnodes": meta["nodes"],
         "generated": time.time(),
-        "job": None if run is None else {k: run[k] for k in ("command", "started", "ended", "exit_code")},
-        "verdict": verdict, "rank_count": len(ranks), "nodes_without_reports": missing,
+        "job": job, "verdict": verdict, "rank_count": len(ranks), "nodes_without_reports": missing,
         "collectives": _sum_collectives([n["collectives"] for n in nodes]), "nodes": nodes,
-        "faults": timeline(state_dir),
+        "faults": faults,
+        "elastic": {"sources": elastic.SOURCE, "events": events,
+                    "recoveries": elastic.recoveries(faults, events, [n["node"] for n in nodes], job)},
     }
 
 
@@ -149,7 +158,8 @@ def summary(doc: dict) -> str:
     for n in doc["nodes"]:
         for p in sorted(n["processes"], key=lambda p: (p["rank"] is None, p["rank"])):
             for d in p["devices"]:
-                rows.append((n["node"], n["status"], p["rank"], f"cuda:{d['index']}",
+                rank = p["rank"] if not p.get("restart_count") else f"{p['rank']} (restart {p['restart_count']})"
+                rows.append((n["node"], n["status"], rank, f"cuda:{d['index']}",
                              human_bytes(d["peak_allocated_bytes"]), human_bytes(d["peak_reserved_bytes"]),
                              human_bytes(d["capacity_bytes"]), d["verdict"]))
         if not n["processes"]:
@@ -160,4 +170,20 @@ def summary(doc: dict) -> str:
     body = table(rows, ["node", "status", "rank", "device", "peak alloc", "peak reserved", "capacity", "verdict"])
     faults = ", ".join(f"{f['action']} {f['node']}" + (f" gpu {f['gpu']}" if f["gpu"] is not None else "")
                        + ("" if f["outcome"] == "ok" else " (failed)") for f in doc.get("faults", []))
-    return f"{head}\n{body}\ncollectives: {calls or 'none'}\nfaults: {faults or 'none'}"
+    text = f"{head}\n{body}\ncollectives: {calls or 'none'}\nfaults: {faults or 'none'}"
+    if any(n.get("restarts") for n in doc["nodes"]):
+        text += "\nrestarts (torchelastic's log): " + ", ".join(f"{n['node']} {n['restarts']}" for n in doc["nodes"])
+    for r in doc.get("elastic", {}).get("recoveries", []):
+        text += f"\nafter {r['action']} {r['node']}: {_recovery_text(r)}"
+    return text
+
+
+def _recovery_text(r: dict) -> str:
+    if r["rendezvous_s"] is None:
+        return "not recovered: the log shows no new rendezvous of every node"
+    text = f"every node rendezvoused again after {r['rendezvous_s']:.1f} s"
+    if r["first_output_s"] is not None:
+        text += f", printed progress after {r['first_output_s']:.1f} s"
+    if not r["recovered"]:
+        return f"not recovered: {text}, but a new worker group failed"
+    return text + f"; time lost {r['time_lost_s']:.1f} s"

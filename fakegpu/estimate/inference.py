@@ -130,7 +130,7 @@ def phase_components(model: LoadedModel, opts: InferenceOptions) -> dict[str, di
 
 def phase_totals(model: LoadedModel, opts: InferenceOptions) -> dict[str, dict]:
     """Per phase: components, and the predicted max_memory_allocated / max_memory_reserved / nvidia-smi used."""
-    context = runtime.cuda_context_bytes(model.compute_capability)
+    context = runtime.non_pytorch_bytes(model.compute_capability)
     other = runtime.nccl_bytes(opts.tensor_parallel)
     out = {}
     for phase, parts in phase_components(model, opts).items():

@@ -95,6 +95,7 @@ def estimate_llm(
         "runtime": {
             "compute_capability": f"{cc[0]}.{cc[1]}",
             "cuda_context_bytes": runtime.cuda_context_bytes(cc),
+            "non_pytorch_bytes": runtime.non_pytorch_bytes(cc),
             "cublas_workspace_bytes": runtime.cublas_workspace_bytes(cc),
             "nccl_bytes": runtime.nccl_bytes(options.tensor_parallel),
             "allocator_round_bytes": runtime.ALLOC_ROUND,
@@ -127,7 +128,7 @@ def _model_section(ckpt: Checkpoint, cfg: ModelConfig, summary: WeightSummary) -
 
 
 def _target_section(model: LoadedModel, opts: InferenceOptions, profile: Profile, phases: dict) -> dict:
-    context = runtime.cuda_context_bytes(model.compute_capability)
+    context = runtime.non_pytorch_bytes(model.compute_capability)
     peak = peak_of(phases)
     out = verdict(profile, peak["max_memory_reserved"], context, peak["nvidia_smi_used"])
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fakegpu.cuda_overheads import cublas_workspace_bytes, cuda_context_bytes
+from fakegpu.cuda_overheads import cublas_workspace_bytes, cuda_context_bytes, non_pytorch_bytes
 from fakegpu.fakecuda.allocator import (
     K_LARGE_BUFFER,
     K_MIN_BLOCK_SIZE,
@@ -17,7 +17,8 @@ from fakegpu.fakecuda.allocator import (
     K_SMALL_SIZE,
 )
 
-__all__ = ["cublas_workspace_bytes", "cuda_context_bytes"]  # part of this module's interface for the estimators
+# part of this module's interface for the estimators
+__all__ = ["cublas_workspace_bytes", "cuda_context_bytes", "non_pytorch_bytes"]
 
 MIB = 1 << 20
 

@@ -397,7 +397,7 @@ def _totals(phases: dict, cc: tuple[int, int], gpus: int, details: dict | None =
     details = details or {}
     init_cache = details.get("init_cache", 0)
     cached_only = details.get("cached_only", {})
-    context = runtime.cuda_context_bytes(cc) + runtime.nccl_bytes(gpus)
+    context = runtime.non_pytorch_bytes(cc) + runtime.nccl_bytes(gpus)
     out = {}
     for name, parts in phases.items():
         ints = {k: int(v) for k, v in parts.items()}
@@ -443,7 +443,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
         "notes": _notes(cfg, options, profile),
     }
     if profile is not None:
-        context = runtime.cuda_context_bytes(cc) + runtime.nccl_bytes(options.gpus)
+        context = runtime.non_pytorch_bytes(cc) + runtime.nccl_bytes(options.gpus)
         out = verdict(profile, peak["max_memory_reserved"], context, peak["nvidia_smi_used"])
 
         def ok(mb: int) -> bool:

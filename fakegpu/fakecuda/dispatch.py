@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,8 +45,16 @@ _local = threading.local()
 
 # Matrix products that go to cuBLAS on CUDA (after the dispatcher has decomposed matmul/linear/einsum).
 _GEMMS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.mv, aten.addmv, aten._addmm_activation}
+# What runs on the tensor cores on a GPU (cuBLAS, cuDNN convolutions, fused attention): compute work, which a GPU's
+# power and temperature follow most; every other op is memory work (native/nvml/model.c).
+_TENSOR_CORE = _GEMMS | {aten.convolution, aten.convolution_backward, aten._scaled_dot_product_flash_attention,
+                         aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_cudnn_attention,
+                         aten._scaled_dot_product_flash_attention_backward,
+                         aten._scaled_dot_product_efficient_attention_backward}
 # addmm with a 1-D bias is cuBLASLt's fused bias GEMM (linear's forward), with a workspace of its own.
 _LT = {aten.addmm, aten._addmm_activation}
+# Ops PyTorch's CUDA backend runs through cuDNN (cudnn enabled, its default): their first call loads cuDNN's kernels.
+_CUDNN = {aten.convolution, aten.convolution_backward, aten.cudnn_convolution, aten.cudnn_batch_norm}
 
 
 # ops fidelity.py knows fakecuda's memory does not match CUDA's for: counted, so reports can say so
@@ -99,11 +108,12 @@ class ChargeMode(TorchDispatchMode):
             raise gpu_lost_error(lost) from None
 
     def _dispatch(self, func, args, kwargs):
+        started = time.monotonic_ns()  # the op's CPU time is the device's busy time (shared_state.py)
         device = kwargs.get("device")
         # (device="cpu" says nothing: a fake tensor's options name the CPU, so C++ code that means "the input's
         # device", autograd's backward of a dtype conversion for one, asks for it)
         if type(device) is torch.device and device.type == "cuda":
-            return self._factory(func, args, kwargs, device)
+            return self._factory(func, args, kwargs, device, started)
         backward = in_backward()
         if backward:
             # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
@@ -118,7 +128,7 @@ class ChargeMode(TorchDispatchMode):
         index = self._device(args, kwargs)
         if index is None:
             return out
-        self.runtime.ran(index)
+        self.runtime.ran(index, func.overloadpacket in _TENSOR_CORE, started)
         if backward and func is aten.add.Tensor:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):
@@ -128,6 +138,8 @@ class ChargeMode(TorchDispatchMode):
         if gap is not None:
             calls = self.runtime.gap_calls
             calls[gap] = calls.get(gap, 0) + 1
+        if packet in _CUDNN:
+            self.runtime.loaded(index, "cudnn")
         if packet is aten.convolution_backward:
             self._convolution_backward(index, args, out)
             return out
@@ -146,7 +158,7 @@ class ChargeMode(TorchDispatchMode):
             self._reduction(func, index, args, kwargs)
         return out
 
-    def _factory(self, func, args: tuple, kwargs: dict, device: torch.device):
+    def _factory(self, func, args: tuple, kwargs: dict, device: torch.device, started: int):
         """A creation op for a CUDA device that reached the dispatcher: Python code running inside one of
         FakeCudaMode's handlers, where the mode is off the stack (torch's fractional max pooling draws its
         samples with `torch.rand(..., device=input.device)`, svd_lowrank its test matrix). Made on the CPU and
@@ -154,7 +166,7 @@ class ChargeMode(TorchDispatchMode):
         out = func(*args, **{**kwargs, "device": torch.device("cpu")})
         if not getattr(_local, "off", 0):
             index = self.runtime.current if device.index is None else device.index
-            self.runtime.ran(index)
+            self.runtime.ran(index, False, started)
             self._charge(out, index, set(), func)
             if func is aten._to_copy.default and self._index_of(args[0]) is None:  # from the host
                 self._transient(index, copies.to_device(args[0], out))
@@ -217,6 +229,7 @@ class ChargeMode(TorchDispatchMode):
         """What a cuBLAS call takes beyond its output, for the call only: a contiguous copy of each operand
         whose layout cuBLAS cannot read (ATen's prepare_matrix_for_cublas; a stride-0 gradient from sum's
         backward is one), then the workspace."""
+        self.runtime.loaded(index, "cublas")
         copies = [self.runtime.malloc(index, n) for n in _operand_copies(packet, args)]
         try:
             workspaces = self.runtime.workspaces

@@ -18,7 +18,7 @@ from fakegpu.fakecuda.backward import in_backward, wrap_tensor_hook
 from fakegpu.fakecuda.dispatch import suspended
 from fakegpu.fakecuda.dtensor import badge_locals, local_index
 from fakegpu.fakecuda.runtime import Runtime
-from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, malloc, unbadge
+from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, launched, malloc, unbadge
 
 Handler = Callable[["FakeCudaMode", Any, tuple, dict], Any]
 HANDLERS: dict[Any, Handler] = {}
@@ -185,6 +185,8 @@ def factory(mode: FakeCudaMode, func, args, kwargs):
     if isinstance(probe, torch.Tensor):
         nbytes = probe.untyped_storage().nbytes()
         block = malloc(mode.runtime, index, nbytes) if nbytes else None
+        if nbytes and func not in _NO_KERNEL:
+            launched(mode.runtime, index)
     with suspended():
         out = func(*args, **{**kwargs, "device": "cpu"})
     if isinstance(out, torch.Tensor):
@@ -194,6 +196,8 @@ def factory(mode: FakeCudaMode, func, args, kwargs):
 
 # torch.tensor/as_tensor on meta copy nothing but still walk the data; the result is sized after creation.
 _NO_META: set[Any] = {torch.tensor, torch.as_tensor, torch.asarray}
+# Creation ops that launch no kernel on CUDA: uninitialised memory, and copies of host data (which _NO_META's are).
+_NO_KERNEL: set[Any] = {torch.empty, torch.empty_like, torch.empty_strided, *_NO_META}
 
 
 @register(torch.Tensor.to)

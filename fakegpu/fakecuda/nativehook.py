@@ -19,9 +19,9 @@ from typing import Any
 
 from fakegpu.fakecuda.report import PROCESS_SCHEMA
 from fakegpu.shared_state import process_name
+from fakegpu.sizes import parse_bytes
 
-_REQUESTED = re.compile(r"Tried to allocate ([0-9.]+) (B|KiB|MiB|GiB)")
-_UNIT = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+_REQUESTED = re.compile(r"Tried to allocate ([0-9.]+ (?:B|KiB|MiB|GiB))")
 _state: dict[str, Any] = {"uncaught": None, "message": None}
 
 
@@ -49,7 +49,7 @@ def process_report(torch: Any) -> dict[str, Any] | None:
     message = _state["message"]
     requested = None
     if message and (m := _REQUESTED.search(message)):
-        requested = int(float(m.group(1)) * _UNIT[m.group(2)])
+        requested = parse_bytes(m.group(1))
     return {
         "schema": PROCESS_SCHEMA,
         "mode": "native",

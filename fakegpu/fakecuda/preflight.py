@@ -96,8 +96,38 @@ def _with_context(processes: list[dict[str, Any]], native_reports: dict[int, dic
             d["peak_used_bytes"] = context + d["peak_reserved_bytes"]
 
 
+def request_reports(env: dict[str, str], root: str | os.PathLike[str], mode: str, report_dir: str) -> None:
+    """Have a command's processes write their memory reports into `report_dir`, in the environment `prepare` made
+    under `root`: fakecuda's own at exit; in native mode torch's statistics (nativehook.py, through the start hook
+    fakecuda uses) and the native libraries' per-process report. The one place it is set up: preflight and
+    `fakegpu validate`'s memory expectations both ask through it, and read the answers with `gather`."""
+    from fakegpu.launcher import prepend_python_hook
+
+    env["FAKEGPU_REPORT_DIR"] = report_dir
+    if mode == "native":
+        env["FAKEGPU_TORCH_REPORT"] = "1"
+        prepend_python_hook(env, root)
+
+
+def gather(report_dir: str | os.PathLike[str], mode: str) -> list[dict[str, Any]]:
+    """The processes' reports `request_reports` asked for; in native mode each with its CUDA context's bytes from
+    the native libraries' report of the same process."""
+    processes = collect(str(report_dir))
+    if mode == "native":
+        natives = {}
+        for path in Path(report_dir).glob("fakegpu-native-*.json"):
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if doc.get("schema") == NATIVE_SCHEMA:
+                natives[doc["pid"]] = doc
+        _with_context(processes, natives)
+    return processes
+
+
 def _run(command: list[str], devices: str, mode: str, environ: dict[str, str] | None, stdout) -> tuple[int, list]:
-    from fakegpu.launcher import prepare, prepend_python_hook  # the one place a child's fake-GPU environment is made
+    from fakegpu.launcher import prepare  # the one place a child's fake-GPU environment is made
 
     base = dict(os.environ if environ is None else environ)
     if mode == "native":
@@ -107,34 +137,22 @@ def _run(command: list[str], devices: str, mode: str, environ: dict[str, str] | 
     try:
         report_dir = os.path.join(launch.root, "reports")
         os.makedirs(report_dir)
-        env = {**launch.env, "FAKEGPU_REPORT_DIR": report_dir}
-        if mode == "native":
-            # torch's own statistics at exit (nativehook.py), through the start hook fakecuda uses
-            env["FAKEGPU_TORCH_REPORT"] = "1"
-            prepend_python_hook(env, launch.root)
+        env = dict(launch.env)
+        request_reports(env, launch.root, mode, report_dir)
         try:
             returncode = subprocess.run(command, env=env, stdout=stdout).returncode
         except OSError as exc:
             returncode = 127
             print(f"fakegpu preflight: cannot run {command[0]!r}: {exc}", file=sys.stderr)
-        processes = collect(report_dir)
-        if mode == "native":
-            natives = {}
-            for path in Path(report_dir).glob("fakegpu-native-*.json"):
-                try:
-                    doc = json.loads(path.read_text())
-                except (OSError, ValueError):
-                    continue
-                if doc.get("schema") == NATIVE_SCHEMA:
-                    natives[doc["pid"]] = doc
-            _with_context(processes, natives)
+        processes = gather(report_dir, mode)
     finally:
         launch.cleanup()
     return returncode, processes
 
 
-def _document(command: list[str], devices: str, mode: str, returncode: int,
-              processes: list[dict[str, Any]]) -> dict[str, Any]:
+def document(command: list[str], devices: str, mode: str, returncode: int,
+             processes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The preflight document of a command's run: its verdict and per-device peaks from its processes' reports."""
     name, notes = verdict(returncode, processes)
     if mode == "native" and not processes and returncode == 0:
         notes = ["no process initialised CUDA through torch in native mode"]
@@ -216,9 +234,9 @@ def run_preflight(command: list[str], devices: str, environ: dict[str, str] | No
     if mode not in MODES:
         raise ValueError(f"unknown preflight mode {mode!r}; expected one of: {', '.join(MODES)}")
     if mode == "both":
-        native = _document(command, devices, "native", *_run(command, devices, "native", environ, stdout))
-        fake = _document(command, devices, "fakecuda", *_run(command, devices, "fakecuda", environ, stdout))
+        native = document(command, devices, "native", *_run(command, devices, "native", environ, stdout))
+        fake = document(command, devices, "fakecuda", *_run(command, devices, "fakecuda", environ, stdout))
         return _both(native, fake)
-    return _document(command, devices, mode, *_run(command, devices, mode, environ, stdout))
+    return document(command, devices, mode, *_run(command, devices, mode, environ, stdout))
 
 

@@ -80,6 +80,7 @@ def activity_report(rt: Runtime, timeline: dict[int, list[list[float]]]) -> dict
         "local_rank": _env_int("LOCAL_RANK"),
         "world_size": _env_int("WORLD_SIZE"),
         "node_rank": _env_int("GROUP_RANK"),
+        "restart_count": _env_int("TORCHELASTIC_RESTART_COUNT"),
         "collectives": dist.collective_stats() if dist is not None else {},
         "timeline": [{"index": i, "samples": s} for i, s in sorted(timeline.items())],
     }

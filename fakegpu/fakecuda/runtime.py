@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fakegpu.cuda_overheads import cuda_context_bytes
+from fakegpu.cuda_overheads import cuda_context_bytes, lazy_context_bytes
 from fakegpu.devices import Device, resolve_devices
 from fakegpu.devices.cuda_view import cuda_view
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
@@ -32,6 +32,8 @@ class FakeDevice:
     # its board): nvidia-smi shows the process's memory there.
     board: int = -1
     initialized: bool = False  # a context exists once the device is first used, as with real CUDA
+    context_bytes: int = 0  # what the context holds now: created, then grown by lazy loading (cuda_overheads)
+    context_parts: set[str] = field(default_factory=set)  # the lazy parts charged so far
 
     def __post_init__(self) -> None:
         if self.board < 0:
@@ -55,7 +57,8 @@ class Runtime:
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
     workspaces: Workspaces | None = None  # cuBLAS workspaces; set up by the torch layer (it raises torch's OOM)
     on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
-    on_busy: Callable[[int], None] | None = None  # called with the board an op ran on (state.py: utilization)
+    # called with the board an op ran on, whether it was compute work, and when it began (state.py: utilization)
+    on_busy: Callable[[int, bool, int | None], None] | None = None
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
@@ -91,29 +94,50 @@ class Runtime:
         return 0 <= index < len(self.devices)
 
     def context_bytes(self, index: int) -> int:
-        """Device memory the CUDA context takes on this device (charged on first use, outside the allocator)."""
+        """Device memory the CUDA context holds on this device: what it took when created (on first use), grown
+        since by lazy loading; outside the allocator. FAKEGPU_CUDA_CONTEXT_MIB pins it, growth included."""
+        dev = self.devices[index]
+        if dev.initialized:
+            return dev.context_bytes
         if self.context_override is not None:
             return self.context_override
-        return cuda_context_bytes(self.devices[index].profile.compute_capability)
+        return cuda_context_bytes(dev.profile.compute_capability)
 
     def touch(self, index: int) -> FakeDevice:
         """The device, with its CUDA context created on first use (the context takes device memory)."""
         dev = self.devices[index]
         if not dev.initialized:
+            created = self.context_bytes(index)
             dev.initialized = True
-            dev.allocator.non_pytorch_bytes += self.context_bytes(index)
-            self.usage_changed()
+            self._hold(dev, created)
         return dev
+
+    def loaded(self, index: int, part: str) -> None:
+        """The context grows once per device at its first kernel launch (`first_launch`) and when cuBLAS or cuDNN
+        first run (`cublas`, `cudnn`), as lazy module loading makes a real one (fakegpu.cuda_overheads)."""
+        dev = self.touch(index)
+        if part in dev.context_parts:
+            return
+        dev.context_parts.add(part)
+        if self.context_override is None:
+            self._hold(dev, lazy_context_bytes(dev.profile.compute_capability, part))
+
+    def _hold(self, dev: FakeDevice, nbytes: int) -> None:
+        dev.context_bytes += nbytes
+        dev.allocator.non_pytorch_bytes += nbytes
+        self.usage_changed()
 
     def usage_changed(self) -> None:
         if self.on_usage is not None:
             self.on_usage()
 
-    def ran(self, index: int) -> None:
-        """An op ran on the device: a lost GPU refuses it (ModelGPULost), a live one is busy now."""
+    def ran(self, index: int, compute: bool = False, started_ns: int | None = None) -> None:
+        """An op ran on the device (since started_ns, CLOCK_MONOTONIC; tensor-core math when `compute`): a lost GPU
+        refuses it (ModelGPULost), a live one was busy with it."""
         self.check_lost(index)
+        self.loaded(index, "first_launch")
         if self.on_busy is not None:
-            self.on_busy(self.devices[index].board)
+            self.on_busy(self.devices[index].board, compute, started_ns)
 
     def check_lost(self, index: int) -> None:
         """ModelGPULost when the device's GPU fell off the bus (the run's fault board)."""

@@ -14,7 +14,7 @@ import os
 import threading
 
 from fakegpu.fakecuda.runtime import Runtime
-from fakegpu.shared_state import SUFFIX, StateFile, process_name, state_dir
+from fakegpu.shared_state import SUFFIX, WORK_COMPUTE, WORK_MEMORY, StateFile, process_name, state_dir
 
 
 class Publisher:
@@ -57,12 +57,13 @@ class Publisher:
                     self.file.set(index, now)
             self.published = used
 
-    def busy(self, board: int) -> None:
-        """An op ran on the board: mark the moment (one store; no lock, the file only goes at close)."""
+    def busy(self, board: int, compute: bool = False, started_ns: int | None = None) -> None:
+        """An op ran on the board, from started_ns until now: its time goes into the ring (no lock: the file only
+        goes at close; two threads' ops on one board may lose a few microseconds to each other)."""
         f = self.file
         if f is not None and not self.closed:
             try:
-                f.mark_busy(board)
+                f.busy(board, WORK_COMPUTE if compute else WORK_MEMORY, started_ns)
             except ValueError:  # closed by another thread meanwhile (the process is exiting)
                 pass
 

@@ -102,6 +102,15 @@ def malloc(runtime: Runtime, index: int, nbytes: int):
         raise gpu_lost_error(lost) from None
 
 
+def launched(runtime: Runtime, index: int) -> None:
+    """A kernel of a creation op ran on the device (a fill, a random draw): busy, and the context's first launch;
+    a lost GPU raises torch's error for it."""
+    try:
+        runtime.ran(index)
+    except ModelGPULost as lost:
+        raise gpu_lost_error(lost) from None
+
+
 class StorageTracker:
     """Maps live storages (by StorageImpl address) to their allocator blocks."""
 

@@ -4,7 +4,9 @@
     python -m fakegpu.profiles.compile --check    # validate; fail if the committed catalog is stale
 
 Validation is the JSON Schema (profiles/schema.json) plus the invariants in `invariants.py`. The compiled
-form merges each profile with its compute capability's per-SM limits, so readers never repeat that merge.
+form merges each profile with its compute capability's facts (per-SM limits, CUDA device attributes, the
+persisting-L2 fractions, a context's default limits) and with the load model's figures (profiles/load_model.yaml,
+`telemetry`), so readers never repeat those merges.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 from fakegpu.atomic_file import write_atomic
 from fakegpu.errors import CatalogError
 from fakegpu.profiles.catalog import CATALOG_FORMAT, COMPILED_CATALOG, Profile
-from fakegpu.profiles.invariants import check_catalog
+from fakegpu.profiles.invariants import CAPABILITY_GROUPS, check_catalog
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 
@@ -42,12 +44,29 @@ def schema_errors(profile: Any, schema: dict[str, Any]) -> list[str]:
     return [f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in errors]
 
 
+def load_capabilities(profiles_dir: Path = PROFILES_DIR) -> dict[str, dict[str, Any]]:
+    """compute_capabilities.yaml by compute capability; its "_" keys only hold the sets the rows share."""
+    raw = _load_yaml(profiles_dir / "compute_capabilities.yaml")
+    return {cc: row for cc, row in raw.items() if not cc.startswith("_")}
+
+
+def capability_facts(row: dict[str, Any]) -> dict[str, Any]:
+    """One compute capability's row as the compiled profile carries it: sm_limits (the row's flat keys),
+    cuda_attributes (textures and attributes, keyed by CUDA attribute name), l2_persisting, context_limits."""
+    return {
+        "sm_limits": {k: v for k, v in row.items() if k != "arch" and k not in CAPABILITY_GROUPS},
+        "cuda_attributes": {**row["textures"], **row["attributes"]},
+        "l2_persisting": dict(row["l2_persisting"]),
+        "context_limits": dict(row["context_limits"]),
+    }
+
+
 def load_sources(profiles_dir: Path = PROFILES_DIR) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Read and schema-check every profile. Returns ({relative path: profile}, compute capability table)."""
     if not profiles_dir.is_dir():
         raise CatalogError(f"profile sources not found at {profiles_dir}")
     schema = json.loads((profiles_dir / "schema.json").read_text(encoding="utf-8"))
-    capabilities = _load_yaml(profiles_dir / "compute_capabilities.yaml")
+    capabilities = load_capabilities(profiles_dir)
     problems: list[str] = []
     profiles: dict[str, dict[str, Any]] = {}
     for path in sorted(profiles_dir.glob("*/*.yaml")):
@@ -75,21 +94,80 @@ def derived_cuda_total(nvml_total: int, segment: str) -> int:
     return (nvml_total - reserve) // mib * mib
 
 
+def _achieved_rates(doc: dict[str, Any]) -> tuple[float, float]:
+    """(TFLOP/s of the GEMMs training runs: bf16, else fp16, else fp32; GB/s of a device-to-device copy) the board
+    reaches: its data sheet's peaks times the roofline's efficiency factors (fakegpu/profiles/efficiency.yaml, the one
+    home of those shares: the H200 capture's for Hopper, each other architecture's own or its fallback's)."""
+    from fakegpu.profiles.efficiency import load
+
+    eff, arch, tflops = load(), doc["architecture"], doc["tflops"]
+    dtype = next(d for d in ("bf16", "fp16", "fp32") if tflops.get(d))
+    gemm = tflops[dtype] * eff.factor(arch, f"gemm.compute.{dtype}").expected
+    return gemm, doc["memory"].get("bandwidth_gb_s", 0) * eff.factor(arch, "memory.copy").expected
+
+
+def telemetry(doc: dict[str, Any], load_model: dict[str, Any]) -> dict[str, Any]:
+    """The load model's figures for one board (native/nvml/model.c reads them as telemetry.*): the profile's own
+    where it has them (the H200's, from a real board), else load_model.yaml's rules from the power limit (named in
+    `derived`) or its defaults, measured on no board (named in `defaulted`). The curves' shape (load_model.yaml's
+    `model`) is the same for every board and reaches C through the generated contract (tools/gen_contract.py)."""
+    model, rule, default = load_model["model"], load_model["derive"], load_model["defaults"]
+    power, clocks, thermal = doc["power"], doc["clocks_mhz"], doc.get("thermal", {})
+    limit = power["default_limit_w"]
+    derived: list[str] = []
+
+    defaulted: list[str] = []
+
+    def given(section: dict[str, Any], key: str, name: str, fallback: float, rule: bool = True) -> float:
+        if key in section:
+            return section[key]
+        (derived if rule else defaulted).append(name)
+        return fallback
+
+    gemm_tflops, copy_gb_s = _achieved_rates(doc)
+    idle_w = given(power, "idle_w", "idle_w", round(limit * rule["idle_w_per_limit_w"], 1))
+    out = {
+        "idle_w": idle_w,
+        "active_idle_w": given(power, "active_idle_w", "active_idle_w",
+                               round(idle_w + limit * rule["active_idle_w_above_idle_per_limit_w"], 1)),
+        "compute_w": given(power, "compute_w", "compute_w", round(limit * rule["compute_w_per_limit_w"], 1)),
+        "memory_w": given(power, "memory_w", "memory_w", round(limit * rule["memory_w_per_limit_w"], 1)),
+        "cap_w": round(limit * model["cap_fraction"], 1),
+        "video_idle_mhz": given(clocks, "video_idle", "video_idle_mhz", default["video_idle_mhz"], rule=False),
+        "idle_c": given(thermal, "idle_c", "idle_c", default["idle_c_fans" if doc.get("fans") else "idle_c_fanless"],
+                        rule=False),
+        "compute_c_per_w": given(thermal, "compute_c_per_w", "compute_c_per_w",
+                                 round(rule["compute_c_at_limit"] / limit, 5)),
+        "memory_c_per_w": given(thermal, "memory_c_per_w", "memory_c_per_w",
+                                round(rule["memory_c_at_limit"] / limit, 5)),
+        "gemm_tflops": round(gemm_tflops, 2),
+        "copy_gb_s": round(copy_gb_s, 1),
+        "derived": derived,
+        "defaulted": defaulted,
+    }
+    if not out["idle_w"] <= out["active_idle_w"] < min(out["memory_w"], out["compute_w"], out["cap_w"]):
+        raise CatalogError(f"{doc['id']}: telemetry must satisfy idle <= active idle < memory, compute and cap draw",
+                           [f"{k}={out[k]}" for k in ("idle_w", "active_idle_w", "memory_w", "compute_w", "cap_w")])
+    return out
+
+
 def compile_catalog(profiles_dir: Path = PROFILES_DIR) -> dict[str, Any]:
     """Validate the sources and return the compiled catalog document."""
     sources, capabilities = load_sources(profiles_dir)
     problems = check_catalog(sources, capabilities)
     if problems:
         raise CatalogError(f"{len(problems)} invariant violation(s) in {profiles_dir}", problems)
+    load_model = _load_yaml(profiles_dir / "load_model.yaml")
     compiled = []
     for doc in sources.values():
         merged = json.loads(json.dumps(doc))  # deep copy through JSON: also proves it serialises
-        limits = {k: v for k, v in capabilities[doc["compute_capability"]].items() if k != "arch"}
-        limits.update(doc.get("sm_limits", {}))
-        merged["sm_limits"] = limits
+        facts = capability_facts(capabilities[doc["compute_capability"]])
+        facts["sm_limits"].update(doc.get("sm_limits", {}))
+        merged.update(facts)
         memory = merged["memory"]
         memory["cuda_total_derived"] = "cuda_total_bytes" not in memory
         memory.setdefault("cuda_total_bytes", derived_cuda_total(memory["total_bytes"], doc["segment"]))
+        merged["telemetry"] = telemetry(doc, load_model)
         compiled.append(merged)
     compiled.sort(key=lambda p: p["id"])
     return {"format": CATALOG_FORMAT, "profiles": compiled}

@@ -9,6 +9,8 @@ from typing import Any
 MIB = 1 << 20
 MIG_MEMORY_SLACK = 1.02  # GI memory x (memory slices / placement size) may exceed the board total by 2% at most
 _MIG_NG = re.compile(r"^([1-8])g\.")
+# The nested groups of a compute_capabilities.yaml row; its other keys (but arch) are per-SM limits.
+CAPABILITY_GROUPS = ("textures", "attributes", "l2_persisting", "context_limits")
 
 
 def _lookup_keys(profile: dict[str, Any]) -> list[str]:
@@ -39,6 +41,14 @@ def check_profile(rel_path: str, p: dict[str, Any], capabilities: dict[str, Any]
     clocks = p["clocks_mhz"]
     if clocks["boost"] < clocks["base"]:
         bad(f"boost clock {clocks['boost']} MHz is below base {clocks['base']} MHz")
+    if clocks.get("memory_supported", [clocks["memory"]])[0] != clocks["memory"]:
+        bad("clocks_mhz.memory_supported starts with the max memory clock, clocks_mhz.memory")
+    low = clocks.get("graphics_min")
+    if low is not None and (low > clocks["boost"] or (clocks["boost"] - low) % 15):
+        bad("clocks_mhz.graphics_min is below boost by whole 15 MHz steps (NVML lists graphics clocks so)")
+    thermal = p.get("thermal")
+    if thermal and not thermal["gpu_max_c"] <= thermal["slowdown_c"] <= thermal["shutdown_c"]:
+        bad("thermal thresholds must satisfy gpu_max <= slowdown <= shutdown")
     mem = p["memory"]
     if mem["total_bytes"] % MIB:
         bad("memory.total_bytes is not a whole number of MiB (NVML totals are)")
@@ -115,9 +125,32 @@ def check_mig(p: dict[str, Any]) -> list[str]:
     return out
 
 
+def check_capabilities(capabilities: dict[str, Any]) -> list[str]:
+    """Problems of compute_capabilities.yaml: every row carries every group, each group the same keys in every
+    row (C answers an attribute from the catalog only where the catalog names it), integers where CUDA has
+    integers and fractions of the L2 between 0 and 1."""
+    out: list[str] = []
+    keys: dict[str, tuple[str, set[str]]] = {}
+    for cc, row in capabilities.items():
+        for group in CAPABILITY_GROUPS:
+            values = row.get(group)
+            if not isinstance(values, dict):
+                out.append(f"compute capability {cc}: {group} is missing")
+                continue
+            first = keys.setdefault(group, (cc, set(values)))
+            if group != "context_limits" and set(values) != first[1]:
+                out.append(f"compute capability {cc}: {group} keys differ from {first[0]}'s: "
+                           f"{sorted(set(values) ^ first[1])}")
+            for key, v in values.items():
+                ok = 0 <= v <= 1 if group == "l2_persisting" else isinstance(v, int) and not isinstance(v, bool)
+                if not ok:
+                    out.append(f"compute capability {cc}: {group}.{key} = {v!r} is out of range")
+    return out
+
+
 def check_catalog(profiles: dict[str, dict[str, Any]], capabilities: dict[str, Any]) -> list[str]:
     """Problems across the whole catalog: per-profile checks plus uniqueness of ids, names and aliases."""
-    problems: list[str] = []
+    problems: list[str] = check_capabilities(capabilities)
     owners: dict[str, str] = {}
     names: dict[str, str] = {}
     for rel, p in profiles.items():

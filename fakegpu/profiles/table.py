@@ -1,8 +1,8 @@
 """The table format FakeGPU's C code reads (no JSON parser there): tab-separated `key=value` records under a
 header line. The catalog table (one `profile` record per profile, for C code handed only FAKEGPU_DEVICES) is
 rendered here; the device table (one `device` record per resolved device) in fakegpu.devices.table, with the
-same flattening. Profiles' fields are flattened with '.', booleans are 0/1, lists and the `source` citations
-are left out, and no value holds a tab or a newline.
+same flattening. Profiles' fields are flattened with '.', booleans are 0/1, lists of numbers are comma-joined,
+other lists and the `source` citations are left out, and no value holds a tab or a newline.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ def flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
             flatten(f"{prefix}.{k}" if prefix else k, v, out)
     elif isinstance(value, bool):
         out[prefix] = "1" if value else "0"
+    elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        out[prefix] = ",".join(str(v) for v in value)  # C reads a list of numbers as one comma-separated value
     elif isinstance(value, (int, float, str)):
         text = str(value)
         if "\t" in text or "\n" in text:

@@ -6,6 +6,12 @@ stdout_contains / stderr_contains and stdout_matches / stderr_matches (a text or
 is re.search), json (a list of {pointer, file?, OPERATOR: value}). A JSON check reads `file` (relative to the
 case's cwd) or else stdout: the whole of it, or failing that its last line that parses, as programs log before
 printing their result. Each operator in an entry is a check of its own.
+
+Memory, from FakeGPU's own reports of the case's processes (gathered as `fakegpu preflight` gathers them, into a
+preflight document): `memory: {peak_allocated: "<= 70GiB", device: 0}` holds a bound on every device of the
+case, or on `device` alone (keys MEMORY_KEYS: PyTorch's peak allocated and reserved bytes, reserved plus the CUDA
+context, and what the capacity leaves); `preflight: fits|oom` holds preflight's verdict. With `preflight: oom`
+the exit code is checked only when `exit_code` is given, as an out-of-memory error ends a program with a failure.
 """
 
 from __future__ import annotations
@@ -18,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakegpu.errors import clip
+
 OPERATORS = ("eq", "ne", "lt", "le", "gt", "ge", "approx", "in", "matches")
+# memory expectation key -> the preflight document's per-device field
+MEMORY_KEYS = {"peak_allocated": "peak_allocated_bytes", "peak_reserved": "peak_reserved_bytes",
+               "peak_used": "peak_used_bytes", "headroom": "headroom_bytes"}
+VERDICTS = {"fits": "PASS_FIT", "oom": "FAIL_OOM"}
 DEFAULT_REL_TOLERANCE = 1e-6
 # How much of a text a failed check quotes.
 QUOTED = 200
@@ -31,14 +43,25 @@ class CheckResult:
     detail: str = ""  # on failure, what was found instead
 
 
-def evaluate(expect: dict[str, Any], exit_code: int, stdout: str, stderr: str, cwd: Path) -> list[CheckResult]:
-    """Every check of `expect`, in the order a person reads them: exit code, texts, JSON."""
-    results = [_exit_code(expect.get("exit_code", 0), exit_code)]
+def wants_memory(expect: dict[str, Any]) -> bool:
+    """Whether checking `expect` needs the processes' memory reports."""
+    return "memory" in expect or "preflight" in expect
+
+
+def evaluate(expect: dict[str, Any], exit_code: int, stdout: str, stderr: str, cwd: Path,
+             memory: dict[str, Any] | None = None) -> list[CheckResult]:
+    """Every check of `expect`, in the order a person reads them: exit code, texts, JSON, memory. `memory` is the
+    preflight document of the case's run (wants_memory)."""
+    results = []
+    if "exit_code" in expect or expect.get("preflight") != "oom":
+        results.append(_exit_code(expect.get("exit_code", 0), exit_code))
     for stream, text in (("stdout", stdout), ("stderr", stderr)):
         results += [_contains(stream, t, text) for t in _texts(expect.get(f"{stream}_contains"))]
         results += [_matches(stream, p, text) for p in _texts(expect.get(f"{stream}_matches"))]
     for entry in expect.get("json", []):
         results += json_checks(entry, stdout, cwd)
+    if wants_memory(expect):
+        results += memory_checks(expect, memory)
     return results
 
 
@@ -179,4 +202,60 @@ def json_checks(entry: dict[str, Any], stdout: str, cwd: Path) -> list[CheckResu
         problem = _CHECKS[op](got, entry[op], entry)
         detail = "" if problem is None else f"value is {got!r}" + (f": {problem}" if problem else "")
         results.append(CheckResult(name, problem is None, detail))
+    return results
+
+
+_BOUND = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*(.*?)\s*")
+_BOUND_CHECKS: dict[str, Callable[[int, int], bool]] = {
+    "<=": lambda a, b: a <= b, ">=": lambda a, b: a >= b, "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b, ">": lambda a, b: a > b}
+
+
+def memory_bound(text: str | int) -> tuple[str, int]:
+    """("<=", 75161927680) from "<= 70GiB"; ValueError saying what a bound is (sizes: fakegpu.sizes)."""
+    from fakegpu.sizes import parse_bytes
+
+    found = _BOUND.fullmatch(text) if isinstance(text, str) else None
+    if found is None:
+        raise ValueError(f"{text!r} is not a bound; expected a comparison and a size, e.g. '<= 70GiB' "
+                         "(<=, <, >=, >, ==, !=)")
+    return found[1], parse_bytes(found[2])
+
+
+def _size(n: int) -> str:
+    """As PyTorch's messages give a size, and exactly."""
+    from fakegpu.fakecuda.oom import format_size
+
+    shown = format_size(n)
+    return shown if shown.endswith(" bytes") else f"{shown} ({n} bytes)"
+
+
+def memory_checks(expect: dict[str, Any], doc: dict[str, Any] | None) -> list[CheckResult]:
+    """The `memory` bounds and the `preflight` verdict against a preflight document of the case's run."""
+    wanted = expect.get("memory", {})
+    bounds = {k: v for k, v in wanted.items() if k in MEMORY_KEYS}
+    where = f"on cuda:{wanted['device']}" if "device" in wanted else "on every device"
+    names = [f"memory {key} {' '.join(str(v).split())} {where}" for key, v in bounds.items()]
+    if "preflight" in expect:
+        names.append(f"preflight verdict {expect['preflight']} ({VERDICTS[expect['preflight']]})")
+    if doc is None or not doc["processes"]:
+        why = (doc["notes"][0] if doc and doc["notes"] else "the command ran no process that reports")
+        return [CheckResult(name, False, f"no process reported its memory: {why}") for name in names]
+    results = []
+    rows = [d for d in doc["devices"] if "device" not in wanted or d["index"] == wanted["device"]]
+    for (key, text), name in zip(bounds.items(), names, strict=False):
+        op, limit = memory_bound(text)
+        if not rows:
+            results.append(CheckResult(name, False, f"the case has no device {wanted['device']} "
+                                       f"(devices 0-{len(doc['devices']) - 1})"))
+            continue
+        broken = [d for d in rows if not _BOUND_CHECKS[op](d[MEMORY_KEYS[key]], limit)]
+        results.append(CheckResult(name, not broken, "; ".join(
+            f"cuda:{d['index']} ({d['name']}): {_size(d[MEMORY_KEYS[key]])}" for d in broken)))
+    if "preflight" in expect:
+        want, got = VERDICTS[expect["preflight"]], doc["verdict"]
+        detail = "" if got == want else f"verdict was {got}" + (
+            f": {clip(doc['oom']['message'] or 'out of memory')}" if doc["oom"]["occurred"] else
+            f": {'; '.join(doc['notes'])}" if doc["notes"] else f" (exit code {doc['process_exit_code']})")
+        results.append(CheckResult(names[-1], got == want, detail))
     return results

@@ -24,6 +24,8 @@ SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 # Problems shown at most: a manifest broken everywhere still gives a readable message.
 SHOWN_PROBLEMS = 10
 DEFAULT_TIMEOUT_S = 600.0
+# fakegpu run's two, and a container of an image started with --runtime=fakegpu (container.py)
+MODES = ("fakecuda", "native", "container")
 
 KeyPath = tuple[str | int, ...]
 
@@ -58,6 +60,7 @@ class Settings:
     env: dict[str, str] = field(default_factory=dict)
     timeout_s: float | None = None
     mode: str | None = None
+    image: str | None = None  # mode container
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class CaseSpec:
     settings: Settings
     expect: dict[str, Any]
     index: int
+    requires: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,10 @@ def _schema_problems(doc: Any) -> list[tuple[KeyPath, str]]:
         if error.validator == "required" and all(
                 (tuple(error.absolute_path), k) in meant for k in error.validator_value if k not in error.instance):
             continue
+        # "one of these keys at least" (an operator, a bound), given misspelt: the misspelling says it all, too
+        if error.validator == "anyOf" and any((tuple(error.absolute_path), k) in meant
+                                              for option in error.validator_value for k in option.get("required", [])):
+            continue
         out.extend(_describe(error))
     return out
 
@@ -246,8 +254,9 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
         return [(path, f"{_shown(value)} is not accepted; expected {sub['const']!r}")]
     if kind == "type":
         return [(path, f"{_shown(value)} is a {_type_name(value)}; expected {_types(sub['type'])}")]
-    if kind == "anyOf":  # only a JSON check's operators are anyOf
-        return [(path, "no operator given; expected one of eq, ne, lt, le, gt, ge, approx, in, matches")]
+    if kind == "anyOf":  # "one of these keys at least": a JSON check's operators, memory's bounds
+        keys = [k for option in error.validator_value for k in option.get("required", [])]
+        return [(path, f"no {sub.get('title', 'key')} given; expected one of {', '.join(keys)}")]
     if kind == "oneOf":
         described = sub.get("description") or _alternatives(sub[kind])
         return [(path, f"{_shown(value)} is not accepted; expected {described}")]
@@ -303,9 +312,9 @@ def _rule_problems(doc: dict[str, Any]) -> list[tuple[KeyPath, str]]:
             if list_name == "exclude":
                 out.extend((("matrix", "exclude", i, k), f"not an axis of the matrix; {_near(k, axes)}")
                            for k in combo if k not in axes)
-            if "mode" in combo and combo["mode"] not in ("fakecuda", "native"):
+            if "mode" in combo and combo["mode"] not in MODES:
                 out.append((("matrix", list_name, i, "mode"), f"{_shown(combo['mode'])} is not accepted; expected "
-                            "one of: fakecuda, native"))
+                            f"one of: {', '.join(MODES)}"))
     for where, spec in specs:
         try:
             parse_spec(str(spec))
@@ -347,6 +356,7 @@ def _settings(raw: dict[str, Any]) -> Settings:
         env={k: _env_text(v) for k, v in raw.get("env", {}).items()},
         timeout_s=_seconds(raw["timeout"]) if "timeout" in raw else None,
         mode=raw.get("mode"),
+        image=raw.get("image"),
     )
 
 
@@ -359,7 +369,8 @@ def _env_text(value: Any) -> str:
 def _build(path: Path, doc: dict[str, Any], lines: dict[KeyPath, int]) -> Manifest:
     matrix = doc["matrix"]
     cases = [CaseSpec(name=c["name"], command=c["command"] if isinstance(c["command"], str) else
-                      [str(a) for a in c["command"]], settings=_settings(c), expect=c.get("expect", {}), index=i)
+                      [str(a) for a in c["command"]], settings=_settings(c), expect=c.get("expect", {}), index=i,
+                      requires=c.get("requires", {}))
              for i, c in enumerate(doc["cases"])]
     return Manifest(
         path=path,

@@ -18,7 +18,7 @@ import re
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,9 @@ class Case:
     expect: dict[str, Any]
     case_dir: Path
     origin: str  # file:line of the manifest case it comes from, for messages
+    requires: dict[str, Any] = field(default_factory=dict)  # placeholders filled in (requires.py)
+    cwd_origin: str = ""  # file:line where its cwd is set (the case's or defaults'), for messages
+    image: str = ""  # mode container: the image its command runs in
 
 
 def combinations(axes: dict[str, list[Any]], include: Sequence[dict[str, Any]] = (),
@@ -117,15 +120,20 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
                 command = [str(fill(a, ("command",))) for a in command]
                 cwd = settings.cwd or defaults.cwd
                 env = {**defaults.env, **settings.env}
+                image = _container_checked(mode, settings.image or defaults.image, spec.expect, manifest, where)
                 cases.append(Case(
                     id=cid, name=spec.name, values=values, devices=str(values["profile"]), mode=mode,
                     command=command,
                     cwd=(manifest.folder / str(fill(cwd, ("cwd",)))).resolve() if cwd else manifest.folder,
                     env={k: str(fill(v, ("env", k))) for k, v in env.items()},
                     timeout_s=settings.timeout_s or defaults.timeout_s or DEFAULT_TIMEOUT_S,
-                    expect=fill(spec.expect, ("expect",)),
+                    expect=_bounds_checked(fill(spec.expect, ("expect",)), manifest, where),
                     case_dir=case_dir,
                     origin=manifest.where(where),
+                    requires=fill(spec.requires, ("requires",)),
+                    cwd_origin=manifest.where((*where, "cwd") if settings.cwd else ("defaults", "cwd") if
+                                              defaults.cwd else where),
+                    image=str(fill(image, ("image",))) if image else "",
                 ))
             except ManifestError as exc:
                 problems.extend(exc.problems)
@@ -135,6 +143,37 @@ def expand(manifest: Manifest, out_dir: Path) -> list[Case]:
     if problems:
         raise ManifestError(list(dict.fromkeys(problems)))  # once, not once per combination
     return cases
+
+
+def _container_checked(mode: str, image: str | None, expect: dict[str, Any], manifest: Manifest,
+                       where: KeyPath) -> str | None:
+    """The image of a container case, which must have one and cannot hold memory expectations (its processes'
+    reports stay in the container); an image elsewhere is for the combinations in mode container alone."""
+    if mode != "container":
+        return None
+    if not image:
+        raise ManifestError([f"{manifest.where(where)}: {key_path(where)}: mode container needs an image (set "
+                             "`image` in the case or in defaults)"])
+    wanted = [k for k in ("memory", "preflight") if k in expect]
+    if wanted:
+        path = (*where, "expect", wanted[0])
+        raise ManifestError([f"{manifest.where(path)}: {key_path(path)}: memory and preflight expectations need mode "
+                             "fakecuda or native (a container's processes report inside it)"])
+    return image
+
+
+def _bounds_checked(expect: dict[str, Any], manifest: Manifest, where: KeyPath) -> dict[str, Any]:
+    """`expect` once its memory bounds are known to parse (after placeholders: "<= {budget}")."""
+    from fakegpu.validate.checks import MEMORY_KEYS, memory_bound
+
+    for key, text in expect.get("memory", {}).items():
+        if key in MEMORY_KEYS:
+            try:
+                memory_bound(text)
+            except ValueError as exc:
+                path = (*where, "expect", "memory", key)
+                raise ManifestError([f"{manifest.where(path)}: {key_path(path)}: {exc}"]) from None
+    return expect
 
 
 class _Filler:

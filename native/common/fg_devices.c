@@ -79,6 +79,27 @@ static int get_uint(const fg_record *r, const char *key, unsigned *out, int requ
     return rc;
 }
 
+/* A comma-separated list of whole numbers (a profile's list, fakegpu/profiles/table.py); 1 when absent. */
+static int get_uint_list(const fg_record *r, const char *key, unsigned *out, unsigned max, unsigned *count, char *err,
+                         size_t errlen)
+{
+    const char *v = fg_record_get(r, key);
+    *count = 0;
+    if (!v)
+        return 1;
+    while (*v) {
+        char *end = NULL;
+        unsigned long x = strtoul(v, &end, 10);
+        if (end == v || x > 0xFFFFFFFFul || (*end && *end != ',') || *count == max) {
+            fg_seterr(err, errlen, "line %d: %s=%.40s is not a list of at most %u numbers", r->line, key, v, max);
+            return -1;
+        }
+        out[(*count)++] = (unsigned)x;
+        v = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
 static int get_double(const fg_record *r, const char *key, double *out)
 {
     const char *v = fg_record_get(r, key);
@@ -108,17 +129,6 @@ static int get_str(const fg_record *r, const char *key, char *dst, size_t len, i
 }
 
 static unsigned watts_to_mw(double w) { return (unsigned)(w * 1000.0 + 0.5); }
-
-/* A small driver-reserved carve-out like real boards show (e.g. 551 MiB on an H100 80GB), unless the
- * profile states one: 256 MiB plus 1/256 of the total, whole MiB. */
-static unsigned long long default_reserved(unsigned long long total)
-{
-    unsigned long long mib = 1ull << 20;
-    unsigned long long r = 256 * mib + total / 256;
-    if (r > total / 16)
-        r = total / 16;
-    return r / mib * mib;
-}
 
 /* The board's MIG slices and mig.gip.N profiles (fakegpu/profiles/table.py). */
 static int fill_mig_board(const fg_record *r, fg_mig_board *b, char *err, size_t errlen)
@@ -164,6 +174,33 @@ static int apply_mig(fg_device *d, const char *layout, char *err, size_t errlen)
     return 0;
 }
 
+/* telemetry.* of a compiled profile: every key is required (a table from before the load model is stale). */
+static int fill_load(const fg_record *r, fg_load_params *p, char *err, size_t errlen)
+{
+    struct {
+        const char *key;
+        double *dst;
+    } keys[] = {
+        {"telemetry.idle_w", &p->idle_w},
+        {"telemetry.active_idle_w", &p->active_idle_w},
+        {"telemetry.compute_w", &p->compute_w},
+        {"telemetry.memory_w", &p->memory_w},
+        {"telemetry.cap_w", &p->cap_w},
+        {"telemetry.video_idle_mhz", &p->video_idle_mhz},
+        {"telemetry.idle_c", &p->idle_c},
+        {"telemetry.compute_c_per_w", &p->compute_c_per_w},
+        {"telemetry.memory_c_per_w", &p->memory_c_per_w},
+        {"telemetry.gemm_tflops", &p->gemm_tflops},
+        {"telemetry.copy_gb_s", &p->copy_gb_s},
+    };
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (get_double(r, keys[i].key, keys[i].dst) != 0) {
+            fg_seterr(err, errlen, "line %d: %s missing or not a number (run `make catalog`)", r->line, keys[i].key);
+            return -1;
+        }
+    return 0;
+}
+
 /* Profile facts shared by device and catalog records. */
 static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errlen)
 {
@@ -190,6 +227,13 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
         {"clocks_mhz.base", &d->clock_base_mhz},
         {"clocks_mhz.boost", &d->clock_boost_mhz},
         {"clocks_mhz.memory", &d->clock_mem_mhz},
+        {"clocks_mhz.video", &d->clock_video_mhz},
+        {"clocks_mhz.graphics_min", &d->clock_graphics_min_mhz},
+        {"memory.row_remap_banks", &d->row_remap_banks},
+        {"thermal.shutdown_c", &d->temp_shutdown_c},
+        {"thermal.slowdown_c", &d->temp_slowdown_c},
+        {"thermal.gpu_max_c", &d->temp_gpu_max_c},
+        {"thermal.memory_max_c", &d->temp_mem_max_c},
         {"memory.bus_width_bits", &d->mem_bus_width},
         {"pci.device_id", &d->pci_device_id},
         {"pci.subsystem_id", &d->pci_subsystem_id},
@@ -203,20 +247,24 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
     for (size_t i = 0; i < sizeof uints / sizeof uints[0]; i++)
         if (get_uint(r, uints[i].key, uints[i].dst, 0, err, errlen) < 0)
             return -1;
-    unsigned ecc = 0, mig = 0;
-    if (get_uint(r, "memory.ecc", &ecc, 0, err, errlen) < 0 || get_uint(r, "mig.supported", &mig, 0, err, errlen) < 0)
+    unsigned ecc = 0, mig = 0, c2c = 0;
+    if (get_uint(r, "memory.ecc", &ecc, 0, err, errlen) < 0 || get_uint(r, "mig.supported", &mig, 0, err, errlen) < 0 ||
+        get_uint(r, "c2c", &c2c, 0, err, errlen) < 0)
         return -1;
     d->ecc = ecc != 0;
+    d->c2c = c2c != 0;
     d->mig_supported = mig != 0;
     if (d->mig_supported && fill_mig_board(r, &d->mig_board, err, errlen))
         return -1;
     if (get_ull(r, "l2_cache_bytes", &d->l2_bytes, 0, err, errlen) < 0 ||
         get_ull(r, "memory.cuda_total_bytes", &d->cuda_total, 0, err, errlen) < 0)
         return -1;
-    if (get_ull(r, "memory.reserved_bytes", &d->mem_reserved, 0, err, errlen) != 0)
-        d->mem_reserved = default_reserved(d->mem_total);
-    if (!d->cuda_total)
+    if (!d->cuda_total || d->cuda_total > d->mem_total)
         d->cuda_total = d->mem_total;
+    /* What the driver keeps is what CUDA does not get: on a real H200 (driver 580.159.04) NVML's reserved,
+     * 644939776 bytes, is exactly NVML's total less cuDeviceTotalMem (tests/data/gpu/h200), so the catalog's
+     * CUDA total (measured, or derived in fakegpu/profiles/compile.py) is the one source of both. */
+    d->mem_reserved = d->mem_total - d->cuda_total;
     get_double(r, "memory.bandwidth_gb_s", &d->mem_bandwidth_gb_s);
     get_double(r, "nvlink.bandwidth_gb_s", &d->nvlink_bandwidth_gb_s);
 
@@ -228,9 +276,27 @@ static int fill_profile(const fg_record *r, fg_device *d, char *err, size_t errl
     d->power_default_mw = watts_to_mw(w);
     d->power_max_mw = get_double(r, "power.max_limit_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw;
     d->power_min_mw = get_double(r, "power.min_limit_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw / 2;
-    d->power_idle_mw = get_double(r, "power.idle_w", &w) == 0 ? watts_to_mw(w) : d->power_default_mw / 7;
+    if (fill_load(r, &d->load, err, errlen))
+        return -1;
     if (!d->clock_boost_mhz)
         d->clock_boost_mhz = d->clock_base_mhz;
+    if (get_uint_list(r, "clocks_mhz.memory_supported", d->mem_clocks, FG_MAX_MEM_CLOCKS, &d->mem_clock_count, err,
+                      errlen) < 0)
+        return -1;
+    if (!d->mem_clock_count)
+        d->mem_clocks[d->mem_clock_count++] = d->clock_mem_mhz;
+    /* Where no board was measured: video engines top out a little below boost, graphics clocks go down to the
+     * 210 MHz most boards list, and thresholds are an A100/H100's of the 550 branch (HBM with a limit of its own). */
+    if (!d->clock_video_mhz)
+        d->clock_video_mhz = d->clock_boost_mhz * 9 / 10;
+    if (!d->clock_graphics_min_mhz || d->clock_graphics_min_mhz > d->clock_boost_mhz)
+        d->clock_graphics_min_mhz = d->clock_boost_mhz < 210 ? d->clock_boost_mhz : 210;
+    if (!d->temp_shutdown_c) {
+        d->temp_shutdown_c = 92;
+        d->temp_slowdown_c = 89;
+        d->temp_gpu_max_c = 87;
+        d->temp_mem_max_c = d->memory_type[0] == 'H' ? 95 : 0;
+    }
     if (!d->pcie_gen)
         d->pcie_gen = 4;
     if (!d->pcie_width)

@@ -9,11 +9,21 @@
 #include "fg_mig.h"
 
 #define FG_MAX_DEVICES 64 /* MAX_DEVICES in spec.py */
+#define FG_MAX_MEM_CLOCKS 8
 /* Input bounds, as spec.py's MAX_SPEC_LENGTH and MAX_SEED_LENGTH (bytes; a test compares the two files). */
 #define FG_MAX_SPEC_LENGTH 1024
 #define FG_MAX_SEED_LENGTH 128
 /* What every GPU UUID starts with: UUID_PREFIX in fakegpu/devices/device.py. */
 #define FG_UUID_PREFIX "GPU-"
+
+/* The load model's figures for one board: the compiled catalog's telemetry.* (fakegpu/profiles/compile.py, from
+ * profiles/load_model.yaml and the board's profile). native/nvml/model.c says what each does. */
+typedef struct {
+    double idle_w, active_idle_w, compute_w, memory_w, cap_w; /* draw: no process; a context; busy; the cap */
+    double video_idle_mhz;                          /* the clocks otherwise: clock_graphics_min_mhz, clock_video_mhz */
+    double idle_c, compute_c_per_w, memory_c_per_w; /* temperature: idle; steady rise per watt by kind */
+    double gemm_tflops, copy_gb_s;                  /* achieved rates: how long native mode's work takes */
+} fg_load_params;
 
 typedef struct {
     unsigned index;
@@ -32,18 +42,26 @@ typedef struct {
     int cc_major, cc_minor;
     unsigned sm_count, cuda_cores;
     unsigned clock_base_mhz, clock_boost_mhz, clock_mem_mhz;
+    unsigned clock_video_mhz;       /* max video clock */
+    unsigned clock_graphics_min_mhz; /* lowest supported graphics clock */
+    unsigned mem_clocks[FG_MAX_MEM_CLOCKS]; /* supported memory clocks, highest first */
+    unsigned mem_clock_count;
     unsigned long long l2_bytes;
     unsigned long long mem_total, mem_reserved, cuda_total;
     unsigned mem_bus_width;
     double mem_bandwidth_gb_s;
     int ecc;
+    int c2c; /* NVLink-C2C to a Grace CPU */
+    unsigned row_remap_banks; /* 0: not known, the histogram is not answered */
     unsigned pci_device_id;    /* 0x20B2 */
     unsigned pci_subsystem_id; /* 0x147F10DE */
     unsigned pcie_gen, pcie_width;
     unsigned nvlink_links, nvlink_version;
     double nvlink_bandwidth_gb_s;
-    unsigned power_default_mw, power_min_mw, power_max_mw, power_idle_mw;
+    unsigned power_default_mw, power_min_mw, power_max_mw;
+    fg_load_params load;
     unsigned fans;
+    unsigned temp_shutdown_c, temp_slowdown_c, temp_gpu_max_c, temp_mem_max_c; /* 0: no such limit */
     int mig_supported;
     unsigned mig_max_instances;
     fg_mig_board mig_board; /* the catalog's MIG profiles of this board (nprofiles 0: none known) */

@@ -65,3 +65,12 @@ int fg_cuda_driver_version(void)
     const char *drv = chosen(table, sizeof table);
     return drv ? cuda_for_branch(atoi(drv)) : FG_NATIVE_CUDA_VERSION;
 }
+
+const char *fg_driver_branch(const char *version)
+{
+    static const char *const known[][2] = FG_DRIVER_BRANCHES;
+    for (size_t i = 0; known[i][0]; i++)
+        if (!strcmp(known[i][0], version))
+            return known[i][1];
+    return NULL;
+}

@@ -17,5 +17,8 @@ FG_HIDDEN const char *fg_driver_version(char *buf, size_t len);
 /* The CUDA version the driver supports, as cuDriverGetVersion answers (13000 for 13.0): FAKEGPU_CUDA_VERSION,
  * else the chosen driver branch's (550 -> 12040), else the default's. */
 FG_HIDDEN int fg_cuda_driver_version(void);
+/* The branch a driver version was built from ("r582_49" for 580.159.04), where a real driver was asked
+ * (native_versions.json's driver_branches); NULL for any other. */
+FG_HIDDEN const char *fg_driver_branch(const char *version);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* A folder changed less than this before a scan may change again within the same mtime tick (the kernel stamps
@@ -206,24 +207,159 @@ void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out
     }
 }
 
-void fg_state_mark_busy(fg_state_file *f, unsigned device)
+long long fg_monotonic_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+#define SLOT_MASK ((1ULL << FG_STATE_SLOT_BITS) - 1)
+#define US_MASK ((1ULL << FG_STATE_US_BITS) - 1)
+
+/* Add `us` (negative: take back) to slot k's count of `kind`, within 0 .. FG_STATE_SLOT_US. */
+static void add_busy(fg_state_file *f, unsigned device, uint64_t k, int kind, long long us)
 {
-    if (!f || device >= FG_MAX_DEVICES)
-        return;
-    uint64_t k = (uint64_t)(clock_ns(CLOCK_MONOTONIC) / FG_STATE_SLOT_NS);
-    atomic_store_explicit(&f->busy[device][k % FG_STATE_BUSY_SLOTS], k, memory_order_relaxed);
+    _Atomic uint64_t *slot = &f->busy[device][k % FG_STATE_BUSY_SLOTS];
+    uint64_t w = atomic_load_explicit(slot, memory_order_relaxed);
+    long long n[2] = {0, 0};
+    if (w >> (2 * FG_STATE_US_BITS) == (k & SLOT_MASK)) { /* else a stale word: the slot starts empty */
+        n[FG_WORK_COMPUTE] = (long long)((w >> FG_STATE_US_BITS) & US_MASK);
+        n[FG_WORK_MEMORY] = (long long)(w & US_MASK);
+    }
+    n[kind] += us;
+    n[kind] = n[kind] < 0 ? 0 : n[kind] > FG_STATE_SLOT_US ? FG_STATE_SLOT_US : n[kind];
+    atomic_store_explicit(slot,
+                          (k & SLOT_MASK) << (2 * FG_STATE_US_BITS) | (uint64_t)n[FG_WORK_COMPUTE] << FG_STATE_US_BITS |
+                              (uint64_t)n[FG_WORK_MEMORY],
+                          memory_order_relaxed);
 }
 
-unsigned fg_state_reader_busy_slots(const fg_state_reader *r, unsigned device)
+/* [a, b) was busy with `kind`: each slot it overlaps gets its share in whole microseconds, the remainder carried to
+ * the next share so that many short intervals add up exactly. What lands in slots from now's on is remembered, for
+ * a synchronisation to take back. */
+static void accrue(fg_state_file *f, fg_busy_track *t, unsigned device, int kind, long long a, long long b,
+                   long long now)
 {
-    if (device >= FG_MAX_DEVICES || !r->n)
-        return 0;
-    uint64_t now = (uint64_t)(clock_ns(CLOCK_MONOTONIC) / FG_STATE_SLOT_NS), busy = 0; /* bit j: slot now - j */
-    for (unsigned i = 0; i < r->n; i++)
-        for (unsigned j = 0; j < FG_STATE_BUSY_SLOTS && j <= now; j++) {
-            uint64_t k = now - j;
-            if (atomic_load_explicit(&r->files[i]->busy[device][k % FG_STATE_BUSY_SLOTS], memory_order_relaxed) == k)
-                busy |= 1ULL << j;
+    uint64_t last = fg_state_slot_of(b - 1), k = fg_state_slot_of(a), current = fg_state_slot_of(now);
+    if (last - k >= FG_STATE_BUSY_SLOTS)
+        k = last - FG_STATE_BUSY_SLOTS + 1;
+    for (; k <= last; k++) {
+        long long lo = (long long)k * FG_STATE_SLOT_NS, hi = lo + FG_STATE_SLOT_NS;
+        long long ns = (b < hi ? b : hi) - (a > lo ? a : lo) + t->carry[kind];
+        t->carry[kind] = ns % 1000;
+        if (ns < 1000)
+            continue;
+        add_busy(f, device, k, kind, ns / 1000);
+        if (k >= current) {
+            int i = (int)(k % FG_BUSY_AHEAD_SLOTS);
+            if (t->ahead[i].k != k)
+                t->ahead[i].k = k, t->ahead[i].us[0] = t->ahead[i].us[1] = 0;
+            t->ahead[i].us[kind] += (uint32_t)(ns / 1000);
         }
-    return (unsigned)__builtin_popcountll(busy);
+    }
+}
+
+/* How long the calling thread has waited on a run queue, runnable but without a CPU (Linux's schedstat); -1 when
+ * the kernel does not say. */
+static long long run_delay_ns(void)
+{
+    char buf[96];
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    unsigned long long on_cpu, waited;
+    return sscanf(buf, "%llu %llu", &on_cpu, &waited) == 2 ? (long long)waited : -1;
+}
+
+#define SEEN_EVERY_NS 1000000LL /* how often a busy writer reads its thread's wait: at most 1000 reads a second */
+
+/* Remember the thread's run-queue wait at `now` (at most every SEEN_EVERY_NS unless `force`). Returns whether the
+ * thread spent at least half the time since the previous reading (or since the device's work ended, if later)
+ * waiting for a CPU: a pause the host's load made, not the program. */
+static int observe(fg_busy_track *t, long long now, int force)
+{
+    if (!force && now - t->seen_at < SEEN_EVERY_NS)
+        return 0;
+    int tid = (int)syscall(SYS_gettid);
+    long long wait = run_delay_ns(), since = t->seen_at > t->end ? t->seen_at : t->end;
+    int starved = wait >= 0 && tid == t->seen_tid && t->seen_at > 0 && now > since &&
+                  wait - t->seen_wait >= (now - since) / 2;
+    t->seen_at = now, t->seen_wait = wait, t->seen_tid = tid;
+    return starved;
+}
+
+void fg_state_work(fg_state_file *f, fg_busy_track *t, unsigned device, int kind, long long t0, long long t1,
+                   long long dur)
+{
+    if (!f || !t || device >= FG_MAX_DEVICES || (kind != FG_WORK_COMPUTE && kind != FG_WORK_MEMORY))
+        return;
+    if (t0 > t1)
+        t0 = t1;
+    /* The gap since the device's work ended was busy when the launch stream kept it fed, or when the program was
+     * kept from launching by a loaded host rather than by its own pause: a GPU would have gone on with its queue. */
+    if (t0 > t->end && (t0 - t->end < FG_STATE_BUSY_GAP_NS || observe(t, t0, 1)))
+        accrue(f, t, device, t->kind, t->end, t0, t1);
+    observe(t, t1, 0);
+    long long start = t0 > t->end ? t0 : t->end;
+    long long stop = start + (dur > t1 - t0 ? dur : t1 - t0);
+    if (stop > t1 + FG_STATE_BUSY_AHEAD_NS) /* saturated: the program outruns the device; the surplus is dropped */
+        stop = t1 + FG_STATE_BUSY_AHEAD_NS;
+    if (stop > start)
+        accrue(f, t, device, kind, start, stop, t1);
+    if (stop > t->end)
+        t->end = stop;
+    t->kind = kind;
+}
+
+void fg_state_synced(fg_state_file *f, fg_busy_track *t, unsigned device, long long now)
+{
+    if (!f || !t || device >= FG_MAX_DEVICES)
+        return;
+    observe(t, now, 0);
+    if (t->end <= now)
+        return;
+    uint64_t first = fg_state_slot_of(now), last = fg_state_slot_of(t->end - 1);
+    for (uint64_t k = first; k <= last; k++) {
+        int i = (int)(k % FG_BUSY_AHEAD_SLOTS);
+        if (t->ahead[i].k != k)
+            continue; /* nothing was written there ahead */
+        uint32_t *us = t->ahead[i].us;
+        long long back[2] = {us[0], us[1]};
+        if (k == first) { /* only the part after now, split as the slot's queued time was */
+            long long hi = (long long)(k + 1) * FG_STATE_SLOT_NS;
+            long long part = ((t->end < hi ? t->end : hi) - now) / 1000, total = back[0] + back[1];
+            if (part > total)
+                part = total;
+            back[FG_WORK_COMPUTE] = total ? part * back[FG_WORK_COMPUTE] / total : 0;
+            back[FG_WORK_MEMORY] = part - back[FG_WORK_COMPUTE];
+            us[FG_WORK_COMPUTE] -= (uint32_t)back[FG_WORK_COMPUTE];
+            us[FG_WORK_MEMORY] -= (uint32_t)back[FG_WORK_MEMORY];
+        } else {
+            t->ahead[i].k = 0;
+        }
+        add_busy(f, device, k, FG_WORK_COMPUTE, -back[FG_WORK_COMPUTE]);
+        add_busy(f, device, k, FG_WORK_MEMORY, -back[FG_WORK_MEMORY]);
+    }
+    t->end = now;
+}
+
+void fg_state_reader_busy(const fg_state_reader *r, unsigned device, uint64_t first, unsigned n,
+                          uint32_t *compute_us, uint32_t *memory_us)
+{
+    memset(compute_us, 0, n * sizeof *compute_us);
+    memset(memory_us, 0, n * sizeof *memory_us);
+    if (device >= FG_MAX_DEVICES)
+        return;
+    for (unsigned i = 0; i < r->n; i++) {
+        const _Atomic uint64_t *ring = r->files[i]->busy[device];
+        for (unsigned j = 0; j < n; j++) {
+            uint64_t k = first + j;
+            uint64_t w = atomic_load_explicit(&ring[k % FG_STATE_BUSY_SLOTS], memory_order_relaxed);
+            if (w >> (2 * FG_STATE_US_BITS) != (k & SLOT_MASK))
+                continue;
+            compute_us[j] += (uint32_t)((w >> FG_STATE_US_BITS) & US_MASK);
+            memory_us[j] += (uint32_t)(w & US_MASK);
+        }
+    }
 }

@@ -28,14 +28,14 @@ typedef struct {
     char pad_[3];
     char name[FG_STATE_NAME_LEN];
     _Atomic uint64_t used[FG_MAX_DEVICES]; /* bytes per device; 0: the device is not this process's */
-    _Atomic uint64_t busy[FG_MAX_DEVICES][FG_STATE_BUSY_SLOTS]; /* slot k busy: busy[dev][k % SLOTS] == k */
+    _Atomic uint64_t busy[FG_MAX_DEVICES][FG_STATE_BUSY_SLOTS]; /* slot k's word at [dev][k % SLOTS]: see below */
 } fg_state_file;
 
 _Static_assert(offsetof(fg_state_file, pid) == FG_STATE_OFF_PID, "pid offset differs from shared_state.py");
 _Static_assert(offsetof(fg_state_file, type) == FG_STATE_OFF_TYPE, "type offset differs from shared_state.py");
 _Static_assert(offsetof(fg_state_file, name) == FG_STATE_OFF_NAME, "name offset differs from shared_state.py");
 _Static_assert(offsetof(fg_state_file, used) == FG_STATE_OFF_USED, "used offset differs from shared_state.py");
-_Static_assert(FG_STATE_BUSY_SLOTS <= 64, "the reader keeps one bit per slot");
+_Static_assert(FG_STATE_SLOT_US < (1 << FG_STATE_US_BITS), "a slot's microseconds fit their field");
 _Static_assert(offsetof(fg_state_file, busy) == FG_STATE_OFF_BUSY, "busy offset differs from shared_state.py");
 _Static_assert(sizeof(fg_state_file) == FG_STATE_SIZE, "size differs from shared_state.py");
 
@@ -60,8 +60,35 @@ FG_HIDDEN fg_state_file *fg_state_create(const char *dir, unsigned pid, const ch
 /* Writer: unmap the file, and remove it when `remove` (a forked child unmaps its parent's without removing). */
 FG_HIDDEN void fg_state_close(fg_state_file *f, const char *dir, int remove);
 
-/* Writer: the device (a board index) is busy now: a kernel or a copy of this process. */
-FG_HIDDEN void fg_state_mark_busy(fg_state_file *f, unsigned device);
+/* Busy time (fakegpu/shared_state.py has the whole story): slot k of a device's ring is the word at
+ * busy[device][k % FG_STATE_BUSY_SLOTS], packing k's low FG_STATE_SLOT_BITS bits with the microseconds of compute
+ * work (bits 14-27) and of memory work (bits 0-13) this process did in it. */
+FG_HIDDEN long long fg_monotonic_ns(void);
+static inline uint64_t fg_state_slot_of(long long ns) { return (uint64_t)(ns / FG_STATE_SLOT_NS); }
+
+/* A writer's memory of one device's work (the process's own, never shared). All zeros is a valid start. */
+#define FG_BUSY_AHEAD_SLOTS ((int)(FG_STATE_BUSY_AHEAD_NS / FG_STATE_SLOT_NS) + 2)
+typedef struct {
+    long long end;      /* when the work reported so far ends (modeled: may be ahead of the clock) */
+    int kind;           /* the last work's kind (FG_WORK_COMPUTE or FG_WORK_MEMORY) */
+    long long carry[2]; /* nanoseconds short of a whole microsecond, per kind */
+    struct {
+        uint64_t k;
+        uint32_t us[2];
+    } ahead[FG_BUSY_AHEAD_SLOTS]; /* microseconds written into slots that were still to come, per kind */
+    long long seen_at, seen_wait; /* when the writing thread's run-queue wait was last read, and what it was */
+    int seen_tid;
+} fg_busy_track;
+
+/* Writer: work of `kind` was handed to the device (a board index) at t0 and kept the caller until t1 (a launch:
+ * t1 == t0; a copy done here with memmove: its span), and needs `dur` ns of the device (at least t1 - t0). It
+ * queues behind the work before it, at most FG_STATE_BUSY_AHEAD_NS ahead of t1; the gap since the device's
+ * previous work counts as busy when it is under FG_STATE_BUSY_GAP_NS, or when the thread spent most of it waiting
+ * for a CPU (fakegpu/shared_state.py). */
+FG_HIDDEN void fg_state_work(fg_state_file *f, fg_busy_track *t, unsigned device, int kind, long long t0,
+                             long long t1, long long dur);
+/* Writer: the program waited for the device at `now` (a synchronisation): queued time after now is taken back. */
+FG_HIDDEN void fg_state_synced(fg_state_file *f, fg_busy_track *t, unsigned device, long long now);
 
 /* Reader: the files' mappings, rescanned when the folder changed (its mtime) or every `ttl_ns` (to reap pids
  * that died without removing their file); the counters are loaded at every read. */
@@ -77,9 +104,10 @@ FG_HIDDEN void fg_state_reader_open(fg_state_reader *r, const char *dir);
 /* Every live process's nonzero entries, pid then device order. Never fails: an absent or unreadable folder is
  * an empty state. */
 FG_HIDDEN void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out);
-/* How many of the last FG_STATE_BUSY_SLOTS slots (the current one included) some process kept the device busy
- * in, from the files the last read mapped. */
-FG_HIDDEN unsigned fg_state_reader_busy_slots(const fg_state_reader *r, unsigned device);
+/* The busy microseconds of slots first .. first + n - 1 on the device, summed over the processes the last read
+ * mapped (each at most FG_STATE_SLOT_US; slots outside the ring read as idle). */
+FG_HIDDEN void fg_state_reader_busy(const fg_state_reader *r, unsigned device, uint64_t first, unsigned n,
+                                    uint32_t *compute_us, uint32_t *memory_us);
 /* The next read scans the folder again. */
 FG_HIDDEN void fg_state_reader_invalidate(fg_state_reader *r);
 FG_HIDDEN void fg_state_reader_close(fg_state_reader *r);

@@ -28,6 +28,7 @@ CU12_CFLAGS = $(filter-out -Invml -I$(B)/include -I$(GEN),$(CFLAGS)) -I$(CU)/com
               -I$(CU_GEN) $(CU12_DEFS) $(shell cat $(CU12_FLAGS) 2>/dev/null)
 CU_GENPY := $(ROOT)/tools/gen_cuda_stubs.py
 CU_COMMON_OBJ := $(COMMON_OBJ) $(CU_OBJ)/common/fgc_unsup.o $(CU_OBJ)/common/fgc_env.o $(CU_OBJ)/common/fgc_image.o \
+                 $(CU_OBJ)/common/fgc_private.o \
                  $(CU_OBJ)/common/fgc_report.o
 
 $(CU_FLAGS):
@@ -102,8 +103,9 @@ CU_EXTRA_OBJ   := $(CU_OBJ)/stubs/extra.o
 # $(1) set suffix (empty: CUDA 13, 12: CUDA 12)  $(2) CUDA major  $(3) soname major of cuSOLVER and cuFFT
 define CU_MAJOR_SET
 CU$(1)_RUNTIME_OBJ := $(patsubst $(CU)/%.c,$(CU$(1)_OBJ)/%.o,$(wildcard $(CU)/runtime/*.c))
-CU$(1)_BLAS_OBJ    := $(CU$(1)_OBJ)/blas/cublas.o $(CU$(1)_OBJ)/blas/gemm.o $(CU$(1)_OBJ)/blas/status.o \
-                      $(CU$(1)_OBJ)/blas/record.o
+CU$(1)_BLAS_OBJ    := $(CU$(1)_OBJ)/blas/cublas.o $(CU$(1)_OBJ)/blas/gemm.o $(CU$(1)_OBJ)/blas/level2.o \
+                      $(CU$(1)_OBJ)/blas/solve.o \
+                      $(CU$(1)_OBJ)/blas/status.o $(CU$(1)_OBJ)/blas/record.o
 CU$(1)_LT_OBJ      := $(CU$(1)_OBJ)/blas/lt.o $(CU$(1)_OBJ)/blas/status.o $(CU$(1)_OBJ)/blas/record_lt.o
 
 # The GEMM account names its library in the report file.

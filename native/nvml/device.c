@@ -264,3 +264,110 @@ nvmlReturn_t nvmlDeviceGetInforomConfigurationChecksum(nvmlDevice_t device, unsi
     *checksum = h;
     return NVML_SUCCESS;
 }
+
+/* GSP firmware runs the board from Turing on, on by default, its version the driver's: a real H200 (580.159.04)
+ * answers enabled/enabled and 580.159.04, and the A100 (570.148.08) and T4 (595.91.07) -q -x captures in
+ * NVIDIA/k8s-test-infra show their driver's version too. */
+static int has_gsp(const fg_device *d) { return d->cc_major * 10 + d->cc_minor >= 75; }
+
+nvmlReturn_t nvmlDeviceGetGspFirmwareMode(nvmlDevice_t device, unsigned int *isEnabled, unsigned int *defaultMode)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(isEnabled);
+    FG_NEED(defaultMode);
+    if (!has_gsp(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *isEnabled = *defaultMode = 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGspFirmwareVersion(nvmlDevice_t device, char *version)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(version);
+    if (!has_gsp(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    return fg_copy_out(version, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE, fg_cfg.driver_version);
+}
+
+/* Every discrete board, SXM ones included, talks to the host over PCIe (2 on a real H200); integrated GPUs have
+ * no PCI function to report. */
+nvmlReturn_t nvmlDeviceGetBusType(nvmlDevice_t device, nvmlBusType_t *type)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(type);
+    if (!strcmp(d->segment, "embedded"))
+        return NVML_ERROR_NOT_SUPPORTED;
+    *type = NVML_BUS_TYPE_PCIE;
+    return NVML_SUCCESS;
+}
+
+/* The board's place in the node, counted from 1: a real H200 in a VM reported the SXM slot it sat in (3), single
+ * PCIe boards report 1 (the L40S and T4 captures in NVIDIA/k8s-test-infra). */
+nvmlReturn_t nvmlDeviceGetModuleId(nvmlDevice_t device, unsigned int *moduleId)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(moduleId);
+    *moduleId = d->index + 1;
+    return NVML_SUCCESS;
+}
+
+/* FakeGPU keeps no InfoROM to corrupt: it checks out, as a real H200's does (inforom.checksum_validation valid). */
+nvmlReturn_t nvmlDeviceValidateInforom(nvmlDevice_t device)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    return NVML_SUCCESS;
+}
+
+/* Neither HMM nor ATS: the fake's device memory is never the process's own (a real H200 in a VM reports None; a
+ * host whose kernel has HMM reports HMM). */
+nvmlReturn_t nvmlDeviceGetAddressingMode(nvmlDevice_t device, nvmlDeviceAddressingMode_t *mode)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(mode);
+    if (mode->version != nvmlDeviceAddressingMode_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    mode->value = NVML_DEVICE_ADDRESSING_MODE_NONE;
+    return NVML_SUCCESS;
+}
+
+/* Where the board sits, as a machine outside a rack-scale NVLink domain reports it (a real H200: host 1, slot and
+ * tray 0, no chassis serial or InfiniBand GUID, module id as nvmlDeviceGetModuleId). */
+nvmlReturn_t nvmlDeviceGetPlatformInfo(nvmlDevice_t device, nvmlPlatformInfo_t *platformInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(platformInfo);
+    if (platformInfo->version != nvmlPlatformInfo_v2)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    memset(platformInfo, 0, sizeof *platformInfo);
+    platformInfo->version = nvmlPlatformInfo_v2;
+    platformInfo->hostId = 1;
+    platformInfo->moduleId = (unsigned char)(d->index + 1);
+    return NVML_SUCCESS;
+}
+
+/* Extended GPU memory needs a Grace CPU's: no board here has it, as every captured board shows (egm disabled). */
+nvmlReturn_t nvmlDeviceGetCapabilities(nvmlDevice_t device, nvmlDeviceCapabilities_t *caps)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(caps);
+    if (caps->version != nvmlDeviceCapabilities_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    caps->capMask = 0;
+    return NVML_SUCCESS;
+}
+
+/* The C2C link to a Grace CPU: reported from Hopper on by datacenter boards, enabled on the superchips (the H100,
+ * B200 and H200 captures say Disabled, the GB200 and GB300 ones Enabled, the A100 and L40S ones N/A). */
+nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, nvmlC2cModeInfo_v1_t *c2cModeInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(c2cModeInfo);
+    if (d->cc_major < 9 || !fg_is_datacenter(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    c2cModeInfo->isC2cEnabled = d->c2c ? 1 : 0;
+    return NVML_SUCCESS;
+}

@@ -20,11 +20,21 @@ struct nvmlEventSet_st {
 
 _Static_assert(FG_FAULT_MAX_RECORDS <= 64, "one delivered bit per board record");
 
+/* The events driver 580 offers on a real H200 (65439: every type nvml.h defines); those about memory errors only where
+ * ECC is on, retirement and remapping (DRAM) events only from Ampere on, the MIG one only where MIG is. Only Xids are
+ * ever delivered (the fault board's). */
 static unsigned long long supported(const fg_device *d)
 {
-    unsigned long long m = nvmlEventTypePState | nvmlEventTypeXidCriticalError | nvmlEventTypeClock;
+    unsigned long long m = nvmlEventTypePState | nvmlEventTypeXidCriticalError | nvmlEventTypeClock |
+                           nvmlEventTypePowerSourceChange | nvmlEventTypeGpuUnavailableError |
+                           nvmlEventTypeGpuRecoveryAction;
+    if (d->mig_supported)
+        m |= nvmlEventMigConfigChange;
     if (d->ecc)
-        m |= nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError;
+        m |= nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeSingleBitEccErrorStorm |
+             nvmlEventTypeNonFatalPoisonError | nvmlEventTypeFatalPoisonError;
+    if (d->ecc && d->cc_major >= 8)
+        m |= nvmlEventTypeDramRetirementEvent | nvmlEventTypeDramRetirementFailure;
     return m;
 }
 

@@ -38,8 +38,18 @@ typedef struct {
 typedef struct {
     unsigned long long used_bytes; /* processes' memory, idle baseline not included */
     unsigned compute_procs, graphics_procs;
-    unsigned busy_slots; /* of the last second's FG_STATE_BUSY_SLOTS, those a process kept the device busy in */
 } fg_usage;
+
+/* What the load model (model.c) says a device reads now. */
+typedef struct {
+    unsigned gpu_util, mem_util; /* % of NVML's last sample period */
+    unsigned power_mw;           /* averaged over the last second */
+    unsigned temperature_c;
+    unsigned sm_mhz, video_mhz;  /* current clocks (graphics = SM) */
+    unsigned long long event_reasons;
+    nvmlPstates_t pstate;
+    int active; /* a context is on the board, or work ran lately */
+} fg_load;
 
 FG_HIDDEN extern fg_devset fg_devs;
 FG_HIDDEN extern fg_config fg_cfg;
@@ -108,12 +118,8 @@ FG_HIDDEN void fg_usage_of(unsigned index, fg_usage *u);
 FG_HIDDEN unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max);
 FG_HIDDEN void fg_state_invalidate(void);
 FG_HIDDEN unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u);
-FG_HIDDEN unsigned fg_gpu_util(const fg_device *d, const fg_usage *u);
-FG_HIDDEN unsigned fg_mem_util(const fg_device *d, const fg_usage *u);
-FG_HIDDEN unsigned fg_temperature(const fg_device *d, const fg_usage *u);
-FG_HIDDEN unsigned fg_power_mw(const fg_device *d, const fg_usage *u);
-FG_HIDDEN unsigned fg_sm_clock(const fg_device *d, const fg_usage *u);
-FG_HIDDEN nvmlPstates_t fg_pstate(const fg_device *d, const fg_usage *u);
+/* Utilization, power, temperature, clocks, event reasons and P-state of a whole board, pins applied. */
+FG_HIDDEN void fg_load_of(const fg_device *d, fg_load *out);
 FG_HIDDEN int fg_is_datacenter(const fg_device *d);
 
 /* ---- topology (pci_nvlink.c) ---- */

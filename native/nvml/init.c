@@ -126,6 +126,8 @@ nvmlReturn_t nvmlShutdown(void)
     return rc;
 }
 
+/* The texts driver 580 gives (tests/data/gpu/h200/nvml.json, ErrorStrings); nvidia-smi prints some of them as values
+ * ("Requested functionality has been deprecated" for the display mode). */
 const char *nvmlErrorString(nvmlReturn_t result)
 {
     switch (result) {
@@ -145,20 +147,20 @@ const char *nvmlErrorString(nvmlReturn_t result)
     case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
     case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_RESET_REQUIRED: return "GPU requires reset";
+    case NVML_ERROR_OPERATING_SYSTEM: return "GPU access blocked by the operating system";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "Driver/library version mismatch";
     case NVML_ERROR_IN_USE: return "In use by another client";
     case NVML_ERROR_MEMORY: return "Insufficient Memory";
     case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "Not supported when ECC is enabled";
-    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient resources";
-    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Frequency not supported";
+    case NVML_ERROR_VGPU_ECC_NOT_SUPPORTED: return "vGPU ECC not supported";
+    case NVML_ERROR_INSUFFICIENT_RESOURCES: return "Insufficient Resources";
+    case NVML_ERROR_FREQ_NOT_SUPPORTED: return "Invalid Frequency";
     case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    case NVML_ERROR_DEPRECATED: return "Deprecated";
-    case NVML_ERROR_NOT_READY: return "Not ready";
-    case NVML_ERROR_GPU_NOT_FOUND: return "GPU not found";
-    case NVML_ERROR_INVALID_STATE: return "Invalid state";
+    case NVML_ERROR_DEPRECATED: return "Requested functionality has been deprecated";
+    case NVML_ERROR_NOT_READY: return "System is not in ready state";
+    case NVML_ERROR_GPU_NOT_FOUND: return "No supported GPUs were found";
+    case NVML_ERROR_INVALID_STATE: return "Resource not in correct state to perform requested operation";
     case NVML_ERROR_UNKNOWN: return "Unknown Error";
     default: return "Unknown Error";
     }

@@ -152,11 +152,21 @@ nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErro
     if (!valid_counter(errorType, counterType) || (unsigned)locationType >= NVML_MEMORY_LOCATION_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
+    /* Hopper counts errors in DRAM and SRAM only: a real H200 answers NOT_SUPPORTED for L1, L2, register file,
+     * texture, shared memory and CBU. */
+    if (d->cc_major >= 9 && locationType != NVML_MEMORY_LOCATION_DRAM && locationType != NVML_MEMORY_LOCATION_SRAM)
+        return NVML_ERROR_NOT_SUPPORTED;
     *count = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && locationType == NVML_MEMORY_LOCATION_DRAM
                  ? uncorrectable(d)
                  : 0;
     return NVML_SUCCESS;
 }
+
+/* Row remapping replaced page retirement with Ampere: from then on the retired-page queries are NOT_SUPPORTED and
+ * the remapped-row ones answer. A real H200 (580.159.04) answers so, and the -q -x captures of an A100 (570.148.08),
+ * H100 and B200 (580.105.08) and L40S (595.91.07) in NVIDIA/k8s-test-infra show retired pages N/A beside a row
+ * remapper, a T4 (Turing) the other way round. */
+static int remaps_rows(const fg_device *d) { return d->cc_major >= 8; }
 
 nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCause_t cause,
                                        unsigned int *pageCount, unsigned long long *addresses)
@@ -167,10 +177,12 @@ nvmlReturn_t nvmlDeviceGetRetiredPages(nvmlDevice_t device, nvmlPageRetirementCa
     if ((unsigned)cause >= NVML_PAGE_RETIREMENT_CAUSE_COUNT)
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
-    /* Before Ampere a double-bit error retires its page; Xid 63 says the retirement was recorded. */
+    if (remaps_rows(d))
+        return NVML_ERROR_NOT_SUPPORTED;
+    /* A double-bit error retires its page; Xid 63 says the retirement was recorded. */
     fg_fault_ecc e;
     fg_fault_ecc_of(d->index, &e);
-    *pageCount = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR && d->cc_major < 8 ? e.recorded : 0;
+    *pageCount = cause == NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR ? e.recorded : 0;
     return NVML_SUCCESS;
 }
 
@@ -187,10 +199,12 @@ nvmlReturn_t nvmlDeviceGetRetiredPagesPendingStatus(nvmlDevice_t device, nvmlEna
     FG_DEVICE(device, d);
     FG_NEED(isPending);
     FG_NEED_ECC(d);
+    if (remaps_rows(d))
+        return NVML_ERROR_NOT_SUPPORTED;
     /* Pending: an uncorrectable error whose retirement is not recorded yet (it is at the next reset). */
     fg_fault_ecc e;
     fg_fault_ecc_of(d->index, &e);
-    *isPending = d->cc_major < 8 && uncorrectable(d) > e.recorded ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+    *isPending = uncorrectable(d) > e.recorded ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 
@@ -203,8 +217,7 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     FG_NOT_IN_MIG_MODE(d);
     FG_NEED(isPending);
     FG_NEED(failureOccurred);
-    /* Row remapping replaced page retirement with Ampere. */
-    if (!d->ecc || d->cc_major < 8)
+    if (!d->ecc || !remaps_rows(d))
         return NVML_ERROR_NOT_SUPPORTED;
     /* Ampere and later remap the row of an uncorrectable error at the next reset (pending until then); Xid 63
      * records a remapping, Xid 64 a failure to. */
@@ -214,5 +227,90 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     *uncRows = e.recorded;
     *isPending = uncorrectable(d) > e.recorded;
     *failureOccurred = e.record_fails > 0;
+    return NVML_SUCCESS;
+}
+
+/* Nothing remapped is ever deactivated here: every remapping stays active. */
+nvmlReturn_t nvmlDeviceGetRemappedRows_v2(nvmlDevice_t device, nvmlRemappedRowsInfo_v2_t *info)
+{
+    FG_NEED(info);
+    unsigned corr = 0, unc = 0, pending = 0, failed = 0;
+    nvmlReturn_t rc = nvmlDeviceGetRemappedRows(device, &corr, &unc, &pending, &failed);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    info->corrActiveRemaps = corr;
+    info->uncActiveRemaps = unc;
+    info->corrInactiveRemaps = info->uncInactiveRemaps = 0;
+    info->bPending = pending;
+    info->bFailureOccurred = failed;
+    return NVML_SUCCESS;
+}
+
+/* Banks by how many spare rows they have left: all of them at the maximum on a healthy board (a real H200: 3072 of
+ * 3072). A board whose bank count was never measured does not answer. */
+nvmlReturn_t nvmlDeviceGetRowRemapperHistogram(nvmlDevice_t device, nvmlRowRemapperHistogramValues_t *values)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(values);
+    FG_NOT_IN_MIG_MODE(d);
+    if (!d->ecc || !remaps_rows(d) || !d->row_remap_banks)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(values, 0, sizeof *values);
+    values->max = d->row_remap_banks;
+    return NVML_SUCCESS;
+}
+
+/* Confidential computing (Hopper on) is off: no protected memory, and what is unprotected is what CUDA gets (a real
+ * H200: 146591680 KiB, its cuDeviceTotalMem). */
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t device, nvmlConfComputeMemSizeInfo_t *memInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(memInfo);
+    if (d->cc_major < 9)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memInfo->protectedMemSizeKib = 0;
+    memInfo->unprotectedMemSizeKib = d->cuda_total / 1024;
+    return NVML_SUCCESS;
+}
+
+/* SRAM errors by kind and by where they struck, from Ampere on (the A100 570.148.08 and H200 -q -x captures list
+ * parity and SEC-DED counts and, on the H200, the uncorrectable sources): the fault board injects none. */
+nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(status);
+    if (status->version != nvmlEccSramErrorStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    FG_NEED_ECC(d);
+    if (d->cc_major < 8)
+        return NVML_ERROR_NOT_SUPPORTED;
+    memset(status, 0, sizeof *status);
+    status->version = nvmlEccSramErrorStatus_v1;
+    return NVML_SUCCESS;
+}
+
+/* No channel or TPC waits for a repair at the next reset: the -q -x captures show both from Ada and Hopper on
+ * (L40S, H100, B200, H200), not on an A100 (570.148.08). */
+nvmlReturn_t nvmlDeviceGetRepairStatus(nvmlDevice_t device, nvmlRepairStatus_t *repairStatus)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(repairStatus);
+    if (repairStatus->version != nvmlRepairStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->cc_major * 10 + d->cc_minor < 89)
+        return NVML_ERROR_NOT_SUPPORTED;
+    repairStatus->bChannelRepairPending = repairStatus->bTpcRepairPending = 0;
+    return NVML_SUCCESS;
+}
+
+/* Memory beyond repair: none, on a Hopper board as the H200 reports it (an L40S answers N/A). */
+nvmlReturn_t nvmlDeviceGetUnrepairableMemoryFlag_v1(nvmlDevice_t device,
+                                                    nvmlUnrepairableMemoryStatus_v1_t *unrepairableMemoryStatus)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(unrepairableMemoryStatus);
+    if (d->cc_major < 9)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unrepairableMemoryStatus->bUnrepairableMemory = 0;
     return NVML_SUCCESS;
 }

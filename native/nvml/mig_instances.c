@@ -219,13 +219,15 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceRemainingCapacity(nvmlDevice_t device, unsi
 {
     FG_DEVICE(device, d);
     FG_NEED(count);
-    nvmlReturn_t rc = need_mig_mode(d);
-    if (rc != NVML_SUCCESS)
-        return rc;
+    if (!d->mig_supported)
+        return NVML_ERROR_NOT_SUPPORTED;
     int i = profile_by_id(d, profileId);
     if (i < 0)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *count = fg_mig_remaining(&d->mig_board, d->mig, d->mig_count, (unsigned)i);
+    /* With MIG mode off nothing is taken: a real H200 (580.159.04) answers each profile's whole count (7, 3, 2, 1,
+     * 1, 1, 4), and its `mig -lgip` shows them free. */
+    *count = d->mig_mode ? fg_mig_remaining(&d->mig_board, d->mig, d->mig_count, (unsigned)i)
+                         : d->mig_board.profiles[i].instances;
     return NVML_SUCCESS;
 }
 

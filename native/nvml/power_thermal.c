@@ -7,9 +7,9 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
 {
     FG_DEVICE(device, d);
     FG_NEED(power);
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *power = fg_power_mw(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    *power = l.power_mw;
     return NVML_SUCCESS;
 }
 
@@ -59,9 +59,9 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
     struct timespec ts;
     clock_gettime(CLOCK_BOOTTIME, &ts);
     unsigned long long ms = (unsigned long long)ts.tv_sec * 1000 + (unsigned long long)ts.tv_nsec / 1000000;
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *energy = ms * fg_power_mw(d, &u) / 1000;
+    fg_load l;
+    fg_load_of(d, &l);
+    *energy = ms * l.power_mw / 1000;
     return NVML_SUCCESS;
 }
 
@@ -71,9 +71,9 @@ nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensor
     FG_NEED(temp);
     if (sensorType != NVML_TEMPERATURE_GPU)
         return NVML_ERROR_INVALID_ARGUMENT;
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *temp = fg_temperature(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    *temp = l.temperature_c;
     return NVML_SUCCESS;
 }
 
@@ -89,21 +89,21 @@ nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t
     return rc;
 }
 
+/* The profile's thresholds (measured on an H200 and an A100; an A100/H100's of the 550 branch otherwise, see
+ * common/fg_devices.c); memory's only where memory has a sensor of its own. */
 nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperatureThresholds_t thresholdType,
                                                unsigned int *temp)
 {
     FG_DEVICE(device, d);
     FG_NEED(temp);
-    /* Values of an A100/H100; memory max only where memory has its own sensor (HBM). */
-    int hbm = d->memory_type[0] == 'H';
     switch (thresholdType) {
-    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: *temp = 92; break;
-    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: *temp = 89; break;
-    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: *temp = 87; break;
+    case NVML_TEMPERATURE_THRESHOLD_SHUTDOWN: *temp = d->temp_shutdown_c; break;
+    case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN: *temp = d->temp_slowdown_c; break;
+    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX: *temp = d->temp_gpu_max_c; break;
     case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
-        if (!hbm)
+        if (!d->temp_mem_max_c)
             return NVML_ERROR_NOT_SUPPORTED;
-        *temp = 95;
+        *temp = d->temp_mem_max_c;
         break;
     case NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_MIN:
     case NVML_TEMPERATURE_THRESHOLD_ACOUSTIC_CURR:
@@ -114,13 +114,29 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperat
     return NVML_SUCCESS;
 }
 
-/* Passively cooled boards (fans: 0) have no fan to report, as nvidia-smi's "N/A" shows. */
+/* How far below T.Limit (the max operating temperature) the GPU runs: 50 C on a real H200 at 37 C with T.Limit 87.
+ * Boards from Ada and Hopper on report it; the A100 (570.148.08) and T4 (595.91.07) -q -x captures in
+ * NVIDIA/k8s-test-infra give gpu_temp_tlimit N/A, the H100, B200, L40S and GB200 ones a value. */
+nvmlReturn_t nvmlDeviceGetMarginTemperature(nvmlDevice_t device, nvmlMarginTemperature_t *marginTempInfo)
+{
+    FG_DEVICE(device, d);
+    FG_NEED(marginTempInfo);
+    if (marginTempInfo->version != nvmlMarginTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (d->cc_major * 10 + d->cc_minor < 89)
+        return NVML_ERROR_NOT_SUPPORTED;
+    fg_load l;
+    fg_load_of(d, &l);
+    marginTempInfo->marginTemperature = (int)d->temp_gpu_max_c - (int)l.temperature_c;
+    return NVML_SUCCESS;
+}
+
+/* A passively cooled board counts no fans (0 on a real H200) and has no fan speed to report, as nvidia-smi's
+ * "N/A" shows. */
 nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *numFans)
 {
     FG_DEVICE(device, d);
     FG_NEED(numFans);
-    if (!d->fans)
-        return NVML_ERROR_NOT_SUPPORTED;
     *numFans = d->fans;
     return NVML_SUCCESS;
 }
@@ -133,9 +149,9 @@ nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, uns
         return NVML_ERROR_NOT_SUPPORTED;
     if (fan >= d->fans)
         return NVML_ERROR_INVALID_ARGUMENT;
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    *speed = 30 + fg_gpu_util(d, &u) * 45 / 100;
+    fg_load l;
+    fg_load_of(d, &l);
+    *speed = 30 + l.gpu_util * 45 / 100;
     return NVML_SUCCESS;
 }
 
@@ -149,10 +165,10 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_
     FG_DEVICE(device, d);
     FG_NEED(utilization);
     FG_NOT_IN_MIG_MODE(d);
-    fg_usage u;
-    fg_usage_of(d->index, &u);
-    utilization->gpu = fg_gpu_util(d, &u);
-    utilization->memory = fg_mem_util(d, &u);
+    fg_load l;
+    fg_load_of(d, &l);
+    utilization->gpu = l.gpu_util;
+    utilization->memory = l.mem_util;
     return NVML_SUCCESS;
 }
 
@@ -201,5 +217,41 @@ nvmlReturn_t nvmlDeviceGetEncoderStats(nvmlDevice_t device, unsigned int *sessio
     FG_NEED(averageFps);
     FG_NEED(averageLatency);
     *sessionCount = *averageFps = *averageLatency = 0;
+    return NVML_SUCCESS;
+}
+
+/* No NvFBC capture runs on a fake board: no sessions (a real H200 answers zeros). */
+nvmlReturn_t nvmlDeviceGetFBCStats(nvmlDevice_t device, nvmlFBCStats_t *fbcStats)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(fbcStats);
+    memset(fbcStats, 0, sizeof *fbcStats);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPowerSource(nvmlDevice_t device, nvmlPowerSource_t *powerSource)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(powerSource);
+    *powerSource = NVML_POWER_SOURCE_AC; /* no fake board runs on a battery */
+    return NVML_SUCCESS;
+}
+
+/* Time clocks were held back by each policy since the driver loaded. A real H200 answers the six policies (the two
+ * totals are INVALID_ARGUMENT there); FakeGPU keeps no history of throttling, so no time is counted against any. */
+nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyType_t perfPolicyType,
+                                          nvmlViolationTime_t *violTime)
+{
+    FG_DEVICE(device, d);
+    (void)d;
+    FG_NEED(violTime);
+    if ((unsigned)perfPolicyType > NVML_PERF_POLICY_RELIABILITY)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    violTime->referenceTime = (unsigned long long)ts.tv_sec * 1000000ULL + (unsigned long long)ts.tv_nsec / 1000;
+    violTime->violationTime = 0;
     return NVML_SUCCESS;
 }

@@ -123,13 +123,15 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
         return NVML_ERROR_INSUFFICIENT_SIZE;
     fg_usage u;
     fg_usage_of(d->index, &u);
+    fg_load l;
+    fg_load_of(d, &l);
     unsigned procs_total = u.compute_procs + u.graphics_procs;
     for (unsigned i = 0; i < n; i++) {
         nvmlProcessUtilizationSample_t *s = &utilization[i];
         s->pid = procs[i].pid;
         s->timeStamp = now_us;
-        s->smUtil = fg_gpu_util(d, &u) / (procs_total ? procs_total : 1);
-        s->memUtil = fg_mem_util(d, &u) / (procs_total ? procs_total : 1);
+        s->smUtil = l.gpu_util / (procs_total ? procs_total : 1);
+        s->memUtil = l.mem_util / (procs_total ? procs_total : 1);
         s->encUtil = 0;
         s->decUtil = 0;
     }

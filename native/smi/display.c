@@ -1,6 +1,7 @@
 /* -q -d TYPE[,TYPE...]: the report narrowed to some sections. A display type names the report's top-level
- * sections it shows, by their -q -x element names, so the text and the XML tables share one vocabulary; the
- * GPU's identity (name, serial, PCI, ...) belongs to no type and shows only in the whole report. */
+ * sections it shows, by their -q -x element names (and, for the sample summaries only the text has, the names
+ * report_rows.c gives them), in the order a real H200 on 580.159.04 prints them (qd_*.txt); the GPU's identity
+ * (name, serial, PCI, ...) belongs to no type and shows only in the whole report. */
 #include <string.h>
 #include <strings.h>
 
@@ -8,18 +9,21 @@
 
 static const struct {
     const char *name;
-    const char *sections[8];
+    const char *sections[12];
 } types[] = {
     {"MEMORY", {"fb_memory_usage", "bar1_memory_usage", "cc_protected_memory_usage"}},
-    {"UTILIZATION", {"utilization"}},
+    {"UTILIZATION", {"utilization", "gpu_utilization_samples", "memory_utilization_samples",
+                     "enc_utilization_samples", "dec_utilization_samples", "jpg_utilization_samples",
+                     "ofa_utilization_samples"}},
     {"ECC", {"ecc_mode", "ecc_errors"}},
     {"TEMPERATURE", {"temperature"}},
-    {"POWER", {"gpu_power_readings", "module_power_readings"}},
+    {"POWER", {"gpu_power_readings", "power_samples", "gpu_memory_power_readings", "module_power_readings"}},
     {"CLOCK", {"clocks", "applications_clocks", "default_applications_clocks", "deferred_clocks", "max_clocks",
-               "max_customer_boost_clocks", "clock_policy"}},
+               "max_customer_boost_clocks", "sm_clock_samples", "memory_clock_samples", "clock_policy"}},
     {"COMPUTE", {"compute_mode"}},
     {"PIDS", {"processes"}},
-    {"PERFORMANCE", {"performance_state", "clocks_event_reasons"}},
+    {"PERFORMANCE", {"performance_state", "clocks_event_reasons", "clocks_event_reasons_counters",
+                     "sparse_operation_mode"}},
     {"SUPPORTED_CLOCKS", {"supported_clocks"}},
     {"PAGE_RETIREMENT", {"retired_pages"}},
     {"ACCOUNTING", {"accounting_mode", "accounting_mode_buffer_size", "accounted_processes"}},
@@ -28,10 +32,10 @@ static const struct {
     {"VOLTAGE", {"voltage"}},
     {"FBC_STATS", {"fbc_stats"}},
     {"ROW_REMAPPER", {"remapped_rows"}},
-    {"RESET_STATUS", {"gpu_reset_status"}},
     {"GSP_FIRMWARE_VERSION", {"gsp_firmware_version"}},
 };
 
+/* RESET_STATUS, which older drivers took, a real 580 driver refuses like an unknown type (qd_RESET_STATUS.txt). */
 _Static_assert(sizeof types / sizeof types[0] <= 32, "a display mask holds 32 types");
 
 int smi_display_parse(const char *list, unsigned *mask)
@@ -59,7 +63,7 @@ int smi_display_shows(unsigned mask, const char *section)
         return 1;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (mask & (1u << i))
-            for (size_t k = 0; k < 8 && types[i].sections[k]; k++)
+            for (size_t k = 0; k < 12 && types[i].sections[k]; k++)
                 if (!strcmp(types[i].sections[k], section))
                     return 1;
     return 0;

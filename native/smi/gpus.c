@@ -95,6 +95,19 @@ void smi_system_info(smi_system *s)
     nvmlDeviceGetCount_v2(&s->attached);
 }
 
+int smi_driver_at_least(int major, int minor, int patch)
+{
+    char v[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "";
+    int have[3] = {0, 0, 0};
+    if (nvmlSystemGetDriverVersion(v, sizeof v) != NVML_SUCCESS || sscanf(v, "%d.%d.%d", &have[0], &have[1], &have[2]) < 1)
+        return 0;
+    int want[3] = {major, minor, patch};
+    for (int i = 0; i < 3; i++)
+        if (have[i] != want[i])
+            return have[i] > want[i];
+    return 1;
+}
+
 void smi_now(char *buf, size_t len, int csv_style)
 {
     struct timeval tv;

@@ -1,7 +1,7 @@
 /* nvidia-smi mig: which GPUs a report covers, and what its reports share (profile order, the instance walk, the
- * row builder). A driver reports only the selected GPUs that have MIG mode enabled; with none, every report and
- * change prints the one line "No MIG-enabled devices found." with status 6 (real captures; scripts grep for that
- * line). */
+ * row builder). A driver reports only the selected GPUs that have MIG mode enabled (the profile lists: every MIG
+ * board); with none, every report and change prints the one line "No MIG-enabled devices found." (scripts grep
+ * for that line). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,7 +109,9 @@ int smi_mig_name_width(nvmlDevice_t d)
 {
     nvmlGpuInstanceProfileInfo_v2_t profiles[32];
     unsigned np = smi_gi_profiles(d, profiles, 32);
-    int w = 16;
+    /* 18 on 580.159.04 (a real H200's -lgip is 81 columns, mig_lgip.txt; a public A100-40GB capture of the same
+     * width), 16 on the earlier captures this layout was drawn from. */
+    int w = smi_driver_at_least(580, 159, 4) ? 18 : 16;
     for (unsigned p = 0; p < np; p++)
         if ((int)strlen(profiles[p].name) > w)
             w = (int)strlen(profiles[p].name);
@@ -188,17 +190,28 @@ void smi_heading(int width, int shift, const char *title, const smi_cell *cells)
     smi_rule(width, '=');
 }
 
+/* Does the board do MIG at all (MIG mode answers, on or off)? */
+static int mig_capable(nvmlDevice_t d)
+{
+    unsigned current, pending;
+    return nvmlDeviceGetMigMode(d, &current, &pending) == NVML_SUCCESS;
+}
+
 int smi_view_mig(const smi_gpus *g, const smi_mig_args *a)
 {
+    /* The GPU instance profiles and their placements are the board's, MIG mode on or off: a real H200 with MIG
+     * disabled lists them with every instance free (mig_lgip.txt, mig_lgipp.txt). */
+    int board_facts = a->op == SMI_MIG_LGIP || a->op == SMI_MIG_LGIPP;
     smi_gpus on = {0};
     for (unsigned k = 0; k < g->count; k++)
-        if (smi_mig_on(g->dev[k])) {
+        if (board_facts ? mig_capable(g->dev[k]) : smi_mig_on(g->dev[k])) {
             on.dev[on.count] = g->dev[k];
             on.index[on.count++] = g->index[k];
         }
     if (!on.count) {
         printf("No MIG-enabled devices found.\n");
-        return SMI_EXIT_NOT_FOUND;
+        /* 580 says so with status 0 (a real H200: mig -lgi, -lcip, -cgi 19); earlier drivers with 6. */
+        return smi_driver_at_least(580, 0, 0) ? SMI_OK : SMI_EXIT_NOT_FOUND;
     }
     switch (a->op) {
     case SMI_MIG_LGI: return smi_mig_lgi(&on);

@@ -43,6 +43,8 @@ typedef struct {
     unsigned attached;
 } smi_system;
 void smi_system_info(smi_system *s);
+/* Is the reported driver this version or later (580, 159, 4 for 580.159.04)? Layouts and messages follow it. */
+int smi_driver_at_least(int major, int minor, int patch);
 
 /* display.c: -d TYPE,... as a mask (0: the whole report); returns 0, or -1 for an unknown type. Does the mask
  * show the report's top-level section named (as in -q -x) `section`? */
@@ -57,6 +59,9 @@ int smi_view_query(const smi_gpus *g, unsigned display);
 int smi_view_query_xml(const smi_gpus *g);
 int smi_view_topo(const smi_gpus *g);
 int smi_view_nvlink_status(const smi_gpus *g);
+/* monitor.c: dmon and pmon, count samples (0: until killed) delay_s seconds apart. */
+int smi_view_dmon(const smi_gpus *g, unsigned count, unsigned delay_s);
+int smi_view_pmon(const smi_gpus *g, unsigned count, unsigned delay_s);
 /* nvidia-smi mig: one report or change (the GPU instance ones, then the compute instance ones, as main.c's flag
  * tables list them), with the -gi/-ci ID lists and the -cgi/-cci profile list (NULL: not given). */
 typedef enum {
@@ -118,6 +123,7 @@ void smi_mig_table(const smi_gpus *g, int branch);
 int smi_query_gpu(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_query_apps(const smi_gpus *g, const char *fields, const smi_format *fmt);
 int smi_help_query_gpu(void);
+int smi_help_query_apps(void);
 void smi_help(void);
 
 /* words.c */
@@ -135,24 +141,58 @@ void smi_xml_leaf(int depth, const char *tag, const char *text);
 void smi_xml_text(int depth, const char *text);
 void smi_xml_escaped(const char *text);
 
-/* A report as rows in document order. A row is a leaf (value), an element whose children code writes (tree),
- * or, with neither, a section holding the rows after it that are one level deeper. A value that fails
- * prints N/A, as real nvidia-smi does. */
-typedef nvmlReturn_t (*smi_xml_value)(nvmlDevice_t d, int arg, char *out, unsigned len);
-typedef void (*smi_xml_tree)(nvmlDevice_t d, int depth);
-typedef struct {
+/* The -q report as rows in document order, one table for its text (-q) and XML (-q -x) forms, which list the same
+ * facts in the same order (a real H200's q.txt and qx.txt, driver 580.159.04). A row is a leaf (value), an element
+ * whose children code writes (tree for XML, text for -q), or, with neither, a section holding the rows after it
+ * that are one level deeper. tag is the XML element, label the text key or title (NULL: XML only). A value NVML cannot give prints N/A where NVML says NOT_SUPPORTED and NVML's own words otherwise, as real
+ * nvidia-smi does ("Requested functionality has been deprecated", "Insufficient Permissions"). */
+typedef struct smi_report_row smi_report_row;
+typedef nvmlReturn_t (*smi_row_value)(nvmlDevice_t d, int arg, char *out, unsigned len);
+typedef void (*smi_row_tree)(nvmlDevice_t d, int depth);
+typedef void (*smi_row_lines)(nvmlDevice_t d, const smi_report_row *row, int depth);
+typedef int (*smi_row_when)(nvmlDevice_t d);
+enum {
+    SMI_ROW_ON_REQUEST = 1, /* in -q only when -d names its section (supported clocks, samples, ...) */
+    SMI_ROW_HEX = 2,        /* -q writes the value with 0x before it; the XML without */
+    SMI_ROW_DEEPER = 4,     /* -q indents it one level deeper than the XML nests it */
+    SMI_ROW_TEXT_ONLY = 8,  /* -q only; its tag names it for -d (the samples sections) */
+};
+struct smi_report_row {
     int level;
-    const char *tag;
-    smi_xml_value value;
+    const char *tag, *label;
+    smi_row_value value;
     int arg;
-    smi_xml_tree tree;
-} smi_xml_row;
-void smi_xml_rows(nvmlDevice_t d, const smi_xml_row *rows, size_t n, int depth);
+    smi_row_tree tree;
+    smi_row_lines text;
+    unsigned flags;
+    unsigned since;    /* the first driver that prints it, SMI_DRIVER(580, 159, 4); 0: every one */
+    smi_row_when when; /* the board has it (NULL: every board) */
+};
+#define SMI_DRIVER(major, minor, patch) ((unsigned)(major) * 1000000u + (unsigned)(minor) * 1000u + (unsigned)(patch))
 
-/* xml_gpu.c: one <gpu> element's children, at the given depth. */
-void smi_xml_gpu(nvmlDevice_t d, int depth);
+/* report.c: the two forms of one GPU's rows; mask is -d's (0: the whole report), width the text's key column. */
+void smi_report_xml(nvmlDevice_t d, const smi_report_row *rows, size_t n, int depth);
+void smi_report_text(nvmlDevice_t d, const smi_report_row *rows, size_t n, unsigned mask);
+/* A text key and its value, the key padded to the report's column (55 from 580 on, 42 before). */
+void smi_text_kv(int depth, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The same with the key padded to a column of its own (process entries keep 42 on 580). */
+void smi_text_kv_at(int width, int depth, const char *key, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void smi_text_section(int depth, const char *title);
+/* What a report prints for a failed NVML call. */
+const char *smi_report_error(nvmlReturn_t rc);
 
-/* Memory in whole MiB as nvidia-smi rounds it. */
-static inline unsigned long long smi_mib(unsigned long long bytes) { return bytes >> 20; }
+/* report_rows.c: one GPU's rows. */
+void smi_report_gpu_xml(nvmlDevice_t d, int depth);
+void smi_report_gpu_text(nvmlDevice_t d, unsigned mask);
+/* view_query.c: what -q writes by code (MIG devices, processes, supported clocks, samples). */
+void smi_text_mig_devices(nvmlDevice_t d, const smi_report_row *row, int depth);
+void smi_text_processes(nvmlDevice_t d, const smi_report_row *row, int depth);
+void smi_text_supported_clocks(nvmlDevice_t d, const smi_report_row *row, int depth);
+void smi_text_none(nvmlDevice_t d, const smi_report_row *row, int depth);
+void smi_text_samples(nvmlDevice_t d, const smi_report_row *row, int depth);
+
+/* Memory in whole MiB as nvidia-smi rounds it: up. A real H200 (580.159.04) shows NVML's 644939776 reserved bytes
+ * (615.06 MiB) as 616 MiB and 150109880320 free bytes (143155.94 MiB) as 143156 MiB (tests/data/gpu/h200/smi). */
+static inline unsigned long long smi_mib(unsigned long long bytes) { return (bytes + (1ull << 20) - 1) >> 20; }
 
 #endif

@@ -1,5 +1,5 @@
-/* topo -m: the GPU connection matrix, tab-separated as the real tool prints it (no ANSI underline: we
- * print the same bytes whether or not stdout is a terminal, which is what scripts parse anyway). */
+/* topo -m: the GPU connection matrix, tab-separated as the real tool prints it, its header row underlined with
+ * ANSI escapes whether or not stdout is a terminal (a real H200 on 580.159.04, output to a file). */
 #include <stdio.h>
 #include <string.h>
 
@@ -57,9 +57,10 @@ static void cpu_list(nvmlDevice_t d, char *out, size_t len)
 
 int smi_view_topo(const smi_gpus *g)
 {
+    printf("\t\033[4m");
     for (unsigned k = 0; k < g->count; k++)
-        printf("\tGPU%u", g->index[k]);
-    printf("\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n");
+        printf("%sGPU%u", k ? "\t" : "", g->index[k]);
+    printf("\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\033[0m\n");
     for (unsigned i = 0; i < g->count; i++) {
         printf("GPU%u", g->index[i]);
         for (unsigned j = 0; j < g->count; j++) {

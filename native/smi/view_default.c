@@ -66,10 +66,11 @@ static void gpu_rows(nvmlDevice_t d, unsigned index)
     nvmlPstates_t ps;
     if (nvmlDeviceGetPerformanceState(d, &ps) == NVML_SUCCESS && ps != NVML_PSTATE_UNKNOWN)
         snprintf(perf, sizeof perf, "P%d", (int)ps);
+    /* Whole watts, cut: a real H200 drawing 81.69 W shows 81W (default.txt, query_common.txt). */
     if (nvmlDeviceGetPowerUsage(d, &v) == NVML_SUCCESS)
-        snprintf(pwr, sizeof pwr, "%uW", (v + 500) / 1000);
+        snprintf(pwr, sizeof pwr, "%uW", v / 1000);
     if (nvmlDeviceGetEnforcedPowerLimit(d, &v) == NVML_SUCCESS)
-        snprintf(cap, sizeof cap, "%uW", (v + 500) / 1000);
+        snprintf(cap, sizeof cap, "%uW", v / 1000);
 
     char used[24] = "N/A", total[24] = "N/A";
     nvmlMemory_v2_t mem = {.version = nvmlMemory_v2};
@@ -142,7 +143,8 @@ int smi_view_default(const smi_gpus *g)
         printf(GPU_RULE "\n");
     }
     smi_mig_table(g, branch);
-    printf("                                                                                         \n");
+    /* The line between the tables: empty from 580 on (a real H200 on 580.159.04), spaces before. */
+    printf("%s\n", branch >= 580 ? "" : "                                                                                         ");
     printf(RULE "\n"
            "| Processes:                                                                              |\n"
            "%s"

@@ -1,4 +1,4 @@
-/* -q -x: the XML report. The prolog and root are those of real captures; each <gpu> is xml_gpu.c's table. */
+/* -q -x: the XML report. The prolog and root are those of real captures; each <gpu> is report_rows.c's table. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,7 +13,7 @@ static void gpu(nvmlDevice_t d)
     printf("\t<gpu id=\"");
     smi_xml_escaped(nvmlDeviceGetPciInfo_v3(d, &pci) == NVML_SUCCESS ? pci.busId : "N/A");
     printf("\">\n");
-    smi_xml_gpu(d, 2);
+    smi_report_gpu_xml(d, 2);
     printf("\t</gpu>\n\n");
 }
 

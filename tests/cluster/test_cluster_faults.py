@@ -220,7 +220,7 @@ def test_the_report_and_its_html_carry_the_timeline(ctl):
                                                                            ("gpu-lost", "node-0", 1)]
     assert "faults: partition node-1, gpu-lost node-0 gpu 1" in merge.summary(doc)
     page = html.render(doc)
-    assert "<h2>Fault timeline</h2><table>" in page and page.count("<td>gpu-lost</td>") == 1
+    assert "<h2>Fault timeline</h2><table>" in page and page.count("<td>gpu-lost GPU 1</td>") == 1
     assert json.loads(json.dumps(doc)) == doc
 
 

@@ -27,6 +27,17 @@ def read(publisher: Publisher) -> dict[int, int]:
     return {device: n for device, n in enumerate(used) if n}
 
 
+def test_process_name_is_argv0_as_given():
+    """Real NVML and nvidia-smi show argv[0] as the process was started, not its command line: `python3
+    torch_memory.py OUT` is "python3" on a real H200 (tests/data/gpu/h200/smi/holding_apps.txt)."""
+    code = "from fakegpu.shared_state import process_name; print(process_name())"
+    for argv0 in ("python3", sys.executable):
+        out = subprocess.run([argv0, "-c", code, "an", "argument"], capture_output=True, text=True, check=True,
+                             env={**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+                                  "PYTHONPATH": str(REPO)})
+        assert out.stdout.strip() == argv0
+
+
 def test_state_dir_resolution(tmp_path):
     assert state_dir({"FAKEGPU_STATE_DIR": str(tmp_path)}) == str(tmp_path)
     if not os.path.isdir("/run/fakegpu"):

@@ -21,7 +21,7 @@ import pytest
 
 from fakegpu.profiles import Catalog, Profile, load_catalog
 from fakegpu.profiles.table import render_catalog_table
-from fakegpu.shared_state import StateFile
+from fakegpu.shared_state import WORK_MEMORY, StateFile
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "native" / "build"
@@ -108,20 +108,23 @@ class NativeEnv:
         return Path(self.entries[pid].path)
 
     @contextlib.contextmanager
-    def working(self, pid: int, device: int) -> Iterator[None]:
-        """A registered process keeps the device busy (marks the shared state's busy slots, as a CUDA library does
-        at each launch) while the block runs."""
+    def working(self, pid: int, device: int, kind: int = WORK_MEMORY) -> Iterator[None]:
+        """A registered process keeps the device busy while the block runs: back-to-back work of `kind` reported
+        every few milliseconds, as a CUDA library reports a loop of launches (fakegpu/shared_state.py)."""
         stop = threading.Event()
 
         def mark() -> None:
+            last = time.monotonic_ns()
             while not stop.is_set():
-                self.entries[pid].mark_busy(device)
+                now = time.monotonic_ns()
+                self.entries[pid].busy(device, kind, last, now)
+                last = now
                 stop.wait(0.005)
 
         worker = threading.Thread(target=mark, daemon=True)
         worker.start()
         try:
-            time.sleep(1.05)  # a whole second of busy slots, the window utilization is measured over
+            time.sleep(1.05)  # a whole second of busy slots, the window power is averaged over
             yield
         finally:
             stop.set()

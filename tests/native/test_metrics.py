@@ -73,7 +73,7 @@ def test_counters_keep_dcgm_names_and_type(native: NativeEnv) -> None:
 def test_framebuffer_follows_a_process_allocating(native: NativeEnv) -> None:
     devices = "a100:2"
     before = scrape(native, devices)
-    native.register(os.getpid(), 1, 3 * GIB, "python train.py")
+    native.register(os.getpid(), 1, 3 * GIB, "python")
     after = scrape(native, devices)
     for metric, sign in (("DCGM_FI_DEV_FB_USED", 1), ("DCGM_FI_DEV_FB_FREE", -1)):
         assert after[metric]["1"][1] - before[metric]["1"][1] == sign * 3072, metric

@@ -183,9 +183,11 @@ def test_changes_are_refused_and_mig_off_boards_list_nothing(layout_walk) -> Non
     a100, h100, l4 = result["boards"]
     assert a100["set_mig_mode"] == h100["set_mig_mode"] == "NVMLError_NoPermission"
     assert l4["set_mig_mode"] == "NVMLError_NotSupported"
-    # MIG mode off: profiles and placements are board facts, instances and capacity need MIG mode.
+    # MIG mode off: profiles, placements and capacity are board facts (a real H200 with MIG off answers each
+    # profile's whole instance count, tests/data/gpu/h200/nvml.json); instances need MIG mode.
     for answer in (a for a in h100["profiles"].values() if "value" in a):
-        assert answer["placements"] and answer["remaining"] == answer["gis"] == {"error": "NVMLError_NotSupported"}
+        assert answer["placements"] and answer["gis"] == {"error": "NVMLError_NotSupported"}
+        assert answer["remaining"] == {"value": answer["value"]["instanceCount"]}
     assert {v["error"] for v in h100["by_id"].values()} == {"NVMLError_NotSupported"}
     assert {a["error"] for a in l4["profiles"].values()} == {"NVMLError_NotSupported"}
 

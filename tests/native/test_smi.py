@@ -112,11 +112,12 @@ def test_every_listed_field_is_queryable(native: NativeEnv) -> None:
     assert values["clocks_event_reasons.gpu_idle"] == "Active"
     assert values["clocks_event_reasons.sw_power_cap"] == "Not Active"
     assert values["pcie.link.gen.gpumax"] == "5" and values["driver_model.current"] == "[N/A]"
-    assert values["ecc.errors.corrected.aggregate.total"] == "0" and values["retired_pages.pending"] == "No"
+    # Hopper remaps rows instead of retiring pages (a real H200: retired_pages.pending [N/A])
+    assert values["ecc.errors.corrected.aggregate.total"] == "0" and values["retired_pages.pending"] == "[N/A]"
     assert values["clocks.default_applications.graphics"] == values["clocks.max.graphics"]
     busy = subprocess.Popen(["sleep", "60"])
     try:
-        native.register(busy.pid, 0, 1 << 30, "python3 train.py")
+        native.register(busy.pid, 0, 1 << 30, "python3")
         with native.working(busy.pid, 0):
             again = native.smi("--query-gpu=clocks_throttle_reasons.gpu_idle,clocks_event_reasons.gpu_idle",
                                "--format=csv,noheader", devices="h100:1")
@@ -139,7 +140,7 @@ def test_select_by_index_list_uuid_and_bus_id(native: NativeEnv) -> None:
 def test_registered_process_in_table_and_memory(native: NativeEnv) -> None:
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        native.register(sleeper.pid, 1, 20480 * MIB, "python3 train.py")
+        native.register(sleeper.pid, 1, 20480 * MIB, "python3")
         table = native.smi(devices="a100:2").stdout
         table_550 = native.smi(devices="a100:2", FAKEGPU_DRIVER_VERSION="550.127.08").stdout
         apps = native.smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv", devices="a100:2")
@@ -149,24 +150,25 @@ def test_registered_process_in_table_and_memory(native: NativeEnv) -> None:
         sleeper.wait()
     # 570 and later (the default driver is 580) widen the PID column by six, as in a real 570 capture:
     # "|    0   N/A  N/A         2753460      C   VLLM::Worker_TP0                      79028MiB |"
-    row = f"|    1   N/A  N/A{sleeper.pid:>16}      C   {'python3 train.py':<35}{'20480MiB':>11} |"
+    row = f"|    1   N/A  N/A{sleeper.pid:>16}      C   {'python3':<35}{'20480MiB':>11} |"
     assert row in table.splitlines()
-    row_550 = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3 train.py':<41}{'20480MiB':>11} |"
+    row_550 = f"|    1   N/A  N/A{sleeper.pid:>10}      C   {'python3':<41}{'20480MiB':>11} |"
     assert row_550 in table_550.splitlines()
     assert all(len(line) == 91 for line in table.splitlines()[1:] + table_550.splitlines()[1:] if line.strip())
     assert "No running processes found" not in table
-    assert "|   20481MiB /  81920MiB |" in table
+    assert "|   20480MiB /  81920MiB |" in table  # no idle MiB on 580 (a real H200 shows 0MiB with no process)
     assert apps.stdout.splitlines() == ["pid, process_name, used_gpu_memory [MiB]",
-                                        f"{sleeper.pid}, python3 train.py, 20480 MiB"]
-    assert used.stdout.split() == ["1", "20481"]
+                                        f"{sleeper.pid}, python3, 20480 MiB"]
+    assert used.stdout.split() == ["0", "20480"]
 
 
 def test_query_report(native: NativeEnv) -> None:
     out = native.smi("-q", "-i", "1", devices=MIXED)
     assert out.returncode == 0
     assert "==============NVSMI LOG==============" in out.stdout
-    assert re.search(r"^    Product Name {26}: NVIDIA A100-SXM4-80GB$", out.stdout, re.M)
-    assert re.search(r"^Attached GPUs {29}: 6$", out.stdout, re.M)
+    # Keys padded to column 55 on 580 (a real H200's q.txt)
+    assert re.search(r"^    Product Name {39}: NVIDIA A100-SXM4-80GB$", out.stdout, re.M)
+    assert re.search(r"^Attached GPUs {42}: 6$", out.stdout, re.M)
     assert "GPU 00000000:2A:00.0" in out.stdout
 
 
@@ -182,13 +184,22 @@ def _sections(report: str) -> dict[str, list[str]]:
     return blocks
 
 
+SAMPLES = [f"{kind} Utilization Samples" for kind in ("GPU", "Memory", "ENC", "DEC", "JPG", "OFA")]
+
+
+# The sections a real H200 on 580.159.04 prints for each type (tests/data/gpu/h200/smi/qd_*.txt).
 @pytest.mark.parametrize(
     ("display", "titles"),
     [
-        ("MEMORY", ["FB Memory Usage", "BAR1 Memory Usage"]),
-        ("pids,POWER", ["GPU Power Readings", "Processes"]),         # any case, the report's order
-        ("CLOCK,TEMPERATURE", ["Temperature", "Clocks", "Max Clocks"]),
-        ("UTILIZATION,ECC,COMPUTE,PERFORMANCE", ["Performance State", "Compute Mode", "Utilization", "ECC Mode"]),
+        ("MEMORY", ["FB Memory Usage", "BAR1 Memory Usage", "Conf Compute Protected Memory Usage"]),
+        ("pids,POWER", ["GPU Power Readings", "Power Samples", "GPU Memory Power Readings", "Module Power Readings",
+                        "Processes"]),                                # any case, the report's order
+        ("CLOCK,TEMPERATURE", ["Temperature", "Clocks", "Applications Clocks", "Default Applications Clocks",
+                               "Deferred Clocks", "Max Clocks", "Max Customer Boost Clocks", "SM Clock Samples",
+                               "Memory Clock Samples", "Clock Policy"]),
+        ("UTILIZATION,ECC,COMPUTE,PERFORMANCE", ["Performance State", "Clocks Event Reasons",
+                                                 "Clocks Event Reasons Counters", "Sparse Operation Mode",
+                                                 "Compute Mode", "Utilization", *SAMPLES, "ECC Mode", "ECC Errors"]),
         ("VOLTAGE", []),                                              # a type whose section we do not model
     ],
 )
@@ -201,16 +212,23 @@ def test_query_display_narrows_the_report(native: NativeEnv, display: str, title
     assert list(_sections(narrow.stdout)) == titles
     whole = _sections(full.stdout)
     for title, block in _sections(narrow.stdout).items():
-        assert block == whole[title]                                   # the same lines the whole report has
+        if "Samples" not in title:                                     # only -d shows the sample summaries
+            assert block == whole[title]                               # the same lines the whole report has
     both = native.smi("-q", f"--display={display}", devices="a100:2")
     assert both.stdout.count("GPU 00000000:") == 2
 
 
-@pytest.mark.parametrize("args", [("-q", "-d", "MEMORY,BOGUS"), ("-q", "-d", ""), ("-q", "-x", "-d", "MEMORY"),
-                                  ("-L", "-d", "MEMORY"), ("-q", "-d")])
+@pytest.mark.parametrize("args", [("-q", "-x", "-d", "MEMORY"), ("-L", "-d", "MEMORY"), ("-q", "-d")])
 def test_query_display_bad_combinations(native: NativeEnv, args: tuple[str, ...]) -> None:
     out = native.smi(*args, devices="a100:1")
     assert out.returncode == 2 and "Invalid combination of input arguments" in out.stdout
+
+
+# RESET_STATUS too: driver 580 refuses it like an unknown type (a real H200, qd_RESET_STATUS.txt, status 2).
+@pytest.mark.parametrize("display", ["MEMORY,BOGUS", "", "RESET_STATUS"])
+def test_query_display_unknown_types(native: NativeEnv, display: str) -> None:
+    out = native.smi("-q", "-d", display, devices="a100:1")
+    assert (out.returncode, out.stdout) == (2, "Failed to parse --display/-d flags\n")
 
 
 @pytest.mark.parametrize(
@@ -262,15 +280,17 @@ def test_help(native: NativeEnv) -> None:
         (("-i", ""), "a100:2", "No devices were found", 6),
         ((), "", "No devices were found", 6),
         (("-L",), None, "No devices were found", 6),
-        (("--frobnicate",), "a100:1", "Invalid combination of input arguments", 2),
+        # no option at all: a real 580 driver's words and status (err_flag.txt)
+        (("--frobnicate",), "a100:1", "ERROR: Option --frobnicate is not recognized. Please run 'nvidia-smi -h'.",
+         255),
         (("topo",), "a100:1", "Invalid combination of input arguments", 2),
         (("nvlink",), "a100:1", "Invalid combination of input arguments", 2),
         (("nvlink", "-e"), "a100:1", "Invalid combination of input arguments", 2),
-        (("-L", "nvlink", "-s"), "a100:1", "Invalid combination of input arguments", 2),
+        (("-L", "nvlink", "-s"), "a100:1", "ERROR: Option nvlink is not recognized", 255),  # a subcommand comes first
         (("-l", "abc"), "a100:1", "Invalid combination of input arguments", 2),
         (("-i",), "a100:1", "Invalid combination of input arguments", 2),
         (("--query-gpu=index",), "a100:1", "Missing --format option", 2),
-        (("--query-gpu=index", "--format=xml"), "a100:1", "Invalid format option", 2),
+        (("--query-gpu=index", "--format=xml"), "a100:1", "Format modifier is not recognized.", 2),  # err_format.txt
     ],
 )
 def test_bad_input(native: NativeEnv, args: tuple[str, ...], devices: str | None, message: str, code: int) -> None:
@@ -285,7 +305,7 @@ def test_garbage_arguments_never_crash(native: NativeEnv) -> None:
     for i in range(len(garbage)):
         for j in range(len(garbage)):
             out = native.smi(garbage[i], garbage[j], devices="a100:2")
-            assert out.returncode in (0, 2, 6), (garbage[i][:20], garbage[j][:20], out.returncode)
+            assert out.returncode in (0, 2, 6, 255), (garbage[i][:20], garbage[j][:20], out.returncode)
 
 
 def test_a_selection_keeps_the_hosts_identities(native: NativeEnv, tmp_path) -> None:
@@ -317,14 +337,27 @@ def test_a_selection_of_none_finds_no_devices(native: NativeEnv, tmp_path) -> No
 
 
 @pytest.mark.parametrize("args", [("mig", "-lgi"), ("mig", "--list-gpu-instances"), ("mig", "-lci", "-i", "0"),
-                                  ("mig", "-lgip"), ("mig", "-cgi", "9,14", "-C"), ("mig", "-dci", "-gi", "1")])
+                                  ("mig", "-lcip"), ("mig", "-cgi", "9,14", "-C"), ("mig", "-dci", "-gi", "1")])
 @pytest.mark.parametrize("spec", ["a100:2", "l4-24gb"])
+@pytest.mark.parametrize(("driver", "status"), [("580.95.05", 0), ("550.127.08", 6)])
 def test_mig_reports_say_no_mig_enabled_device_as_a_driver_does(native: NativeEnv, args: tuple[str, ...],
-                                                                spec: str) -> None:
+                                                                spec: str, driver: str, status: int) -> None:
     # MIG mode is off on these boards (no layout); MIG-capable or not, the driver answers the one
-    # line scripts test for (`grep "No MIG-enabled devices found"`), with status 6.
-    out = native.smi(*args, devices=spec)
-    assert (out.returncode, out.stdout) == (6, "No MIG-enabled devices found.\n"), out.stdout + out.stderr
+    # line scripts test for (`grep "No MIG-enabled devices found"`): with status 0 on 580 (a real H200's
+    # mig -lgi, -lcip and -cgi 19, exit_status.tsv), 6 before.
+    out = native.smi(*args, devices=spec, FAKEGPU_DRIVER_VERSION=driver)
+    assert (out.returncode, out.stdout) == (status, "No MIG-enabled devices found.\n"), out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("args", [("mig", "-lgip"), ("mig", "-lgipp")])
+def test_mig_profile_lists_need_no_mig_mode(native: NativeEnv, args: tuple[str, ...]) -> None:
+    """A board's GPU instance profiles and placements are listed with MIG off, every instance free (a real H200,
+    mig_lgip.txt and mig_lgipp.txt); a board without MIG has none to list."""
+    out = native.smi(*args, devices="a100:1")
+    assert out.returncode == 0, out.stdout
+    assert ("7/7" if args[1] == "-lgip" else "Profile ID 19 Placements: {0,1,2,3,4,5,6}:1") in out.stdout
+    none = native.smi(*args, devices="l4-24gb")
+    assert (none.returncode, none.stdout) == (0, "No MIG-enabled devices found.\n")
 
 
 @pytest.mark.parametrize("args", [("mig",), ("mig", "-lgi", "-lci"), ("mig", "-x"), ("mig", "-i"),

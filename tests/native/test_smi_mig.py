@@ -192,7 +192,7 @@ def test_an_unknown_profile_is_invalid(native: NativeEnv) -> None:
 def test_mig_reports_skip_gpus_without_mig_mode(native: NativeEnv) -> None:
     spec = A100_LAYOUT + ",h100"
     out = native.smi("mig", "-lgi", "-i", "1", devices=spec)
-    assert (out.returncode, out.stdout) == (6, "No MIG-enabled devices found.\n")
+    assert (out.returncode, out.stdout) == (0, "No MIG-enabled devices found.\n")  # status 0 on 580 (a real H200)
     rows = table_rows(native.smi("mig", "-lgi", devices=spec).stdout)
     assert {r[0] for r in rows} == {"0"} and len(rows) == 3
 

@@ -169,10 +169,10 @@ SHARED_WITH_TEXT = {
     "BAR1 Memory Usage/Total": "bar1_memory_usage/total",
     "BAR1 Memory Usage/Free": "bar1_memory_usage/free",
     "Compute Mode": "compute_mode",
-    "Utilization/Gpu": "utilization/gpu_util",
+    "Utilization/GPU": "utilization/gpu_util",
     "ECC Mode/Current": "ecc_mode/current_ecc",
     "Temperature/GPU Current Temp": "temperature/gpu_temp",
-    "GPU Power Readings/Power Draw": "gpu_power_readings/instant_power_draw",
+    "GPU Power Readings/Instantaneous Power Draw": "gpu_power_readings/instant_power_draw",
     "GPU Power Readings/Current Power Limit": "gpu_power_readings/current_power_limit",
     "GPU Power Readings/Min Power Limit": "gpu_power_readings/min_power_limit",
     "GPU Power Readings/Max Power Limit": "gpu_power_readings/max_power_limit",
@@ -191,22 +191,45 @@ def test_values_agree_with_the_text_report(native: NativeEnv, spec: str) -> None
             {key: gpu.findtext(path) for key, path in SHARED_WITH_TEXT.items()}, index
 
 
-def test_temperature_limits_are_margins_from_the_max_operating_temperature(native: NativeEnv) -> None:
-    text = text_report(native, 0)
-    _, root = xml_report(native, "-i", "0")
-    temp = root.find("gpu/temperature")
+THRESHOLDS = """
+import json, pynvml
+pynvml.nvmlInit()
+out = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    t = {name: pynvml.nvmlDeviceGetTemperatureThreshold(h, k) for name, k in (("shutdown", 0), ("slowdown", 1),
+                                                                             ("gpu_max", 3))}
+    t["gpu"] = pynvml.nvmlDeviceGetTemperature(h, 0)
+    out.append(t)
+print(json.dumps(out))
+"""
 
-    def celsius(value: str) -> int:
-        assert value.endswith(" C"), value
-        return int(value[:-2])
 
-    limit = celsius(text["Temperature/GPU Max Operating Temp"])
-    assert celsius(temp.findtext("gpu_temp_tlimit")) == limit - celsius(text["Temperature/GPU Current Temp"])
-    assert celsius(temp.findtext("gpu_temp_max_tlimit_threshold")) == \
-        limit - celsius(text["Temperature/GPU Shutdown Temp"])
-    assert celsius(temp.findtext("gpu_temp_slow_tlimit_threshold")) == \
-        limit - celsius(text["Temperature/GPU Slowdown Temp"])
-    assert temp.findtext("gpu_temp_max_gpu_tlimit_threshold") == "0 C"
+def test_temperatures_are_margins_below_tlimit_from_ada_on(native: NativeEnv) -> None:
+    """Hopper reports margins below T.Limit (a real H200 on 580: T.Limit 50 C at 37 C, shutdown -8, slowdown -2,
+    max operating 0); an A100 reports its thresholds as they are (the A100 570.148.08 -q -x capture)."""
+    spec = "h100,a100"
+    out = native.python(THRESHOLDS, devices=spec)
+    assert out.returncode == 0, out.stderr
+    h100, a100 = json.loads(out.stdout)
+    _, root = xml_report(native, devices=spec)
+    hopper, ampere = (gpu.find("temperature") for gpu in root.findall("gpu"))
+    assert [e.tag for e in hopper] == ["gpu_temp", "gpu_temp_tlimit", "gpu_temp_max_tlimit_threshold",
+                                       "gpu_temp_slow_tlimit_threshold", "gpu_temp_max_gpu_tlimit_threshold",
+                                       "gpu_target_temperature", "memory_temp", "gpu_temp_max_mem_tlimit_threshold"]
+    limit = h100["gpu_max"]
+    assert hopper.findtext("gpu_temp_tlimit") == f"{limit - h100['gpu']} C"
+    assert hopper.findtext("gpu_temp_max_tlimit_threshold") == f"{limit - h100['shutdown']} C"
+    assert hopper.findtext("gpu_temp_slow_tlimit_threshold") == f"{limit - h100['slowdown']} C"
+    assert hopper.findtext("gpu_temp_max_gpu_tlimit_threshold") == "0 C"
+    assert [e.tag for e in ampere] == ["gpu_temp", "gpu_temp_tlimit", "gpu_temp_max_threshold",
+                                       "gpu_temp_slow_threshold", "gpu_temp_max_gpu_threshold",
+                                       "gpu_target_temperature", "memory_temp", "gpu_temp_max_mem_threshold"]
+    assert ampere.findtext("gpu_temp_tlimit") == "N/A"
+    assert ampere.findtext("gpu_temp_max_threshold") == f"{a100['shutdown']} C"
+    assert ampere.findtext("gpu_temp_max_gpu_threshold") == f"{a100['gpu_max']} C"
+    text = text_report(native, 1, devices=spec)
+    assert text["Temperature/GPU Shutdown Temp"] == f"{a100['shutdown']} C"
 
 
 def test_select_one_gpu(native: NativeEnv) -> None:

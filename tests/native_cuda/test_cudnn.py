@@ -54,10 +54,13 @@ def test_backend_graph_executes_and_is_recorded(cuda_env: dict[str, str], tmp_pa
         assert out["properties"] == list(version)
     assert out["create_rc"] == SUCCESS and out["stream_rc"] == [SUCCESS, SUCCESS] and out["stream_kept"]
     assert [out["conv_finalize"], out["graph_finalize"], out["heur_finalize"], out["results_rc"]] == [SUCCESS] * 4
-    # Two engines for one convolution: implicit GEMM without workspace, im2col with the unfolded input.
-    assert out["engine_count"] == 2 and out["results"] == [2, 2]
+    # Three engines for one convolution: implicit GEMM without workspace, im2col with the unfolded input, and the
+    # channels-last one of Hopper, which an A100 and 3 input channels leave out of heuristics' answer.
+    assert out["engine_count"] == 3 and out["results"] == [2, 2]
     im2col = 8 * 3 * 3 * 3 * 32 * 32 * 4
     assert out["config_workspaces"] == [0, im2col] and out["plan_workspaces"] == [0, im2col]
+    assert out["wide_config_workspaces"] == [0, 8 * 16 * 3 * 3 * 32 * 32 * 4]
+    assert out["engine2_finalize"] == NOT_SUPPORTED
     assert out["execute"] == [SUCCESS, SUCCESS]
     assert out["runtime_error_after"] == 0, "cuDNN's refusals must not leave a sticky runtime error"
     assert out["threads"] == [SUCCESS] * 4
@@ -97,6 +100,21 @@ def test_invalid_calls_return_cudnn_statuses(cuda_env: dict[str, str], tmp_path:
     launched = {k["name"]: k["launches"] for k in report["kernels"]["top"]}
     assert launched.get("cudnn:ConvolutionFwd") == 202
     assert report["unsupported"]["cudnn"] == {"cudnnCreatePoolingDescriptor": 1}
+
+
+def test_hopper_ranks_the_channels_last_engine_first(cuda_env: dict[str, str], tmp_path: Path) -> None:
+    """On an H200, cuDNN 9.19 ran a float NCHW convolution with copies of its operands as workspace (the capture in
+    tests/data/gpu/h200; native/cuda/dnn/graph.c): forward x + w + 512 bytes, ranked before the others."""
+    from fakegpu.devices import resolve_devices
+    from fakegpu.devices.table import write_table
+
+    table = tmp_path / "h200.tbl"
+    write_table(table, resolve_devices("h200", seed="0"), "h200", "0")
+    out, _ = _probe(dict(cuda_env, FAKEGPU_DEVICE_TABLE=str(table)), tmp_path)
+    x, w = 8 * 16 * 32 * 32 * 4, 32 * 16 * 3 * 3 * 4
+    assert out["wide_config_workspaces"] == [x + w + 512, 0, 8 * 16 * 3 * 3 * 32 * 32 * 4]
+    assert out["engine2_finalize"] == SUCCESS
+    assert out["config_workspaces"] == [0, 8 * 3 * 3 * 3 * 32 * 32 * 4]  # 3 input channels: not that engine
 
 
 def test_pre_turing_device_is_an_arch_mismatch(cuda_env: dict[str, str], tmp_path: Path) -> None:

@@ -126,13 +126,29 @@ def _require_transformers() -> None:
 @pytest.mark.torch
 def test_gpt2_generate_warns_within_its_first_step(cuda_build, cuda_torch) -> None:
     _require_transformers()
-    # Stopped after 3 forward passes: left alone, this loop never ends under native mode.
+    # Stopped after 3 forward passes.
     proc = run_fakegpu(["--devices", "a100", "--", sys.executable, str(SCRIPTS / "gpt2_generate.py"), "3"],
                        timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     err = proc.stderr
     assert err.count(WARNING) == 1 and "step 3" in err
     assert err.index("generate\n") < err.index(WARNING) < err.index("step 1\n"), err[-3000:]
+
+
+@pytest.mark.torch
+def test_gpt2_generate_runs_to_max_new_tokens(cuda_build, cuda_torch) -> None:
+    """The stop check reads a kernel's output, i.e. stale bytes: the block the caching allocator gives it is the
+    one MaxLengthCriteria's torch.full((batch,), is_done) just freed, and that fill is carried out, so generation
+    ends exactly at max_new_tokens (what a memory plan needs: the KV cache grows to its full length), neither
+    earlier nor never. Placement, not computation: the warning still says the value is a kernel's."""
+    _require_transformers()
+    proc = run_fakegpu(["--devices", "a100", "--timeout", "150", "--", sys.executable,
+                        str(SCRIPTS / "gpt2_generate.py")], timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "generated (1, 16)" in proc.stdout  # 4 prompt tokens and 12 new ones
+    steps = re.findall(r"^step (\d+)$", proc.stderr, re.M)
+    assert steps == [str(i) for i in range(1, 13)], steps
+    assert proc.stderr.count(WARNING) == 1
 
 
 @pytest.mark.torch
@@ -187,6 +203,8 @@ def test_loss_item_is_a_read_of_kernel_output(cuda_build, torch_python) -> None:
 @pytest.mark.torch
 @pytest.mark.parametrize("case, writer", [
     ("matmul", "cublas"),  # cublasGemmEx (torch 2.15) or cublasLtMatmul: the GEMM's output
+    ("mv", "cublasSgemv_v2"),
+    ("dot", "cublasSdot_v2"),  # torch's pointer mode is the device's: the result is a kernel's
     ("conv", "cudnn:ConvolutionFwd"),
     ("nccl_host", None),  # an all-reduce of host-known data is host-known: NCCL moves real bytes
     ("nccl_kernel", "at::native::vectorized_elementwise_kernel<"),  # ... of kernel output: that kernel's
@@ -200,6 +218,87 @@ def test_library_outputs(cuda_build, torch_python, case: str, writer: str | None
     else:
         assert re.search(f"{WARNING}: \\d+ bytes through cuMemcpyAsync, last written by {re.escape(writer)}",
                          proc.stderr), proc.stderr[-3000:]
+
+
+# ---- fills: the one kernel whose result is known (native/cuda/driver/fill.c) ----
+
+FILLS = """
+import sys, torch
+def rss():  # resident host memory, bytes
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+print("v", torch.ones(3, device="cuda").cpu().tolist(), torch.full((2,), 2.5, device="cuda").cpu().tolist(),
+      torch.zeros(2, dtype=torch.long, device="cuda").cpu().tolist(),
+      torch.ones(2, dtype=torch.bool, device="cuda").cpu().tolist(),
+      torch.full((2,), 1 + 2j, device="cuda").cpu().tolist(),
+      torch.ones(2, dtype=torch.bfloat16, device="cuda").cpu().tolist(),
+      torch.full((), 0.0, device="cuda").item(), flush=True)
+big = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+big.fill_(1); full = rss()
+big.zero_(); zeroed = rss()
+print("big", big[-4:].cpu().tolist(), (full - zeroed) >> 20, flush=True)
+y = torch.zeros(4, device="cuda")
+g = torch.cuda.CUDAGraph()
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    with torch.cuda.graph(g):
+        y.fill_(3.0)
+before = y.cpu().tolist()
+g.replay()
+print("graph", before, y.cpu().tolist(), flush=True)
+sys.stderr.write("strided\\n")
+x = torch.zeros(4, 4, device="cuda")
+x[:, 1].fill_(7)
+print("strided", x.cpu()[0].tolist(), flush=True)
+before = rss()
+huge = torch.empty((64 << 20) + 1, dtype=torch.uint8, device="cuda")
+huge.fill_(1)
+print("huge", (rss() - before) >> 20, huge[:2].cpu().tolist())
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("alloc_conf", ["", "expandable_segments:True"])
+def test_fills_are_carried_out(cuda_build, torch_python, tmp_path: Path, alloc_conf: str, monkeypatch) -> None:
+    """torch.full/ones/zeros/fill_/zero_ of a contiguous tensor read back as the GPU gives them, with no warning,
+    also when a CUDA graph replays the fill; a zero fill gives back the host pages it covers (private mappings,
+    and expandable segments' shared ones); a strided fill is still an ordinary kernel, and so is a nonzero fill
+    past 64 MiB, which would spend that much host memory."""
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", alloc_conf)
+    rep = tmp_path / "rep"
+    proc = run_fakegpu(["--devices", "a100", "--report-dir", str(rep), "--", torch_python, "-c", FILLS],
+                       complete=lambda p: "huge" in p.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {ln.split()[0]: ln.split(" ", 1)[1] for ln in proc.stdout.splitlines()}
+    assert out["v"] == "[1.0, 1.0, 1.0] [2.5, 2.5] [0, 0] [True, True] [(1+2j), (1+2j)] [1.0, 1.0] 0.0"
+    tail, dropped = out["big"].rsplit(" ", 1)
+    assert tail == "[0, 0, 0, 0]" and int(dropped) >= 60  # of the 64 MiB the ones had touched
+    assert out["graph"] == "[0.0, 0.0, 0.0, 0.0] [3.0, 3.0, 3.0, 3.0]"  # capture ran nothing; the replay did
+    assert proc.stderr.count(WARNING) == 1 and proc.stderr.index("strided\n") < proc.stderr.index(WARNING)
+    assert "last written by at::native::elementwise_kernel<" in proc.stderr
+    (report,) = [json.loads(p.read_text()) for p in rep.glob("fakegpu-native-*.json")]
+    validate(report, "native-process")
+    reads = report["device_reads"]
+    assert reads["carried_out_launches"] >= 8  # (zeros and zero_ are memsets in some versions)
+    assert int(out["huge"].split()[0]) < 8 and reads["reads"] == 2  # the strided fill's, then the huge one's
+    assert any("FillFunctorIhE" in k["name"] for k in reads["kernels"]), reads["kernels"]
+
+
+ACCOUNTING_FILLS = """
+import torch
+print("zeros", torch.zeros(3, device="cuda").cpu().tolist(), flush=True)
+print("ones", torch.ones(3, device="cuda").cpu().tolist())
+"""
+
+
+@pytest.mark.torch
+def test_accounting_mode_keeps_zero_fills_only(cuda_build, cuda_torch) -> None:
+    """Accounting mode keeps no bytes: device memory reads as zeros, so a zero fill is exact and a nonzero one
+    stays a kernel's unknown output."""
+    proc = run_fakegpu(["--devices", "a100", "--memory", "accounting", "--", sys.executable, "-c", ACCOUNTING_FILLS],
+                       complete=lambda p: "ones" in p.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "zeros [0.0, 0.0, 0.0]\n" in proc.stdout
+    assert proc.stderr.count(WARNING) == 1 and "FillFunctor<float>" in proc.stderr
 
 
 # ---- --timeout ----

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from fakegpu.launcher import prepare, python_hook_dir
 from tests.native.conftest import NATIVE_CUDA_VERSION, NATIVE_DRIVER_VERSION
@@ -48,6 +52,24 @@ def test_native_env_preloads_our_libraries(cuda_build) -> None:
     finally:
         launch.cleanup()
     assert not launch.root.exists()
+
+
+def test_fakecuda_finds_our_nvml_and_nothing_else_of_the_build(cuda_build) -> None:
+    """pynvml, nvitop and gpustat in a fakecuda process load libnvidia-ml.so.1 by name; the build's libcuda must
+    stay out of reach, or the CUDA build of torch would take native mode's path."""
+    launch = prepare("h100:1", "fakecuda", base_env={"PATH": "/usr/bin"}, lib_dir=cuda_build)
+    try:
+        folder = Path(launch.env["LD_LIBRARY_PATH"].split(":")[0])
+        assert sorted(p.name for p in folder.iterdir()) == ["libnvidia-ml.so.1"]
+        assert (folder / "libnvidia-ml.so.1").resolve() == cuda_build / "libnvidia-ml.so.1"
+        assert "LD_PRELOAD" not in launch.env
+    finally:
+        launch.cleanup()
+    code = ("import pynvml as n; n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0); "
+            "print(n.nvmlDeviceGetCount(), n.nvmlDeviceGetName(h))")
+    proc = run_fakegpu(["--devices", "a100:2", "--mode", "fakecuda", "--", sys.executable, "-c", code])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2", "NVIDIA", "A100-SXM4-80GB"]
 
 
 def test_hook_dir_chains_to_existing_sitecustomize(tmp_path: Path) -> None:
@@ -180,3 +202,40 @@ def test_bad_driver_version_is_a_usage_error() -> None:
     hostile = run_fakegpu(["--driver", "5" * 100_000, "--", "true"])
     assert hostile.returncode == 2 and "expected one like 580.95.05" in hostile.stderr
     assert len(hostile.stderr) < 2000  # a hostile value is named by its length, never echoed whole
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"])
+def test_a_signal_to_the_launcher_reaches_the_command_and_leaves_nothing(cuda_build, tmp_path: Path,
+                                                                           sig: int) -> None:
+    """A supervisor's signal to `fakegpu run` (no --timeout; no terminal, so SIGINT is the supervisor's too) goes
+    on to the command, whose status the launcher returns after removing its run folder."""
+    marker = tmp_path / "got"
+    script = (f"import signal, sys, time; signal.signal({int(sig)}, lambda *a: (open({str(marker)!r}, 'w').close(), "
+              f"sys.exit(3))); print('ready', flush=True); time.sleep(60)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "fakegpu", "run", "--devices", "a100", "--", sys.executable, "-c",
+                             script], env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        child = _children(proc.pid)
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 3  # the command's own status, after its handler ran
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert marker.exists()
+    assert not [p for p in child if Path(f"/proc/{p}").exists()]
+    assert not list(tmp_path.glob("fakegpu-run-*")), "the run's folder was left behind"
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out

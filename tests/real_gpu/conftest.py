@@ -67,9 +67,9 @@ def under_fake(argv: list[str], *, mode: str = "native", devices: str = "h200", 
     """`fakegpu run --devices DEVICES --mode MODE -- ARGV` in a clean environment, as capture.sh's steps ran."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
     base.update(env or {})
-    native_only = ["--on-device-read", "ignore"] if mode == "native" else []  # fakecuda refuses native's options
-    return subprocess.run([sys.executable, "-m", "fakegpu", "run", "--devices", devices, "--mode", mode,
-                           *native_only, "--", *argv],
+    quiet = ["--on-device-read", "ignore"] if mode == "native" else []  # the option is native mode's only
+    return subprocess.run([sys.executable, "-m", "fakegpu", "run", "--devices", devices, "--mode", mode, *quiet,
+                           "--", *argv],
                           capture_output=True, text=True, timeout=timeout, env=base, cwd=REPO)
 
 

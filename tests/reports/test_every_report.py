@@ -105,6 +105,10 @@ def _estimates(model: Path, tmp: Path) -> dict[str, list[dict]]:
         "estimate-llm": [json.loads(llm.stdout)["data"]],
         "plan-training": [_cli_data("plan-training", "--model-dir", str(model), "--json", "--micro-batch", "2")],
         "calibrate-compare": [_cli_data("calibrate", "compare", str(prediction), str(observation), "--json")],
+        # one op, and a model step on two boards
+        "estimate-roofline": [_cli_data("estimate-roofline", "--profile", "h100", "--gemm", "8192x8192x8192", "--json"),
+                              _cli_data("estimate-roofline", "--profile", "a100", "--profile", "h200", "--model-dir",
+                                        str(model), "--phase", "prefill", "--seq-len", "16", "--json")],
     }
 
 

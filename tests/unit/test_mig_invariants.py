@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from fakegpu.profiles.compile import PROFILES_DIR
+from fakegpu.profiles.compile import PROFILES_DIR, load_capabilities
 from fakegpu.profiles.invariants import check_profile
 
-CAPABILITIES = yaml.safe_load((PROFILES_DIR / "compute_capabilities.yaml").read_text())
+CAPABILITIES = load_capabilities()
 GOOD_REL = "ampere/a100-sxm4-80gb.yaml"
 GOOD = yaml.safe_load((PROFILES_DIR / GOOD_REL).read_text())
 

@@ -10,12 +10,12 @@ import yaml
 
 from fakegpu.errors import CatalogError, UnknownProfile
 from fakegpu.profiles import load_catalog
-from fakegpu.profiles.compile import PROFILES_DIR, compile_catalog, schema_errors, stale_outputs
+from fakegpu.profiles.compile import PROFILES_DIR, compile_catalog, load_capabilities, schema_errors, stale_outputs
 from fakegpu.profiles.invariants import check_catalog
 
 MIB = 1 << 20
 SCHEMA = json.loads((PROFILES_DIR / "schema.json").read_text())
-CAPABILITIES = yaml.safe_load((PROFILES_DIR / "compute_capabilities.yaml").read_text())
+CAPABILITIES = load_capabilities()
 SOURCES = sorted(PROFILES_DIR.glob("*/*.yaml"))
 BAD_FIXTURES = Path(__file__).resolve().parents[1] / "data" / "profiles" / "bad"
 
@@ -107,3 +107,28 @@ def test_bad_profiles_are_rejected_with_the_reason(fixture: Path, tmp_path: Path
     with pytest.raises(CatalogError) as err:
         compile_catalog(root)
     assert expected in str(err.value)
+
+
+def test_every_compute_capability_row_carries_the_same_cuda_facts() -> None:
+    import copy
+
+    from fakegpu.profiles.invariants import check_capabilities
+
+    assert check_capabilities(CAPABILITIES) == []
+    broken = copy.deepcopy(CAPABILITIES)
+    del broken["8.0"]["attributes"]["memory_pools_supported"]
+    broken["9.0"]["l2_persisting"]["max_fraction"] = 1.5
+    del broken["7.5"]["textures"]
+    problems = "\n".join(check_capabilities(broken))
+    assert "8.0: attributes keys differ" in problems
+    assert "9.0: l2_persisting.max_fraction = 1.5 is out of range" in problems
+    assert "7.5: textures is missing" in problems
+
+
+def test_compiled_profiles_carry_their_compute_capabilitys_cuda_facts() -> None:
+    h200 = load_catalog().get("h200").data
+    assert h200["cuda_attributes"]["maximum_texture1d_mipmapped_width"] == 32768
+    assert h200["cuda_attributes"]["handle_type_fabric_supported"] == 1
+    assert h200["l2_persisting"] == {"max_fraction": 0.625, "default_fraction": 0.1875}
+    assert "dev_runtime_sync_depth" not in h200["context_limits"]  # none from cc 9.0 on
+    assert load_catalog().get("a100").data["context_limits"]["dev_runtime_sync_depth"] == 2

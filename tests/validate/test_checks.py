@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,75 @@ def test_pointer_problems_are_failed_checks_that_say_why() -> None:
     with pytest.raises(PointerError):
         resolve_pointer({"a": 1}, "/a/b")
     assert resolve_pointer(DOC, "") is DOC
+
+
+GiB = 1 << 30
+
+
+def _preflight(verdict: str = "PASS_FIT", peaks: tuple[int, ...] = (3 * GiB, 0), processes: int = 1,
+               exit_code: int = 0, oom: str | None = None) -> dict:
+    """A preflight document as fakegpu.fakecuda.preflight.document gives it, reduced to what the checks read."""
+    devices = [{"index": i, "name": "NVIDIA A100-SXM4-80GB", "capacity_bytes": 80 * GiB, "peak_allocated_bytes": p,
+                "peak_reserved_bytes": p + GiB if p else 0, "peak_used_bytes": p + GiB + 500 * (1 << 20) if p else 0,
+                "headroom_bytes": 80 * GiB - (p + GiB) if p else 80 * GiB} for i, p in enumerate(peaks)]
+    return {"verdict": verdict, "devices": devices, "processes": [{}] * processes, "process_exit_code": exit_code,
+            "notes": [] if processes else ["no fakecuda process reported: the command ran no Python with the start "
+                                           "hook (python -I/-S?)"],
+            "oom": {"occurred": oom is not None, "message": oom}}
+
+
+def test_memory_bounds_hold_on_every_device_or_one() -> None:
+    from fakegpu.validate.checks import memory_checks
+
+    doc = _preflight()
+    [ok, bad] = memory_checks({"memory": {"peak_allocated": "<= 3GiB", "peak_reserved": "<4GiB"}}, doc)
+    assert (ok.check, ok.passed) == ("memory peak_allocated <= 3GiB on every device", True)
+    assert (bad.check, bad.passed) == ("memory peak_reserved <4GiB on every device", False)
+    assert bad.detail == "cuda:0 (NVIDIA A100-SXM4-80GB): 4.00 GiB (4294967296 bytes)"
+    # a lower bound on every device fails on the one left unused; on device 0 alone it holds
+    [low] = memory_checks({"memory": {"peak_used": ">= 1GiB"}}, doc)
+    assert not low.passed and low.detail == "cuda:1 (NVIDIA A100-SXM4-80GB): 0 bytes"
+    [one] = memory_checks({"memory": {"peak_used": ">= 1GiB", "device": 0}}, doc)
+    assert one.passed and one.check == "memory peak_used >= 1GiB on cuda:0"
+    [head] = memory_checks({"memory": {"headroom": "> 70 GiB"}}, doc)
+    assert head.passed
+    [missing] = memory_checks({"memory": {"peak_used": "< 1GiB", "device": 5}}, doc)
+    assert not missing.passed and missing.detail == "the case has no device 5 (devices 0-1)"
+
+
+def test_preflight_verdicts_and_no_reports() -> None:
+    from fakegpu.validate.checks import memory_checks
+
+    [fits] = memory_checks({"preflight": "fits"}, _preflight())
+    assert (fits.check, fits.passed) == ("preflight verdict fits (PASS_FIT)", True)
+    oom = _preflight("FAIL_OOM", exit_code=1, oom="CUDA out of memory. Tried to allocate 100.00 GiB.")
+    [not_fit] = memory_checks({"preflight": "fits"}, oom)
+    assert not not_fit.passed and not_fit.detail == "verdict was FAIL_OOM: CUDA out of memory. Tried to allocate " \
+        "100.00 GiB."
+    assert memory_checks({"preflight": "oom"}, oom)[0].passed
+    # nothing reported (no torch, python -I): every memory check fails, saying why; none passes by default
+    checks = memory_checks({"memory": {"peak_allocated": "<= 1GiB"}, "preflight": "fits"},
+                           _preflight("RUNTIME_ERROR", processes=0))
+    assert [c.passed for c in checks] == [False, False]
+    assert checks[0].detail.startswith("no process reported its memory: no fakecuda process reported")
+
+
+def test_an_expected_oom_checks_the_exit_code_only_when_asked() -> None:
+    oom = _preflight("FAIL_OOM", exit_code=1, oom="CUDA out of memory.")
+    checks = evaluate({"preflight": "oom"}, 1, "", "", Path("."), oom)
+    assert [(c.check, c.passed) for c in checks] == [("preflight verdict oom (FAIL_OOM)", True)]
+    checks = evaluate({"preflight": "oom", "exit_code": 0}, 1, "", "", Path("."), oom)
+    assert [c.passed for c in checks] == [False, True]
+    assert evaluate({"preflight": "fits"}, 0, "", "", Path("."), _preflight())[0].check == "exit code 0"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("<= 70G", "'70G' is not a size (70GiB or 70GB?)"),
+    ("70GiB", "'70GiB' is not a bound; expected a comparison and a size, e.g. '<= 70GiB'"),
+])
+def test_bounds_that_do_not_parse(text: str, problem: str) -> None:
+    from fakegpu.validate.checks import memory_bound
+
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        memory_bound(text)
+    assert memory_bound(" >=1.5 GB ") == (">=", 1_500_000_000)

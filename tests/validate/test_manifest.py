@@ -63,7 +63,18 @@ def test_every_problem_is_listed_in_file_order(tmp_path: Path) -> None:
     assert problems[0].split(": ")[0].endswith(":2") and problems[1].split(": ")[0].endswith(":11")
     # the misspelling is the one problem: no "missing required key 'command'" beside it
     assert problems[1].endswith("unknown key 'comand'; did you mean 'command'? (accepted: command, cwd, env, "
-                                "expect, mode, name, timeout)")
+                                "expect, image, mode, name, requires, timeout)")
+
+
+def test_requires_keys_are_checked_too(tmp_path: Path) -> None:
+    text = GOOD.replace("expect: {exit_code: 0}", "requires:\n      modueles: [torch]\n      docker: yes please")
+    problems = _problems(_write(tmp_path, text))
+    assert [p.split(": ", 1)[1] for p in problems] == [  # in the order of the file
+        "cases[0].requires.modueles: unknown key 'modueles'; did you mean 'modules'? (accepted: binaries, docker, "
+        "modules, python)",
+        "cases[0].requires.docker: 'yes please' is a string; expected true/false"]
+    ok = load(_write(tmp_path, GOOD.replace("expect: {exit_code: 0}", "requires: {modules: torch, docker: true}")))
+    assert ok.cases[0].requires == {"modules": "torch", "docker": True}
 
 
 def test_a_missing_required_key_is_named(tmp_path: Path) -> None:
@@ -73,7 +84,7 @@ def test_a_missing_required_key_is_named(tmp_path: Path) -> None:
 
 def test_a_wrong_value_says_what_is_accepted(tmp_path: Path) -> None:
     [problem] = _problems(_write(tmp_path, GOOD.replace("timeout: 90s", "mode: cuda")))
-    assert problem.endswith(":2: defaults.mode: 'cuda' is not accepted; expected one of: fakecuda, native")
+    assert problem.endswith(":2: defaults.mode: 'cuda' is not accepted; expected one of: fakecuda, native, container")
     [problem] = _problems(_write(tmp_path, GOOD.replace("timeout: 90s", "timeout: soon")))
     assert ":2: defaults.timeout: 'soon' is not accepted; expected seconds, or a duration" in problem
 
@@ -92,6 +103,22 @@ def test_a_json_check_needs_an_operator(tmp_path: Path) -> None:
     text = GOOD.replace("expect: {exit_code: 0}", "expect:\n      json:\n        - {pointer: /a, file: x.json}")
     [problem] = _problems(_write(tmp_path, text))
     assert ":14: cases[0].expect.json[0]: no operator given; expected one of eq, ne, lt" in problem
+
+
+def test_memory_needs_a_bound_and_preflight_a_verdict(tmp_path: Path) -> None:
+    text = GOOD.replace("expect: {exit_code: 0}", "expect:\n      memory: {device: 0}\n      preflight: fit")
+    problems = _problems(_write(tmp_path, text))
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "cases[0].expect.memory: no bound given; expected one of peak_allocated, peak_reserved, peak_used, headroom",
+        "cases[0].expect.preflight: 'fit' is not accepted; expected one of: fits, oom"]
+    [problem] = _problems(_write(tmp_path, GOOD.replace("expect: {exit_code: 0}",
+                                                        "expect: {memory: {peak_alocated: '<= 1GiB'}}")))
+    assert "cases[0].expect.memory.peak_alocated: unknown key 'peak_alocated'; did you mean 'peak_allocated'?" \
+        in problem
+    [problem] = _problems(_write(tmp_path, GOOD.replace("expect: {exit_code: 0}",
+                                                        "expect: {memory: {peak_used: 'about 1GiB'}}")))
+    assert problem.endswith("cases[0].expect.memory.peak_used: 'about 1GiB' is not accepted; expected a comparison "
+                            "and a size: '<= 70GiB', '> 512MiB'")
 
 
 def test_yaml_syntax_errors_name_the_line(tmp_path: Path) -> None:

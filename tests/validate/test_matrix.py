@@ -113,3 +113,18 @@ def test_a_command_string_that_does_not_split_is_a_manifest_error(tmp_path: Path
         _cases(tmp_path, MANIFEST.replace("--tag '{profile} x'", "--tag '{profile} x"))
     [problem] = caught.value.problems
     assert problem.endswith(":11: cases[0].command: not a command line: No closing quotation")
+
+
+def test_a_memory_bound_is_checked_once_filled_and_located(tmp_path: Path) -> None:
+    text = MANIFEST.replace('      json: [{pointer: /batch, eq: "{batch}"}]',
+                            '      memory: {peak_allocated: "<= {budget}"}').replace(
+        "{profile: t4, board: Tesla T4}", "{profile: t4, board: Tesla T4, budget: 14GiB}").replace(
+        "{profile: a100, board: NVIDIA A100-SXM4-80GB}", "{profile: a100, board: NVIDIA A100-SXM4-80GB, budget: 70G}")
+    with pytest.raises(ManifestError) as caught:
+        _cases(tmp_path, text)
+    [problem] = caught.value.problems
+    assert problem.endswith(":15: cases[0].expect.memory.peak_allocated: '70G' is not a size (70GiB or 70GB?); "
+                            "expected bytes, or a number with unit B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, "
+                            "GiB, TiB (powers of 1024), e.g. 70GiB")
+    cases = _cases(tmp_path, text.replace("budget: 70G}", "budget: 70GiB}"))
+    assert cases[0].expect["memory"] == {"peak_allocated": "<= 14GiB"}

@@ -168,7 +168,10 @@ cases:
      ":4: cases[0].comand: unknown key 'comand'; did you mean 'command'?"),
     (lambda m: m.replace('["true"]', '["no-such-program-xyz"]'),
      ":3: a[profile=t4]: program 'no-such-program-xyz' not found (not on PATH)"),
-    (lambda m: m + "    cwd: missing-folder\n", ":3: a[profile=t4]: cwd "),
+    (lambda m: m + "    cwd: missing-folder\n", ":5: a[profile=t4]: cwd "),
+    (lambda m: "defaults: {cwd: nowhere}\n" + m, ":1: a[profile=t4]: cwd "),
+    (lambda m: m.replace('["true"]', '["./missing.sh"]'),
+     ":3: a[profile=t4]: program './missing.sh' not found (not an executable file)"),
 ])
 def test_bad_manifests_exit_2_with_one_line_and_no_traceback(tmp_path: Path, edit, says: str) -> None:
     good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n'
@@ -287,3 +290,103 @@ cases:
 """
     proc, _ = _validate(tmp_path, manifest)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_rerun_failed_runs_only_the_cases_that_did_not_pass_last_time(tmp_path: Path) -> None:
+    manifest = """\
+matrix:
+  profile: [t4, a100, h100]
+  include:
+    - {result: "true"}
+    - {profile: a100, result: "false"}
+cases:
+  - name: first
+    command: ["{result}"]
+  - name: second
+    command: ["true"]
+"""
+    proc, report = _validate(tmp_path, manifest)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert [c["id"] for c in report["cases"] if c["status"] != "passed"] == ["first[profile=a100]"]
+
+    # fixed: only the failed case runs again, and passes; the new report holds it alone
+    fixed = manifest.replace('{profile: a100, result: "false"}', '{profile: a100, result: "true"}')
+    proc, report = _validate(tmp_path, fixed, "--rerun-failed")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "--rerun-failed: 1 of the 1 case that did not pass in the last run"
+    assert lines[1].startswith("[1/1] PASSED  first[profile=a100] ")
+    assert [c["id"] for c in report["cases"]] == ["first[profile=a100]"]
+    assert report["rerun"]["rerun"] == ["first[profile=a100]"] and report["rerun"]["not_in_manifest"] == []
+    reports.validate(report, "validate")
+
+    # nothing left that did not pass: nothing runs, the report stays
+    before = (tmp_path / "out" / "report.json").read_text()
+    proc, _ = _validate(tmp_path, fixed, "--rerun-failed")
+    assert proc.returncode == 0 and "nothing to rerun" in proc.stdout
+    assert (tmp_path / "out" / "report.json").read_text() == before
+
+
+def test_rerun_failed_names_and_skips_cases_gone_from_the_manifest(tmp_path: Path) -> None:
+    manifest = 'matrix: {profile: [t4, a100]}\ncases:\n  - name: gone\n    command: ["false"]\n' \
+               '  - name: stays\n    command: ["false"]\n'
+    proc, _ = _validate(tmp_path, manifest)
+    assert proc.returncode == 1
+    edited = manifest.replace("  - name: gone\n    command: [\"false\"]\n", "").replace('["false"]', '["true"]')
+    proc, report = _validate(tmp_path, edited, "--rerun-failed", "-k", "t4")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        "--rerun-failed: 1 of the 4 cases that did not pass in the last run; not in the manifest any more, "
+        "skipped: 'gone[profile=t4]', 'gone[profile=a100]'")
+    assert [c["id"] for c in report["cases"]] == ["stays[profile=t4]"]
+    assert report["rerun"]["not_in_manifest"] == ["gone[profile=t4]", "gone[profile=a100]"]
+
+
+def test_rerun_failed_without_a_last_report_is_a_usage_error(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n'
+    proc, report = _validate(tmp_path, good, "--rerun-failed")
+    assert proc.returncode == 2 and report is None
+    [line] = proc.stderr.splitlines()
+    assert line == ("fakegpu validate: error: --rerun-failed: no report of a last run in out (report.json); run the "
+                    "manifest once first, with the same --out")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "report.json").write_text('{"schema": "fakegpu.preflight/v1"}')
+    proc, _ = _validate(tmp_path, good, "--rerun-failed")
+    assert proc.returncode == 2 and "is no fakegpu validate report" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _readme_blocks() -> list[str]:
+    """The code blocks of the README's validate section that sit inside its bullets (six spaces in)."""
+    import textwrap
+
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## A test matrix for CI: `fakegpu validate`"):readme.index("## Command reference")]
+    blocks, current, previous = [], [], ""
+    for line in section.splitlines():
+        starts = line.startswith("      ") and not line.startswith("       ") and not previous.strip()
+        if starts or (current and (line.startswith("      ") or not line.strip())):
+            current.append(line)
+        elif current:
+            blocks.append(textwrap.dedent("\n".join(current)).strip() + "\n")
+            current = []
+        previous = line
+    return blocks
+
+
+def test_the_readmes_manifest_snippets_are_valid(tmp_path: Path) -> None:
+    from fakegpu.validate.manifest import load
+    from fakegpu.validate.matrix import expand
+
+    checked = 0
+    for block in _readme_blocks():
+        if block.startswith("- name:"):  # a case, shown alone
+            text = "matrix: {profile: [t4]}\ncases:\n" + "".join(f"  {line}\n" for line in block.splitlines())
+        elif block.startswith(("defaults:", "matrix:")):
+            text = block
+        else:  # shell lines, a CI step
+            continue
+        path = tmp_path / f"snippet{checked}.yaml"
+        path.write_text(text)
+        assert expand(load(path), tmp_path / "out"), text
+        checked += 1
+    assert checked == 3  # memory, requires, container

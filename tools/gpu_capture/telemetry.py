@@ -1,7 +1,7 @@
 """How NVML's telemetry follows work: utilization, power, clocks, temperature and clock-event reasons sampled at
 20 Hz through phases of idle, a compute-bound loop, a memory-bound loop, a 50% duty cycle and idle again.
-The fake's telemetry model (utilization = busy share of the last second; power, clock and temperature following
-it) is checked against these series. One JSON document on stdout.
+The fake's load model (native/nvml/model.c) was fitted to these series (fit_telemetry.py) and is held to them
+(tests/real_gpu/test_telemetry.py). One JSON document on stdout.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ caching allocator, how requests round to blocks and segments, the OOM texts, and
 memory. One JSON document on stdout; nvidia-smi's views of the held memory go to OUT_DIR.
 
     python torch_memory.py OUT_DIR
+    python torch_memory.py --points     # the checkpoints only (what fakecuda can run: no 90%-of-memory tensor)
 """
 
 from __future__ import annotations
@@ -100,15 +101,8 @@ def smi_while_holding(out_dir: str) -> dict:
     return {"rc": rcs, "point": at, "pid": os.getpid()}
 
 
-def main(out_dir: str) -> int:
-    doc: dict = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
-                 "nccl": list(torch.cuda.nccl.version()) if torch.cuda.is_available() else None,
-                 "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA", "PYTORCH", "CUBLAS", "NCCL"))}}
-    doc["before_init"] = nvml_used()
-    doc["device_count"] = torch.cuda.device_count()
-    doc["capability"] = list(torch.cuda.get_device_capability(0))
-    doc["arch_list"] = torch.cuda.get_arch_list()
-    doc["props"] = props()
+def points() -> dict:
+    """Memory through init, the first kernel, cuBLAS, cuDNN and SDPA, and after emptying the cache."""
     pts = {}
     torch.cuda.init()
     pts["init"] = point()
@@ -131,7 +125,20 @@ def main(out_dir: str) -> int:
     del a, b, c, img, w, y, q, o
     torch.cuda.empty_cache()
     pts["emptied"] = point()
-    doc["points"] = pts
+    del x
+    return pts
+
+
+def main(out_dir: str) -> int:
+    doc: dict = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                 "nccl": list(torch.cuda.nccl.version()) if torch.cuda.is_available() else None,
+                 "env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA", "PYTORCH", "CUBLAS", "NCCL"))}}
+    doc["before_init"] = nvml_used()
+    doc["device_count"] = torch.cuda.device_count()
+    doc["capability"] = list(torch.cuda.get_device_capability(0))
+    doc["arch_list"] = torch.cuda.get_arch_list()
+    doc["props"] = props()
+    doc["points"] = points()
     doc["memory_stats_keys"] = sorted(torch.cuda.memory_stats())
     doc["rounding"] = rounding()
     doc["oom"] = oom_texts()
@@ -141,10 +148,12 @@ def main(out_dir: str) -> int:
         doc["memory_usage"] = torch.cuda.memory_usage()
     except Exception as exc:
         doc["utilization"] = str(exc)
-    del x
     json.dump(doc, sys.stdout, indent=1)
     return 0
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--points"]:
+        json.dump(points(), sys.stdout, indent=1)
+        sys.exit(0)
     sys.exit(main(sys.argv[1]))

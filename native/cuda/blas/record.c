@@ -15,6 +15,7 @@
 
 #include "fgblas.h"
 #include "fgc_image.h"
+#include "fgc_private.h"
 #include "fgc_report.h"
 
 static atomic_ullong calls, flops_lo; /* FLOPs kept in a 64-bit counter: 1.8e19 is far beyond a run */
@@ -55,7 +56,7 @@ static CUfunction routine(const char *api)
     return fn;
 }
 
-static void wrote(CUstream stream, const char *api, const void *const *outs, size_t nouts)
+static void wrote(CUstream stream, const char *api, const void *const *outs, size_t nouts, unsigned long long flops)
 {
     CUfunction fn = nouts ? routine(api) : NULL;
     if (!fn)
@@ -63,7 +64,10 @@ static void wrote(CUstream stream, const char *api, const void *const *outs, siz
     size_t size = nouts * sizeof *outs;
     void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, (void *)outs, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                      CU_LAUNCH_PARAM_END};
-    if (cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, stream, NULL, extra) != CUDA_SUCCESS)
+    /* The grid is sized to the work, as a GPU GEMM's is (the driver times the GPU's busy time by it). */
+    unsigned long long blocks = (flops + FGC_STANDIN_BLOCK_FLOPS - 1) / FGC_STANDIN_BLOCK_FLOPS;
+    unsigned gx = blocks < 1 ? 1u : blocks > 0x7fffffffULL ? 0x7fffffffu : (unsigned)blocks;
+    if (cuLaunchKernel(fn, gx, 1, 1, 1, 1, 1, 0, stream, NULL, extra) != CUDA_SUCCESS)
         fg_debug("%s: the launch recording %s's outputs failed", FGBLAS_LIB, api);
 }
 
@@ -81,13 +85,14 @@ static void replayed(void *data)
 {
     const captured *c = data;
     count(c->flops);
-    wrote(NULL, c->api, c->outs, c->nouts); /* inside the graph's launch: nothing is capturing */
+    wrote(NULL, c->api, c->outs, c->nouts, c->flops); /* inside the graph's launch: nothing is capturing */
 }
 
 void fgblas_record(cudaStream_t stream, const char *api, long long m, long long n, long long k, long long batch,
                    const void *const *outs, size_t nouts)
 {
     unsigned long long flops = (unsigned long long)(2 * m * n * k * batch);
+    fgc_library_loaded("cublas"); /* a real cuBLAS's kernels would load into the context with its first GEMM */
     if (m <= 0 || n <= 0 || batch <= 0)
         nouts = 0; /* an empty product writes nothing */
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -104,7 +109,7 @@ void fgblas_record(cudaStream_t stream, const char *api, long long m, long long 
         }
     }
     count(flops);
-    wrote((CUstream)stream, api, outs, nouts);
+    wrote((CUstream)stream, api, outs, nouts, flops);
 }
 
 __attribute__((destructor)) static void write_report(void)

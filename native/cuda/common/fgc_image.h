@@ -15,4 +15,13 @@
  * or loaded image must outlive its module); NULL when out of memory. */
 FG_HIDDEN void *fgc_image_new(const char *name, unsigned npointers);
 
+/* FakeGPU's cuBLAS launches its stand-in with one block per this many FLOPs of the GEMM (2 x 128 x 128 x 32: a
+ * 128 x 128 output tile over 32 of k), so the driver knows how long the GEMM would keep a GPU busy. */
+#define FGC_STANDIN_BLOCK_FLOPS (1ULL << 20)
+
+/* Is `name` a stand-in for tensor-core math (what a GPU's power and heat follow most): a cuBLAS routine (blas/record.c
+ * names its kernels "cublas..."), or a cuDNN graph with a convolution, matmul or attention ("cudnn:" and the graph's
+ * operations, dnn/execute.c)? Other stand-ins (normalizations, pointwise graphs) and programs' own kernels are not. */
+FG_HIDDEN int fgc_standin_compute(const char *name);
+
 #endif

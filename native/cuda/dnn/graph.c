@@ -1,8 +1,10 @@
 /* What each backend descriptor type requires at Finalize, and what the library derives then: the engines an
  * operation graph has, heuristics' ranked engine configs, workspace sizes. FakeGPU's engine model: a graph made
- * of one convolution has two engines, 0 an implicit GEMM that needs no workspace and 1 an explicit GEMM that needs
- * the unfolded input (im2col) as workspace; any other graph has one engine without workspace. Heuristics rank
- * the engines by index, whatever the mode. */
+ * of one convolution has three engines, 0 an implicit GEMM that needs no workspace, 1 an explicit GEMM that needs
+ * the unfolded input (im2col) as workspace, and 2 the channels-last engine cuDNN 9 picks on Hopper for float NCHW
+ * convolutions, which needs copies of its operands (see nhwc_workspace); an attention graph has one engine with a
+ * small workspace (see ATTENTION_WORKSPACE); any other graph has one engine without workspace. Heuristics rank
+ * engine 2 first where it applies, then the others by index, whatever the mode. */
 #include <stdbool.h>
 #include <string.h>
 
@@ -281,15 +283,112 @@ static const fgdnn_desc *only_conv(const fgdnn_desc *graph)
     return ((fgdnn_desc **)ops->data)[0];
 }
 
-static int64_t engine_count(const fgdnn_desc *graph) { return only_conv(graph) ? 2 : 1; }
+/* ---- the engine model ---- */
 
-static int64_t engine_workspace(const fgdnn_desc *engine)
+enum { ENGINE_IMPLICIT_GEMM, ENGINE_EXPLICIT_GEMM, ENGINE_NHWC, CONV_ENGINES };
+
+/* Compute capability (major*10+minor) of the device a graph is for: its handle's, else the current device's. */
+static int graph_cc(const fgdnn_desc *graph)
 {
-    const fgdnn_desc *graph = fgdnn_get_desc(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH);
-    const fgdnn_desc *op = graph ? only_conv(graph) : NULL;
-    int64_t index = 0;
-    fgdnn_get_i64(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, &index);
-    if (!op || index != 1)
+    const fgdnn_attr *h = fgdnn_find(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE);
+    int dev = 0, major = 0, minor = 0;
+    if (h && h->type == CUDNN_TYPE_HANDLE && h->count == 1 && fgdnn_handle_ok(*(cudnnHandle_t *)h->data))
+        dev = (*(cudnnHandle_t *)h->data)->device;
+    else if (cudaGetDevice(&dev) != cudaSuccess)
+        return 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError(); /* not left as the runtime's sticky error */
+        return 0;
+    }
+    return major * 10 + minor;
+}
+
+/* Bytes of a packed float tensor in NCHW order (row-major strides; a dimension of 1 may have any stride), else 0. */
+static int64_t packed_float_bytes(const fgdnn_desc *t, int64_t *dims, int64_t *n)
+{
+    int64_t strides[FGDNN_MAX_DIMS];
+    const fgdnn_attr *dt = fgdnn_find(t, CUDNN_ATTR_TENSOR_DATA_TYPE);
+    *n = i64s(t, CUDNN_ATTR_TENSOR_DIMENSIONS, dims, FGDNN_MAX_DIMS);
+    if (!dt || *(cudnnDataType_t *)dt->data != CUDNN_DATA_FLOAT ||
+        i64s(t, CUDNN_ATTR_TENSOR_STRIDES, strides, FGDNN_MAX_DIMS) != *n || *n < 3)
+        return 0;
+    int64_t elements = 1;
+    for (int64_t i = *n - 1; i >= 0; i--) {
+        if (dims[i] != 1 && strides[i] != elements)
+            return 0;
+        elements *= dims[i];
+    }
+    return elements * 4;
+}
+
+/* Engine 2, as a real H200 (cuDNN 9.19, torch 2.11, cudnn.benchmark off) showed it in tests/data/gpu/h200: each
+ * float convolution of packed NCHW tensors with channel counts divisible by 4 took a workspace that holds a copy
+ * of every operand it reads and, for the data gradient, of the one it writes, plus a piece of at most 512 bytes
+ * (the allocator's 512-byte granule is all the capture can see; 512 is its bound) - the copies a channels-last
+ * kernel needs of NCHW tensors:
+ *     forward          x + w + 512        (conv1d_layernorm, cnn_step's second conv, torch.json's conv2d)
+ *     data gradient    dy + w + dx + 512  (conv1d_layernorm, cnn_step)
+ *     filter gradient  x + dy + dw + 512  and more: 3146240 and 2064896 bytes more in the two measurements (split
+ *                      partial sums of dw, by how cuDNN splits the reduction; two points fix no rule), so this is a
+ *                      lower bound.
+ * cnn_step's first convolution (3 input channels) took no workspace in either pass: engine 2 does not apply.
+ * Assumed, not measured: that 4 divides the output channels too, one group, and the same engine for every
+ * stride, padding and dilation; other data types, channels-last tensors and other architectures keep engines 0
+ * and 1 (an engine's workspace is a property of its kernels, which are built per architecture). */
+#define NHWC_SMALL_PIECE 512
+
+static int64_t nhwc_workspace(const fgdnn_desc *graph, const fgdnn_desc *op)
+{
+    conv_parts p;
+    int64_t x[FGDNN_MAX_DIMS], w[FGDNN_MAX_DIMS], y[FGDNN_MAX_DIMS], nx, nw, ny;
+    if (!conv_parts_of(op, &p) || graph_cc(graph) / 10 != 9)
+        return -1;
+    int64_t bx = packed_float_bytes(p.x, x, &nx), bw = packed_float_bytes(p.w, w, &nw);
+    int64_t by = packed_float_bytes(p.y, y, &ny);
+    if (!bx || !bw || !by || x[1] != w[1] || x[1] % 4 != 0 || w[0] % 4 != 0)
+        return -1;
+    switch (op->type) {
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+        return bx + bw + NHWC_SMALL_PIECE;
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+        return by + bw + bx + NHWC_SMALL_PIECE;
+    default:
+        return bx + by + bw + NHWC_SMALL_PIECE;
+    }
+}
+
+/* A graph as cudnn-frontend lowers scaled dot-product attention (torch 2.11 takes cuDNN's attention on Hopper):
+ * two or more matrix products and a reduction (the softmax's). On the H200 both the forward plan (two shapes:
+ * 8x8x512x64 and 4x16x1024x128, bf16, causal) and the backward one (8x8x512x64) asked for a workspace the
+ * caching allocator served with one 512-byte block, beside the frontend's own dQ accumulator and softmax sums,
+ * which torch allocates with it either way (mem_workloads.json's sdpa_causal_bf16, torch.json's sdpa_bf16). 512
+ * bytes is the bound of what was measured, assumed for every shape on Hopper. */
+#define ATTENTION_WORKSPACE 512
+
+static int attention(const fgdnn_desc *graph)
+{
+    const fgdnn_attr *ops = fgdnn_find(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS);
+    int matmuls = 0, reductions = 0;
+    for (int64_t i = 0; ops && i < ops->count; i++) {
+        cudnnBackendDescriptorType_t t = ((fgdnn_desc **)ops->data)[i]->type;
+        matmuls += t == CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR;
+        reductions += t == CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR;
+    }
+    return matmuls >= 2 && reductions >= 1;
+}
+
+static int64_t engine_count(const fgdnn_desc *graph) { return only_conv(graph) ? CONV_ENGINES : 1; }
+
+/* The workspace engine `index` needs for `graph`; -1 when it does not support the graph. */
+static int64_t workspace_of(const fgdnn_desc *graph, int64_t index)
+{
+    const fgdnn_desc *op = only_conv(graph);
+    if (!op) /* measured on Hopper only: elsewhere attention keeps no workspace */
+        return index == 0 ? (attention(graph) && graph_cc(graph) / 10 == 9 ? ATTENTION_WORKSPACE : 0) : -1;
+    if (index == ENGINE_NHWC)
+        return nhwc_workspace(graph, op);
+    if (index != ENGINE_EXPLICIT_GEMM)
         return 0;
     conv_parts p;
     conv_parts_of(op, &p);
@@ -301,7 +400,27 @@ static int64_t engine_workspace(const fgdnn_desc *engine)
     int64_t bytes = x[0] * x[1] * (int64_t)fgdnn_dtype_size(*(cudnnDataType_t *)dt->data);
     for (int64_t i = 2; i < n; i++)
         bytes *= w[i] * y[i];
-    return bytes;
+    return bytes; /* the unfolded input (im2col) */
+}
+
+static int64_t engine_workspace(const fgdnn_desc *engine)
+{
+    const fgdnn_desc *graph = fgdnn_get_desc(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH);
+    int64_t index = 0;
+    fgdnn_get_i64(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, &index);
+    int64_t ws = graph ? workspace_of(graph, index) : 0;
+    return ws < 0 ? 0 : ws;
+}
+
+/* Heuristics' order: engine 2 first where it supports the graph, then the others by index. */
+static int64_t ranked(const fgdnn_desc *graph, int64_t *order)
+{
+    int64_t n = 0;
+    if (engine_count(graph) > ENGINE_NHWC && workspace_of(graph, ENGINE_NHWC) >= 0)
+        order[n++] = ENGINE_NHWC;
+    for (int64_t i = 0; i < engine_count(graph) && i < ENGINE_NHWC; i++)
+        order[n++] = i;
+    return n;
 }
 
 static cudnnStatus_t finalize_graph(fgdnn_desc *d)
@@ -332,6 +451,8 @@ static cudnnStatus_t finalize_engine(fgdnn_desc *d)
     if (index < 0 || index >= engine_count(graph))
         return fgdnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "engine: global index %lld, the graph has %lld engines",
                           (long long)index, (long long)engine_count(graph));
+    if (workspace_of(graph, index) < 0)
+        return fgdnn_fail(CUDNN_STATUS_NOT_SUPPORTED, "engine %lld does not support this graph", (long long)index);
     /* No tunable knobs, notes or layout preferences. */
     cudnnStatus_t s = fgdnn_put(d, CUDNN_ATTR_ENGINE_KNOB_INFO, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, NULL);
     if (s == CUDNN_STATUS_SUCCESS)
@@ -384,16 +505,17 @@ static cudnnStatus_t finalize_heuristics(fgdnn_desc *d)
     fgdnn_desc *graph = fgdnn_get_desc(d, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH);
     if (!graph || graph->type != CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR || !has(d, CUDNN_ATTR_ENGINEHEUR_MODE))
         return fgdnn_fail(CUDNN_STATUS_BAD_PARAM, "engine heuristics: an operation graph and a mode are required");
-    int64_t n = engine_count(graph);
-    fgdnn_desc *cfgs[2] = {0};
+    int64_t order[CONV_ENGINES], n = ranked(graph, order);
+    fgdnn_desc *cfgs[CONV_ENGINES] = {0};
     cudnnStatus_t s = CUDNN_STATUS_SUCCESS;
     for (int64_t i = 0; i < n && s == CUDNN_STATUS_SUCCESS; i++) {
         fgdnn_desc *engine = built(CUDNN_BACKEND_ENGINE_DESCRIPTOR, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph,
-                                   CUDNN_ATTR_ENGINE_GLOBAL_INDEX, i);
+                                   CUDNN_ATTR_ENGINE_GLOBAL_INDEX, order[i]);
         cfgs[i] = engine ? built(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, CUDNN_ATTR_ENGINECFG_ENGINE, engine, 0, 0) : NULL;
         fgdnn_desc_free(engine);
         if (!cfgs[i])
-            s = fgdnn_fail(CUDNN_STATUS_INTERNAL_ERROR, "engine heuristics: engine %lld did not build", (long long)i);
+            s = fgdnn_fail(CUDNN_STATUS_INTERNAL_ERROR, "engine heuristics: engine %lld did not build",
+                           (long long)order[i]);
     }
     if (s == CUDNN_STATUS_SUCCESS)
         s = fgdnn_put(d, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, cfgs);

@@ -15,6 +15,7 @@
 #pragma GCC visibility pop
 
 #include "fgc_image.h"
+#include "fgc_private.h"
 #include "fgdnn.h"
 
 /* The runtime's registration entry points (what nvcc emits calls to; not in a public header). */
@@ -63,6 +64,7 @@ static const char *anchor_of(const char *name)
 cudnnStatus_t fgdnn_launch(const char *name, cudaStream_t stream, unsigned long long elements,
                            const void *const *outs, size_t nouts)
 {
+    fgc_library_loaded("cudnn"); /* a real cuDNN's kernels would load into the context with its first run */
     const char *anchor = anchor_of(name);
     if (!anchor)
         return fgdnn_fail(CUDNN_STATUS_INTERNAL_ERROR, "%s: kernel registry full", name);

@@ -17,11 +17,18 @@
 #include "fg_log.h"
 #include "fgc_unsup.h"
 
-/* Per-SM and per-block limits: the profile's sm_limits (compiled from profiles/compute_capabilities.yaml). */
+/* A device's facts of its compute capability (profiles/compute_capabilities.yaml, merged into its profile):
+ * per-SM and per-block limits (sm_limits), the attributes the catalog names (cuda_attributes: texture and surface
+ * limits, capability flags), the persisting-L2 fractions and a new context's limits (context_limits). */
 typedef struct {
     unsigned smem_per_sm, smem_per_block, smem_per_block_optin;
     unsigned regs_per_sm, regs_per_block;
     unsigned max_threads_per_sm, max_threads_per_block, max_blocks_per_sm, warp_size;
+    int attr[CU_DEVICE_ATTRIBUTE_MAX];
+    unsigned char attr_known[CU_DEVICE_ATTRIBUTE_MAX]; /* attr[a] holds the catalog's value */
+    double l2_persisting_max, l2_persisting_default;   /* fractions of the L2 */
+    size_t limit_default[CU_LIMIT_MAX];
+    unsigned char limit_known[CU_LIMIT_MAX]; /* 0: the limit does not exist on this device */
 } fgd_limits;
 
 struct CUctx_st {
@@ -46,12 +53,23 @@ struct CUevent_st {
     atomic_llong t_ns; /* host CLOCK_MONOTONIC time of the last record; 0: never recorded */
 };
 
+/* What grows a context after its creation, as lazy module loading makes a real one grow (fgd_load_part). */
+enum { FGD_PART_FIRST_LAUNCH, FGD_PART_CUBLAS, FGD_PART_CUDNN, FGD_PARTS };
+
 typedef struct {
-    unsigned long long capacity; /* what allocations may use: the CUDA total less the context */
-    unsigned long long context;  /* the context's own footprint, charged once the context exists */
+    unsigned long long total; /* CUDA's total memory of the device; allocations may use it less the context */
+    atomic_ullong context;    /* the context's own footprint, charged once the context exists; grows by parts */
+    atomic_uint parts;        /* bit per FGD_PART_* the context has grown by */
     atomic_ullong used, peak, allocs, frees;
     atomic_int active; /* a context exists: the process shows on this device in nvidia-smi */
 } fgd_mem;
+
+/* What allocations may use on the device now: its total less the context as it stands. */
+static inline unsigned long long fgd_capacity(const fgd_mem *m)
+{
+    unsigned long long context = atomic_load(&m->context);
+    return m->total > context ? m->total - context : 0;
+}
 
 typedef struct {
     int loaded;
@@ -108,11 +126,27 @@ FG_HIDDEN struct CUctx_st *fgd_current(void);
 /* The context is in use: charge its footprint to the device (once). */
 FG_HIDDEN void fgd_activate(struct CUctx_st *c);
 FG_HIDDEN void fgd_limits_load(void);
+/* CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE of a device (the persisting-L2 limit's ceiling). */
+FG_HIDDEN size_t fgd_persisting_l2_max(int device);
+/* The device's primary context was reset: its limits are the defaults again (driver/limits.c). */
+FG_HIDDEN void fgd_limits_reset(int device);
 FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
+FG_HIDDEN unsigned long long fgd_part_bytes(int cc_major, int part);
+/* The context of CUDA device `device` grows by `part`, once (the first kernel launch, a library's first run). */
+FG_HIDDEN void fgd_load_part(int device, int part);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
 FG_HIDDEN void fgd_state_changed(int device);
-/* Work ran on the device now (a kernel, a copy): NVML's utilization, power and clocks follow it. */
-FG_HIDDEN void fgd_busy(int device);
+/* What NVML's utilization, power, clocks and temperature follow (driver/state.c; fakegpu/shared_state.py): work
+ * handed to the device at t0 (fgd_now_ns) that kept the caller until t1 (a copy done here) and needs `dur` ns of
+ * the device; compute work (tensor-core math) or, `compute` 0, memory work. */
+FG_HIDDEN void fgd_work(int device, int compute, long long t0, long long t1, long long dur);
+/* The program waited for the device (a synchronisation, a blocking copy): what was queued after now is taken back. */
+FG_HIDDEN void fgd_synced(int device);
+/* A kernel of `blocks` blocks was launched now: compute work when it is a stand-in of FakeGPU's cuBLAS or cuDNN math
+ * (a cuBLAS one lasting its FLOPs at the board's rate), else memory work of a short kernel. */
+FG_HIDDEN void fgd_launch_busy(int device, const char *kernel, unsigned long long blocks);
+/* How long the board takes to copy `bytes` from device memory to device memory. */
+FG_HIDDEN long long fgd_copy_ns(int device, unsigned long long bytes);
 FG_HIDDEN long long fgd_now_ns(void);
 /* The last CUDA activity, for `fakegpu run --timeout` (driver/activity.c): `api` and `detail` (a kernel's name,
  * or NULL) must live as long as the process. */
@@ -126,6 +160,11 @@ static inline int fgd_default_stream(CUstream s)
 /* Copies and fills as the synchronous API does them (driver/memory.c), for work replayed from a graph. */
 FG_HIDDEN CUresult fgd_copy(void *dst, const void *src, size_t n, const char *api);
 FG_HIDDEN CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n);
+/* [dst, dst + n*width) becomes n copies of the `width` bytes at `pattern`, as a GPU's memset or fill kernel leaves
+ * it: host-known in the account of written memory (driver/written.c). An all-zero pattern drops the whole host
+ * pages it covers instead of writing them. -1 (nothing done) when accounting mode cannot keep a nonzero pattern
+ * in device memory. */
+FG_HIDDEN int fgd_set_pattern(uintptr_t dst, const void *pattern, size_t width, size_t n);
 /* Stream-ordered work on a capturing stream is recorded into its graph instead of done (driver/graph.c):
  * these return 1 when `s` is capturing and the work was recorded (*rc the result), 0 to do it now. */
 FG_HIDDEN int fgd_capture_copy(CUstream s, void *dst, const void *src, size_t n, CUresult *rc);

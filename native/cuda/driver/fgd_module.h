@@ -43,6 +43,7 @@ struct CUfunc_st {
     unsigned nparams;
     struct fgd_param *params;
     uint32_t param_bytes;
+    int fills; /* a contiguous fill with a constant (driver/fill.c): carried out at launch */
     struct CUfunc_st *next; /* its module's hash chain */
 };
 
@@ -62,6 +63,14 @@ FG_HIDDEN void fgd_launched_copy(const struct CUfunc_st *f, int device, const fg
 /* The launch of `f` with these parameters happened: the memory it may write is marked (driver/written.c). */
 FG_HIDDEN void fgd_launched(const struct CUfunc_st *f, int device, void **params, void **extra);
 FG_HIDDEN int fgd_is_function(const void *f);
+
+/* ---- kernels whose effect is known without running them (driver/fill.c) ---- */
+
+/* Is the kernel of this name and parameter layout a contiguous fill with a constant (PyTorch's)? */
+FG_HIDDEN int fgd_fill_kernel(const char *name, int layout, unsigned nparams, const struct fgd_param *params);
+/* A launch of such a kernel (parameters as cuLaunchKernel's kernelParams, or a packed buffer of `size` bytes):
+ * 1 when its fill was carried out and its bytes are host-known, 0 when it must count as an ordinary kernel. */
+FG_HIDDEN int fgd_fill_launched(const struct CUfunc_st *f, void **params, const unsigned char *buf, size_t size);
 /* A launch into a capturing stream becomes a kernel node of its graph (driver/graph.c): 1 when recorded. */
 FG_HIDDEN int fgd_capture_kernel(CUstream s, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned smem, void **params, void **extra, CUresult *rc);
@@ -93,6 +102,8 @@ FG_HIDDEN void fgd_written_unknown(int device, const char *kernel);
 /* The program reads [src, src+n) of device memory on the host (through `api`): applies the policy when a kernel
  * may have written any of it. */
 FG_HIDDEN void fgd_written_read(uintptr_t src, size_t n, const char *api);
+/* A kernel launch's effect was carried out on the host (driver/fill.c): counted in the report. */
+FG_HIDDEN void fgd_written_carried_out(void);
 /* Section "device_reads" of the process report. */
 FG_HIDDEN void fgd_written_report(FILE *f);
 

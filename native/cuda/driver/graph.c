@@ -397,9 +397,12 @@ FGC_EXPORT CUresult cuGraphLaunch(CUgraphExec e, CUstream s)
         CUresult rc = CUDA_SUCCESS;
         if (node->type == CU_GRAPH_NODE_TYPE_KERNEL) {
             kernels++;
-            if (fgd_is_function(node->kernel.func))
+            int known = fgd_is_function(node->kernel.func);
+            if (known)
                 fgd_launched_copy(node->kernel.func, e->device, &node->args);
-            fgd_busy(e->device);
+            fgd_launch_busy(e->device, known ? node->kernel.func->name : NULL,
+                            (unsigned long long)node->kernel.gridDimX * node->kernel.gridDimY * node->kernel.gridDimZ);
+            fgd_load_part(e->device, FGD_PART_FIRST_LAUNCH);
         }
         else if (node->type == CU_GRAPH_NODE_TYPE_MEMCPY)
             rc = fgd_copy(node->dst, node->src, node->bytes, "cuGraphLaunch"), copies++;

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "fg_faults.h" /* allocation-triggered faults */
 #include "fgc_env.h"
@@ -26,6 +27,9 @@
 /* The driver hands out whole 2 MiB pages for device allocations on current boards; what a device "uses"
  * (cuMemGetInfo, nvidia-smi) counts pages, not requested bytes. */
 #define FGD_PAGE (2ULL << 20)
+/* Small requests share pages, 512 bytes apiece (sub-allocation, below). */
+#define FGD_SMALL_UNIT 512ULL
+#define FGD_SMALL_UNITS (FGD_PAGE / FGD_SMALL_UNIT)
 
 /* Sorted by base, so an interior pointer (cuPointerGetAttribute, cuMemGetAddressRange) is a binary search. */
 static fgd_alloc *allocs;
@@ -195,6 +199,22 @@ void *fgd_reserve_pages(size_t bytes)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* Whole pages on a 2 MiB boundary, as the driver places every allocation of a page or more (measured:
+ * "alloc_steps"). Recent kernels align such anonymous mappings by themselves; on older ones the surplus is
+ * trimmed. */
+static void *reserve_aligned(size_t bytes)
+{
+    size_t span = bytes + FGD_PAGE;
+    char *p = span > bytes ? fgd_reserve_pages(span) : NULL;
+    if (!p)
+        return NULL;
+    size_t head = (FGD_PAGE - (uintptr_t)p % FGD_PAGE) % FGD_PAGE;
+    if (head)
+        munmap(p, head);
+    munmap(p + head + bytes, FGD_PAGE - head);
+    return p + head;
+}
+
 CUresult fgd_charge(int device, size_t bytes)
 {
     CUresult lost = fgd_lost(device);
@@ -204,7 +224,7 @@ CUresult fgd_charge(int device, size_t bytes)
     /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
     unsigned long long used = atomic_load(&m->used);
     do {
-        if (used + bytes > m->capacity || used + bytes < used)
+        if (used + bytes > fgd_capacity(m) || used + bytes < used)
             return CUDA_ERROR_OUT_OF_MEMORY;
     } while (!atomic_compare_exchange_weak(&m->used, &used, used + bytes));
     unsigned long long now = used + bytes, peak = atomic_load(&m->peak);
@@ -227,6 +247,140 @@ void fgd_uncharge(int device, size_t bytes)
     fgd_state_changed(device);
 }
 
+/* ---- sub-allocation of small requests ----
+ *
+ * Measured on an H200 with driver 580 (tests/data/gpu/h200/driver.json): one cuMemAlloc of 1, 512, 4096 bytes,
+ * 64 KiB, 1 MiB or 2 MiB - 1 alone takes one 2 MiB step of cuMemGetInfo and lands on a 2 MiB boundary, and
+ * freeing it gives the step back ("alloc_steps"); ten 1-byte allocations in a row land 512 bytes apart and take
+ * one 2 MiB step together ("small_allocs"). So a small request takes 512-byte units of a 2 MiB page the driver
+ * maps for such requests, the first one of a page is at its start, and a page whose last request is freed is
+ * returned.
+ * Assumed, not measured: every request smaller than a page is sub-allocated this way (only 1-byte requests were
+ * measured side by side), a request goes to the first page with a large enough run of free units, and a page
+ * holds small requests only. Requests of a whole page or more take pages of their own. */
+typedef struct {
+    uintptr_t base;
+    int device;
+    unsigned used; /* units taken */
+    unsigned char unit[FGD_SMALL_UNITS / 8]; /* a bit per unit: taken */
+} small_page;
+
+static small_page *pages;
+static size_t npages, cap_pages;
+static pthread_mutex_t small_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void small_prepare(void) { pthread_mutex_lock(&small_lock); }
+static void small_resume(void) { pthread_mutex_unlock(&small_lock); }
+static void small_child(void) { pthread_mutex_init(&small_lock, NULL); }
+/* A fork during another thread's small allocation must not leave the child with the lock held. */
+__attribute__((constructor)) static void install_small_fork_handler(void)
+{
+    pthread_atfork(small_prepare, small_resume, small_child);
+}
+
+static int unit_taken(const small_page *pg, size_t u) { return pg->unit[u / 8] >> (u % 8) & 1; }
+
+static void mark_units(small_page *pg, size_t first, size_t n, int taken)
+{
+    for (size_t u = first; u < first + n; u++)
+        pg->unit[u / 8] = (unsigned char)(taken ? pg->unit[u / 8] | 1u << (u % 8) : pg->unit[u / 8] & ~(1u << (u % 8)));
+    pg->used = taken ? pg->used + (unsigned)n : pg->used - (unsigned)n;
+}
+
+/* The first run of n free units in pg, or FGD_SMALL_UNITS. */
+static size_t free_run(const small_page *pg, size_t n)
+{
+    size_t run = 0;
+    for (size_t u = 0; u < FGD_SMALL_UNITS; u++) {
+        run = unit_taken(pg, u) ? 0 : run + 1;
+        if (run == n)
+            return u + 1 - n;
+    }
+    return FGD_SMALL_UNITS;
+}
+
+static size_t small_units(size_t bytes) { return (bytes + FGD_SMALL_UNIT - 1) / FGD_SMALL_UNIT; }
+static int is_small(size_t bytes) { return small_units(bytes) < FGD_SMALL_UNITS; }
+
+/* Place `bytes` in a page of `device`, mapping and charging a new page when none has room. Caller holds
+ * small_lock. The allocation counts through fgd_charge either way (the report's count, fault plans). */
+static CUresult small_place(int device, size_t bytes, uintptr_t *at, uintptr_t *page)
+{
+    size_t n = small_units(bytes);
+    for (size_t i = 0; i < npages; i++) {
+        size_t first = pages[i].device == device ? free_run(&pages[i], n) : FGD_SMALL_UNITS;
+        if (first < FGD_SMALL_UNITS) {
+            CUresult rc = fgd_charge(device, 0);
+            if (rc != CUDA_SUCCESS)
+                return rc;
+            mark_units(&pages[i], first, n, 1);
+            *page = pages[i].base;
+            *at = pages[i].base + first * FGD_SMALL_UNIT;
+            return CUDA_SUCCESS;
+        }
+    }
+    if (npages == cap_pages) {
+        size_t cap = cap_pages ? cap_pages * 2 : 16;
+        small_page *grown = realloc(pages, cap * sizeof *grown);
+        if (!grown)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        pages = grown;
+        cap_pages = cap;
+    }
+    CUresult rc = fgd_charge(device, FGD_PAGE);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    void *p = reserve_aligned(FGD_PAGE);
+    if (!p) {
+        fgd_uncharge(device, FGD_PAGE);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    small_page *pg = &pages[npages++];
+    memset(pg, 0, sizeof *pg);
+    pg->base = (uintptr_t)p;
+    pg->device = device;
+    mark_units(pg, 0, n, 1);
+    *page = *at = pg->base;
+    return CUDA_SUCCESS;
+}
+
+/* Give back the units of a sub-allocation (a.owner: its page); the page goes when its last request does. */
+static void small_release(const fgd_alloc *a)
+{
+    pthread_mutex_lock(&small_lock);
+    size_t i = 0;
+    while (i < npages && pages[i].base != a->owner)
+        i++;
+    size_t uncharge = 0;
+    if (i < npages) {
+        mark_units(&pages[i], (a->base - pages[i].base) / FGD_SMALL_UNIT, small_units(a->size), 0);
+        if (!pages[i].used) {
+            munmap((void *)pages[i].base, FGD_PAGE);
+            pages[i] = pages[--npages];
+            uncharge = FGD_PAGE;
+        }
+    }
+    pthread_mutex_unlock(&small_lock);
+    fgd_uncharge(a->device, uncharge);
+}
+
+static CUresult small_alloc(int device, size_t bytes, void **out)
+{
+    uintptr_t at = 0, page = 0;
+    pthread_mutex_lock(&small_lock);
+    CUresult rc = small_place(device, bytes, &at, &page);
+    pthread_mutex_unlock(&small_lock);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    fgd_alloc a = {at, bytes, 0, device, FGD_DEVICE, page};
+    if (fgd_table_add(&a) != 0) {
+        small_release(&a);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *out = (void *)at;
+    return CUDA_SUCCESS;
+}
+
 static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
 {
     if (!out)
@@ -239,12 +393,14 @@ static CUresult alloc(struct CUctx_st *c, size_t bytes, int host, void **out)
     if (charged < bytes)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fgd_activity(host ? "cuMemAllocHost" : "cuMemAlloc", NULL, bytes);
+    if (!host && is_small(bytes))
+        return small_alloc(c->device, bytes, out);
     if (!host) {
         CUresult rc = fgd_charge(c->device, charged);
         if (rc != CUDA_SUCCESS)
             return rc;
     }
-    void *p = fgd_reserve_pages(charged);
+    void *p = reserve_aligned(charged);
     fgd_alloc a = {(uintptr_t)p, bytes, charged, c ? c->device : 0, host ? FGD_HOST : FGD_DEVICE, 0};
     if (!p || fgd_table_add(&a) != 0) {
         if (p)
@@ -268,6 +424,10 @@ static CUresult release(void *p, int host)
         return fgd_pool_free(&a); /* cuMemFree of stream-ordered memory: allowed, as on CUDA */
     if (fgd_table_take((uintptr_t)p, host ? FGD_HOST : FGD_DEVICE, &a) != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    if (!host && a.owner) {
+        small_release(&a);
+        return CUDA_SUCCESS;
+    }
     munmap(p, a.charged);
     if (!host)
         fgd_uncharge(a.device, a.charged);
@@ -339,7 +499,8 @@ FGC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     fgd_activate(c);
     *total = d->cuda_total ? d->cuda_total : d->mem_total;
     unsigned long long used = atomic_load(&m->used);
-    *free = used < m->capacity ? m->capacity - used : 0;
+    unsigned long long capacity = fgd_capacity(m);
+    *free = used < capacity ? capacity - used : 0;
     return CUDA_SUCCESS;
 }
 
@@ -389,8 +550,8 @@ static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api
     struct CUctx_st *c = to_device || from_device ? fgd_current() : NULL;
     if (c && fgd_lost(c->device))
         return CUDA_ERROR_UNKNOWN;
-    if (c)
-        fgd_busy(c->device);
+    /* The copy's own time is the device's busy time: it takes real time here when the bytes are kept. */
+    long long started = fgd_now_ns();
     if (from_device && !to_device) {
         if (check_read) /* before the copy: the error policy ends the program here */
             fgd_written_read((uintptr_t)src, n, api);
@@ -399,16 +560,18 @@ static CUresult copy_bytes(void *dst, const void *src, size_t n, const char *api
         fgd_written_copy((uintptr_t)dst, (uintptr_t)src, n);
     else if (to_device)
         fgd_written_host((uintptr_t)dst, n);
-    if (fgc_memory_accounting()) {
-        if (to_device)
-            return CUDA_SUCCESS; /* the bytes are not kept: the destination pages stay untouched */
-        if (from_device) {
-            memset(dst, 0, n); /* device memory was never written, so it reads as zeros */
-            return CUDA_SUCCESS;
-        }
-    }
-    if (dst != src) /* a collective's in-place buffer copied onto itself */
+    if (fgc_memory_accounting() && to_device) {
+        /* the bytes are not kept: the destination pages stay untouched */
+    } else if (fgc_memory_accounting() && from_device) {
+        memset(dst, 0, n); /* device memory was never written, so it reads as zeros */
+    } else if (dst != src) { /* a collective's in-place buffer copied onto itself */
         memmove(dst, src, n);
+    }
+    if (c) {
+        fgd_work(c->device, 0, started, fgd_now_ns(), to_device && from_device ? fgd_copy_ns(c->device, n) : 0);
+        if (!to_device) /* the program reads the result: it waited for the device */
+            fgd_synced(c->device);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -512,6 +675,61 @@ FGC_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream s)
     return copy2d(pCopy, s, 1, "cuMemcpy2DAsync");
 }
 
+/* Whole host pages of a zero fill are dropped rather than written: they read as zeros afterwards and cost no
+ * host RAM (optimizer states and gradients are zero-filled, and must not spend what a simulated board holds).
+ * Below this many bytes a plain memset is cheaper than the system call. */
+#define ZERO_BY_DROPPING (64u << 10)
+
+static void zero_bytes(unsigned char *p, size_t n, int shared)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+    /* a private anonymous mapping refaults dropped pages as zeros; a shared one (a VMM handle's) must give back
+     * its backing too (MADV_REMOVE), or the old bytes come back */
+    if (hi <= lo || hi - lo < ZERO_BY_DROPPING ||
+        madvise((void *)lo, hi - lo, shared ? MADV_REMOVE : MADV_DONTNEED) != 0) {
+        memset(p, 0, n);
+        return;
+    }
+    memset(p, 0, lo - (uintptr_t)p);
+    memset((void *)hi, 0, (uintptr_t)p + n - hi);
+}
+
+int fgd_set_pattern(uintptr_t dst, const void *pattern, size_t width, size_t n)
+{
+    const unsigned char *v = pattern;
+    size_t zero = 0, total = n * width;
+    while (zero < width && v[zero] == 0)
+        zero++;
+    fgd_alloc a;
+    int device = fgd_lookup((void *)dst, &a) && a.kind != FGD_HOST;
+    if (device && fgc_memory_accounting()) { /* no bytes are kept: device memory reads as zeros */
+        if (zero < width)
+            return -1;
+        fgd_written_host(dst, total);
+        return 0;
+    }
+    if (device)
+        fgd_written_host(dst, total);
+    unsigned char *p = (unsigned char *)dst;
+    if (zero == width) {
+        if (device) /* our own mapping: its pages may be dropped */
+            zero_bytes(p, total, a.kind == FGD_MAPPED);
+        else
+            memset(p, 0, total);
+        return 0;
+    }
+    /* one element, then the filled prefix copied onto what follows it, doubling each time */
+    size_t done = width < total ? width : total;
+    memcpy(p, v, done);
+    while (done < total) {
+        size_t step = done < total - done ? done : total - done;
+        memcpy(p + done, p, step);
+        done += step;
+    }
+    return 0;
+}
+
 CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
 {
     FGD_INIT();
@@ -520,22 +738,18 @@ CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
     if (!n)
         return CUDA_SUCCESS;
     fgd_activity("cuMemset", NULL, n * width);
-    int device = on_device(P(dst));
-    if (device)
-        fgd_written_host((uintptr_t)dst, n * width); /* a memset's value is the host's */
-    if (device && fgc_memory_accounting())
-        return CUDA_SUCCESS; /* accounting mode: device memory stays untouched */
-    if (width == 1) {
-        memset(P(dst), (int)(value & 0xff), n);
-    } else if (width == 2) {
-        uint16_t *p = P(dst), v = (uint16_t)value;
-        for (size_t i = 0; i < n; i++)
-            p[i] = v;
-    } else {
-        uint32_t *p = P(dst);
-        for (size_t i = 0; i < n; i++)
-            p[i] = value;
+    if (on_device(P(dst))) {
+        struct CUctx_st *c = fgd_current(); /* a fill is a kernel on a GPU: memory work, writing its bytes */
+        long long now = fgd_now_ns();
+        if (c)
+            fgd_work(c->device, 0, now, now, fgd_copy_ns(c->device, n * width) / 2);
     }
+    unsigned char pattern[4];
+    for (size_t i = 0; i < width; i++)
+        pattern[i] = (unsigned char)(value >> (8 * i)); /* little-endian, as the device stores it */
+    if (fgd_set_pattern(dst, pattern, width, n) != 0)
+        fgd_written_host((uintptr_t)dst, n * width); /* accounting mode: a memset's value is the host's, though
+                                                        not kept (device memory reads as zeros) */
     return CUDA_SUCCESS;
 }
 

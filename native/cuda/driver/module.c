@@ -7,7 +7,8 @@
  * as a module, as NVIDIA's runtime does), and FakeGPU's cuBLAS and cuDNN launch their own stand-in kernels, one
  * per routine, whose parameters are the routine's outputs, so every path that writes device memory on a GPU is
  * seen by the one account. Launches are counted per kernel by libcudart (the report's kernels section); a launch
- * made through the driver API alone is accounted for written memory only. */
+ * made through the driver API alone is accounted for written memory only. One kind of kernel is carried out
+ * rather than accounted: a contiguous fill with a constant (driver/fill.c). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,7 @@ static struct CUfunc_st *func_new(const char *name, int layout, unsigned nparams
     f->layout = layout;
     f->nparams = nparams;
     f->param_bytes = bytes;
+    f->fills = fgd_fill_kernel(name, layout, nparams, params);
     if (nparams) {
         f->params = malloc(nparams * sizeof *f->params);
         if (f->params)
@@ -325,6 +327,10 @@ void fgd_launched(const struct CUfunc_st *f, int device, void **params, void **e
     fgd_activity("cuLaunchKernel", f->name, 0);
     size_t esize;
     const unsigned char *ebuf = extra_buffer(extra, &esize);
+    if (f->fills && fgd_fill_launched(f, params, ebuf, esize)) {
+        fgd_written_carried_out();
+        return;
+    }
     if (!f->layout && !ebuf) { /* nothing tells which of its arguments are pointers */
         fgd_written_unknown(device, f->name);
         return;
@@ -381,7 +387,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     if (fgd_capture_kernel(s, f, gx, gy, gz, bx, by, bz, smem, params, extra, &rc))
         return rc;
     fgd_launched(f, device, params, extra);
-    fgd_busy(device);
+    fgd_load_part(device, FGD_PART_FIRST_LAUNCH);
+    fgd_launch_busy(device, ((const struct CUfunc_st *)f)->name, (unsigned long long)gx * gy * gz);
     return CUDA_SUCCESS;
 }
 

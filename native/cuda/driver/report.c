@@ -117,7 +117,7 @@ void fgd_report_merge(void)
         fprintf(f,
                 ", \"context_bytes\": %llu, \"capacity_bytes\": %llu, \"used_bytes\": %llu, \"peak_bytes\": %llu, "
                 "\"allocations\": %llu, \"frees\": %llu, \"active\": %s}",
-                m->context, m->capacity, (unsigned long long)atomic_load(&m->used),
+                (unsigned long long)atomic_load(&m->context), fgd_capacity(m), (unsigned long long)atomic_load(&m->used),
                 (unsigned long long)atomic_load(&m->peak), (unsigned long long)atomic_load(&m->allocs),
                 (unsigned long long)atomic_load(&m->frees), atomic_load(&m->active) ? "true" : "false");
     }

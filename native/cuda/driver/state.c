@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "fg_state.h"
+#include "fgc_image.h"
 #include "fgd.h"
 
 /* The lock orders the stores: each computes its device's total inside it, so the last store is the latest. */
@@ -18,26 +19,26 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static fg_state_file *file;
 static int unavailable; /* the folder could not take the file, or the process is exiting */
 static char state_dir[512];
+static fg_busy_track tracks[FG_MAX_DEVICES]; /* per board: this process's last work there */
 
+/* argv[0] as the process was started ("python3" for `python3 train.py`, a path if it was run by one): what real
+ * NVML and nvidia-smi show for a process (a real H200, tests/data/gpu/h200/smi/holding_default.txt). */
 static void process_name(char *name, size_t len)
 {
     int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
     ssize_t n = fd >= 0 ? read(fd, name, len - 1) : -1;
     if (fd >= 0)
         close(fd);
-    if (n <= 0) {
+    if (n <= 0 || !name[0]) {
         fg_strlcpy(name, "cuda-app", len);
         return;
     }
-    name[n] = 0;
-    for (ssize_t i = 0; i < n - 1; i++) /* argv separators become spaces, as nvidia-smi prints them */
-        if (name[i] == 0)
-            name[i] = ' ';
+    name[n] = 0; /* the first NUL ends argv[0] */
 }
 
 static uint64_t device_total(unsigned i)
 {
-    return atomic_load(&fgd.mem[i].active) ? fgd.mem[i].context + atomic_load(&fgd.mem[i].used) : 0;
+    return atomic_load(&fgd.mem[i].active) ? atomic_load(&fgd.mem[i].context) + atomic_load(&fgd.mem[i].used) : 0;
 }
 
 /* The state counts per board of the device table: the sum of this process's CUDA devices on it (CUDA_VISIBLE_DEVICES
@@ -72,15 +73,50 @@ void fgd_state_changed(int device)
     pthread_mutex_unlock(&lock);
 }
 
-void fgd_busy(int device)
+void fgd_work(int device, int compute, long long t0, long long t1, long long dur)
 {
     if (device < 0 || (unsigned)device >= fgd.devs.count)
         return;
-    /* Under the lock: at exit the mapping goes away under it. */
+    unsigned board = fgd.board[device];
+    /* Under the lock: at exit the mapping goes away under it, and the board's track is one writer's. */
     pthread_mutex_lock(&lock);
-    if (file)
-        fg_state_mark_busy(file, fgd.board[device]);
+    if (file && board < FG_MAX_DEVICES)
+        fg_state_work(file, &tracks[board], board, compute ? FG_WORK_COMPUTE : FG_WORK_MEMORY, t0, t1, dur);
     pthread_mutex_unlock(&lock);
+}
+
+void fgd_synced(int device)
+{
+    if (device < 0 || (unsigned)device >= fgd.devs.count)
+        return;
+    unsigned board = fgd.board[device];
+    long long now = fgd_now_ns();
+    pthread_mutex_lock(&lock);
+    if (file && board < FG_MAX_DEVICES)
+        fg_state_synced(file, &tracks[board], board, now);
+    pthread_mutex_unlock(&lock);
+}
+
+/* FakeGPU's cuBLAS sizes its stand-in's grid to the GEMM: a block per FGC_STANDIN_BLOCK_FLOPS (common/fgc_image.h).
+ * The time is that many FLOPs at the board's achieved GEMM rate; any other kernel's is unknown: FG_STATE_KERNEL_NS. */
+void fgd_launch_busy(int device, const char *kernel, unsigned long long blocks)
+{
+    long long now = fgd_now_ns(), dur = FG_STATE_KERNEL_NS;
+    int compute = fgc_standin_compute(kernel);
+    if (compute && strncmp(kernel, "cublas", 6) == 0 && device >= 0 && (unsigned)device < fgd.devs.count) {
+        double tflops = fgd.devs.dev[device].load.gemm_tflops;
+        if (tflops > 0)
+            dur = (long long)((double)blocks * FGC_STANDIN_BLOCK_FLOPS / (tflops * 1e3)); /* TFLOPS = 1e3 FLOP/ns */
+    }
+    fgd_work(device, compute, now, now, dur);
+}
+
+/* A device-to-device copy reads and writes its bytes at the board's achieved copy rate (GB/s = bytes/ns). */
+long long fgd_copy_ns(int device, unsigned long long bytes)
+{
+    if (device < 0 || (unsigned)device >= fgd.devs.count || fgd.devs.dev[device].load.copy_gb_s <= 0)
+        return 0;
+    return (long long)(2.0 * (double)bytes / fgd.devs.dev[device].load.copy_gb_s);
 }
 
 /* A forked child is another process: it starts with no usage of its own, and must not write its parent's file
@@ -91,9 +127,14 @@ static void after_fork_child(void)
     fg_state_close(file, state_dir, 0);
     file = NULL;
     unavailable = 0;
+    memset(tracks, 0, sizeof tracks);
     for (unsigned i = 0; i < FG_MAX_DEVICES; i++) {
         atomic_store(&fgd.mem[i].used, 0);
         atomic_store(&fgd.mem[i].active, 0);
+        if (i < fgd.devs.count) { /* its context, if it makes one, starts unloaded */
+            atomic_store(&fgd.mem[i].parts, 0);
+            atomic_store(&fgd.mem[i].context, fgd_context_bytes(fgd.devs.dev[i].cc_major));
+        }
     }
 }
 

@@ -77,6 +77,7 @@ FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
         return CUDA_ERROR_UNKNOWN;
     fgd_activity("cuStreamSynchronize", NULL, 0);
     fgd_pools_synced(); /* where pools above their release threshold give memory back */
+    fgd_synced(fgd_default_stream(s) ? (c ? c->device : 0) : s->device);
     fgd_sync_wait();
     return CUDA_SUCCESS;
 }
@@ -197,6 +198,8 @@ FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
     if (rc == CUDA_SUCCESS) {
         fgd_activity("cuEventSynchronize", NULL, 0);
         fgd_pools_synced();
+        struct CUctx_st *c = fgd_current();
+        fgd_synced(c ? c->device : 0);
         fgd_sync_wait();
     }
     return rc;

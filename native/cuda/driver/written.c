@@ -48,7 +48,7 @@ static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* The account of reads, under lock. */
-static unsigned long long reads, read_bytes, unknown_launches;
+static unsigned long long reads, read_bytes, unknown_launches, carried_out;
 static struct {
     const char *name;
     unsigned long long reads;
@@ -246,6 +246,13 @@ void fgd_written_unknown(int device, const char *kernel)
     free(size);
 }
 
+void fgd_written_carried_out(void)
+{
+    pthread_mutex_lock(&lock);
+    carried_out++;
+    pthread_mutex_unlock(&lock);
+}
+
 /* ---- reads ---- */
 
 /* A kernel name as a person reads it: demangled when libstdc++ is in the process, without its parameter list,
@@ -360,8 +367,8 @@ void fgd_written_report(FILE *f)
     pthread_mutex_lock(&lock);
     qsort(writers, nwriters, sizeof writers[0], by_reads);
     fprintf(f, "{\"policy\": \"%s\", \"reads\": %llu, \"bytes\": %llu, \"unknown_parameter_launches\": %llu, "
-               "\"first\": ",
-            policy_names[read_policy()], reads, read_bytes, unknown_launches);
+               "\"carried_out_launches\": %llu, \"first\": ",
+            policy_names[read_policy()], reads, read_bytes, unknown_launches, carried_out);
     if (first.api) {
         fputs("{\"api\": ", f);
         fgc_json_string(f, first.api);
@@ -387,7 +394,7 @@ void fgd_written_report(FILE *f)
 static void after_fork_child(void)
 {
     pthread_mutex_init(&lock, NULL);
-    reads = read_bytes = unknown_launches = 0;
+    reads = read_bytes = unknown_launches = carried_out = 0;
     nwriters = 0;
     memset(&first, 0, sizeof first);
 }

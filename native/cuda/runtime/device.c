@@ -137,6 +137,41 @@ static int attr(CUdevice_attribute a, int dev)
     return v;
 }
 
+/* The texture and surface limits cudaDeviceProp carries beyond the plain 1D, 2D, 3D and 2D layered sizes. */
+static void textures(struct cudaDeviceProp *p, int dev)
+{
+    p->maxTexture1DMipmap = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH, dev);
+    p->maxTexture2DMipmap[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH, dev);
+    p->maxTexture2DMipmap[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT, dev);
+    p->maxTexture2DLinear[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH, dev);
+    p->maxTexture2DLinear[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT, dev);
+    p->maxTexture2DLinear[2] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH, dev);
+    p->maxTexture2DGather[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH, dev);
+    p->maxTexture2DGather[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT, dev);
+    p->maxTexture3DAlt[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE, dev);
+    p->maxTexture3DAlt[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE, dev);
+    p->maxTexture3DAlt[2] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE, dev);
+    p->maxTextureCubemap = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH, dev);
+    p->maxTexture1DLayered[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH, dev);
+    p->maxTexture1DLayered[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS, dev);
+    p->maxTextureCubemapLayered[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH, dev);
+    p->maxTextureCubemapLayered[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS, dev);
+    p->maxSurface1D = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH, dev);
+    p->maxSurface2D[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH, dev);
+    p->maxSurface2D[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT, dev);
+    p->maxSurface3D[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH, dev);
+    p->maxSurface3D[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT, dev);
+    p->maxSurface3D[2] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH, dev);
+    p->maxSurface1DLayered[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH, dev);
+    p->maxSurface1DLayered[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS, dev);
+    p->maxSurface2DLayered[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH, dev);
+    p->maxSurface2DLayered[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT, dev);
+    p->maxSurface2DLayered[2] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS, dev);
+    p->maxSurfaceCubemap = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH, dev);
+    p->maxSurfaceCubemapLayered[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH, dev);
+    p->maxSurfaceCubemapLayered[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS, dev);
+}
+
 /* cudaDeviceProp as laid out by the headers this runtime is built against, every field from the driver's
  * attributes (which come from the profile). CUDA 12's headers rename the function to
  * cudaGetDeviceProperties_v2 (the name torch 2.10 imports) and carry eight fields that CUDA 13 removed;
@@ -171,7 +206,7 @@ FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev
     p->major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
     p->minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
     p->textureAlignment = (size_t)attr(CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, dev);
-    p->texturePitchAlignment = 32;
+    p->texturePitchAlignment = (size_t)attr(CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT, dev);
     p->multiProcessorCount = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
     p->integrated = attr(CU_DEVICE_ATTRIBUTE_INTEGRATED, dev);
     p->canMapHostMemory = attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, dev);
@@ -184,6 +219,7 @@ FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev
     p->maxTexture2DLayered[0] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH, dev);
     p->maxTexture2DLayered[1] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT, dev);
     p->maxTexture2DLayered[2] = attr(CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS, dev);
+    textures(p, dev);
     p->surfaceAlignment = (size_t)attr(CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT, dev);
     p->concurrentKernels = attr(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, dev);
     p->ECCEnabled = attr(CU_DEVICE_ATTRIBUTE_ECC_ENABLED, dev);
@@ -218,10 +254,24 @@ FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev
     p->hostRegisterSupported = attr(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, dev);
     p->memoryPoolsSupported = attr(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, dev);
     p->clusterLaunch = attr(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, dev);
+    p->sparseCudaArraySupported = attr(CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED, dev);
+    p->hostRegisterReadOnlySupported = attr(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, dev);
+    p->timelineSemaphoreInteropSupported = attr(CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED, dev);
+    p->gpuDirectRDMASupported = attr(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, dev);
+    p->gpuDirectRDMAFlushWritesOptions = (unsigned)attr(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, dev);
+    p->gpuDirectRDMAWritesOrdering = attr(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, dev);
+    p->memoryPoolSupportedHandleTypes = (unsigned)attr(CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, dev);
+    p->deferredMappingCudaArraySupported = attr(CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED, dev);
+    p->ipcEventSupported = attr(CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, dev);
+    p->unifiedFunctionPointers = attr(CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS, dev);
+    p->pageableMemoryAccessUsesHostPageTables = attr(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, dev);
+    p->directManagedMemAccessFromHost = attr(CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, dev);
 #if CUDART_VERSION >= 13000
     p->deviceNumaConfig = attr(CU_DEVICE_ATTRIBUTE_NUMA_CONFIG, dev);
     p->deviceNumaId = attr(CU_DEVICE_ATTRIBUTE_NUMA_ID, dev);
     p->hostNumaId = attr(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev);
+    p->mpsEnabled = attr(CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev);
+    p->hostNumaMultinodeIpcSupported = attr(CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED, dev);
     p->gpuPciDeviceID = (unsigned)attr(CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID, dev);
     p->gpuPciSubsystemID = (unsigned)attr(CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID, dev);
 #else
@@ -235,6 +285,19 @@ FGC_EXPORT cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev
     p->cooperativeMultiDeviceLaunch = attr(CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH, dev);
 #endif
     return cudaSuccess;
+}
+
+/* cudaLimit and CUlimit share their numbering, as the runtime's errors and the driver's do. */
+FGC_EXPORT cudaError_t cudaDeviceGetLimit(size_t *value, enum cudaLimit limit)
+{
+    RT_CONTEXT();
+    return RT(cuCtxGetLimit(value, (CUlimit)limit));
+}
+
+FGC_EXPORT cudaError_t cudaDeviceSetLimit(enum cudaLimit limit, size_t value)
+{
+    RT_CONTEXT();
+    return RT(cuCtxSetLimit((CUlimit)limit, value));
 }
 
 FGC_EXPORT cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device)

@@ -14,7 +14,7 @@ import sys
 import threading
 
 # cudnnBackendDescriptorType_t
-CONVOLUTION, ENGINECFG, ENGINEHEUR, EXECUTION_PLAN = 1, 3, 4, 5
+CONVOLUTION, ENGINE, ENGINECFG, ENGINEHEUR, EXECUTION_PLAN = 1, 2, 3, 4, 5
 OP_CONV_FWD, OPERATIONGRAPH, VARIANT_PACK, TENSOR = 10, 15, 16, 17
 # cudnnBackendAttributeType_t
 T_HANDLE, T_DATA_TYPE, T_INT64, T_FLOAT, T_VOID_PTR, T_CONV_MODE, T_HEUR_MODE, T_DESC = 0, 1, 3, 4, 6, 7, 8, 15
@@ -28,7 +28,7 @@ FWD_ALPHA, FWD_BETA, FWD_CONV, FWD_W, FWD_X, FWD_Y = 700, 701, 702, 703, 704, 70
 GRAPH_HANDLE, GRAPH_OPS, GRAPH_ENGINES = 800, 801, 802
 T_ALIGN, T_DTYPE, T_DIMS, T_STRIDES, T_UID = 900, 901, 902, 903, 906
 VP_UIDS, VP_PTRS, VP_WORKSPACE = 1000, 1001, 1003
-ENGINE_INDEX = 1301
+ENGINE_GRAPH, ENGINE_INDEX = 1300, 1301
 FLOAT = 0
 
 libdir = os.environ["FAKEGPU_LIB"]
@@ -155,24 +155,36 @@ out["get_wrong_type"] = dnn.cudnnBackendGetAttribute(
 )
 
 # One forward convolution, the way cudnn-frontend builds it.
+def graph_of(op: ctypes.c_void_p) -> tuple[ctypes.c_void_p, int]:
+    graph = create(OPERATIONGRAPH)
+    put(graph, GRAPH_HANDLE, T_HANDLE, [handle.value], ctypes.c_void_p)
+    put_desc(graph, GRAPH_OPS, [op])
+    return graph, dnn.cudnnBackendFinalize(graph)
+
+
+def heuristics(graph: ctypes.c_void_p) -> tuple[dict, list[ctypes.c_void_p]]:
+    """Heuristics' engine configs for `graph` (instant mode), and how asking for them went."""
+    heur = create(ENGINEHEUR)
+    put_desc(heur, HEUR_GRAPH, [graph])
+    put(heur, HEUR_MODE, T_HEUR_MODE, [0], ctypes.c_int)  # CUDNN_HEUR_MODE_INSTANT
+    got = {"heur_finalize": dnn.cudnnBackendFinalize(heur)}
+    count = ctypes.c_int64()
+    dnn.cudnnBackendGetAttribute(heur, HEUR_RESULTS, T_DESC, 0, ctypes.byref(count), None)
+    cfgs = [create(ENGINECFG) for _ in range(count.value)]
+    arr = (ctypes.c_void_p * len(cfgs))(*[c.value for c in cfgs])
+    written = ctypes.c_int64()
+    got["results_rc"] = dnn.cudnnBackendGetAttribute(heur, HEUR_RESULTS, T_DESC, len(cfgs), ctypes.byref(written),
+                                                     arr)
+    got["results"] = [count.value, written.value]
+    got["config_workspaces"] = [get_i64(c, CFG_WORKSPACE)[1] for c in cfgs]
+    return got, cfgs
+
+
 op, out["conv_finalize"] = conv_op([8, 3, 32, 32], [16, 3, 3, 3], [8, 16, 32, 32])
-graph = create(OPERATIONGRAPH)
-put(graph, GRAPH_HANDLE, T_HANDLE, [handle.value], ctypes.c_void_p)
-put_desc(graph, GRAPH_OPS, [op])
-out["graph_finalize"] = dnn.cudnnBackendFinalize(graph)
+graph, out["graph_finalize"] = graph_of(op)
 out["engine_count"] = get_i64(graph, GRAPH_ENGINES)[1]
-heur = create(ENGINEHEUR)
-put_desc(heur, HEUR_GRAPH, [graph])
-put(heur, HEUR_MODE, T_HEUR_MODE, [0], ctypes.c_int)  # CUDNN_HEUR_MODE_INSTANT
-out["heur_finalize"] = dnn.cudnnBackendFinalize(heur)
-count = ctypes.c_int64()
-dnn.cudnnBackendGetAttribute(heur, HEUR_RESULTS, T_DESC, 0, ctypes.byref(count), None)
-cfgs = [create(ENGINECFG) for _ in range(count.value)]
-arr = (ctypes.c_void_p * len(cfgs))(*[c.value for c in cfgs])
-written = ctypes.c_int64()
-out["results_rc"] = dnn.cudnnBackendGetAttribute(heur, HEUR_RESULTS, T_DESC, len(cfgs), ctypes.byref(written), arr)
-out["results"] = [count.value, written.value]
-out["config_workspaces"] = [get_i64(c, CFG_WORKSPACE)[1] for c in cfgs]
+got, cfgs = heuristics(graph)
+out.update(got)
 plans = []
 for cfg in cfgs:
     plan = create(EXECUTION_PLAN)
@@ -275,5 +287,13 @@ def bn_forward(x: int, eps: float) -> int:
 out["bn_forward"] = bn_forward(bn_ptrs["x"], 1e-5)
 out["bn_forward_host_x"] = bn_forward(ctypes.addressof(host), 1e-5)
 out["bn_forward_negative_eps"] = bn_forward(bn_ptrs["x"], -1.0)
+# Engine 2 (channels-last, with copies of the operands as workspace) applies on Hopper to float NCHW tensors whose
+# channel counts 4 divides: heuristics then rank it first; elsewhere it does not support the graph.
+wide_graph, _ = graph_of(conv_op([8, 16, 32, 32], [32, 16, 3, 3], [8, 32, 32, 32])[0])
+out["wide_config_workspaces"] = heuristics(wide_graph)[0]["config_workspaces"]
+engine = create(ENGINE)
+put_desc(engine, ENGINE_GRAPH, [wide_graph])
+put(engine, ENGINE_INDEX, T_INT64, [2])
+out["engine2_finalize"] = dnn.cudnnBackendFinalize(engine)
 out["destroy_rc"] = dnn.cudnnDestroy(handle)
 json.dump(out, sys.stdout)

@@ -1,9 +1,12 @@
 """The new user's first try (issue 21, point 11): a tiny 2-layer GPT-2 built locally (no hub download), on cuda,
-model.generate(ids, max_new_tokens=12). Under native mode the loop never ends: transformers' stopping check is a
-device tensor a kernel computes, read back every step, and kernels do not run.
+model.generate(ids, max_new_tokens=12). transformers' stopping check is a device tensor a kernel computes
+(`unfinished_sequences.max() == 0`), read back every step, and kernels do not run under native mode: the read
+returns what its block held before. Until native mode carried out fills, the loop never ended; now that block is
+the one MaxLengthCriteria's torch.full((batch,), is_done) has just freed, so the loop ends after max_new_tokens
+steps (tests/native_cuda/test_device_reads.py) - by the caching allocator's placement, not by computation.
 
 Prints "step N" on stderr after each forward pass (so a test can tell what came before the first step ended) and
-ends the process after argv[1] steps (0: never, as the user saw)."""
+ends the process after argv[1] steps (0: never)."""
 
 import os
 import sys
@@ -25,7 +28,7 @@ def after_forward(module, args, kwargs, output):
     sys.stderr.write(f"step {steps}\n")
     sys.stderr.flush()
     if steps == stop_after:
-        os._exit(0)  # the loop would not end by itself; skip interpreter teardown, as nothing is left to write
+        os._exit(0)  # skip interpreter teardown, as nothing is left to write
 
 
 model.register_forward_hook(after_forward, with_kwargs=True)

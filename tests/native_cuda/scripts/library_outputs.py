@@ -1,5 +1,6 @@
-"""Outputs of library calls read on the host (tests/native_cuda/test_device_reads.py): a cuBLAS GEMM's and a
-cuDNN convolution's are kernel output; an NCCL all-reduce's is as host-known as its input (it moves real data).
+"""Outputs of library calls read on the host (tests/native_cuda/test_device_reads.py): a cuBLAS GEMM's,
+matrix-vector and dot product's and a cuDNN convolution's are kernel output; an NCCL all-reduce's is as host-known
+as its input (it moves real data).
 argv[1] names the case; prints "v ..." with what was read."""
 
 import sys
@@ -13,6 +14,12 @@ what = sys.argv[1]
 if what == "matmul":
     a = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="cuda")
     print("v", (a @ a).cpu().tolist())
+elif what == "mv":
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.0]], device="cuda")
+    print("v", (a @ a[0]).cpu().tolist())
+elif what == "dot":
+    a = torch.tensor([1.0, 2.0], device="cuda")
+    print("v", torch.dot(a, a).cpu().tolist())
 elif what == "conv":
     x = torch.zeros(1, 1, 4, 4, device="cuda")
     w = torch.zeros(1, 1, 3, 3, device="cuda")
