@@ -16,6 +16,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fakegpu import documents
+from fakegpu.documents import KeyPath
+from fakegpu.documents import key_path as key_path  # matrix.py names keys with it
 from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, clip, shorten
 from fakegpu.profiles.matching import closest
 
@@ -27,7 +30,6 @@ DEFAULT_TIMEOUT_S = 600.0
 # fakegpu run's two, and a container of an image started with --runtime=fakegpu (container.py)
 MODES = ("fakecuda", "native", "container")
 
-KeyPath = tuple[str | int, ...]
 
 
 class ManifestError(FakeGPUError):
@@ -42,14 +44,6 @@ class ManifestError(FakeGPUError):
             shown.append(f"... and {len(problems) - SHOWN_PROBLEMS} more")
         super().__init__("\n".join(shown))
         self.problems = list(problems)
-
-
-def key_path(path: KeyPath) -> str:
-    """cases[0].expect.exit_code, as a person names a key."""
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
 
 
 @dataclass(frozen=True)
@@ -90,14 +84,7 @@ class Manifest:
 
     def where(self, path: KeyPath) -> str:
         """file:line of a key (the nearest enclosing key that has a line), for messages."""
-        return _where(self.path, self.lines, path)
-
-
-def _where(file: Path, lines: dict[KeyPath, int], path: KeyPath) -> str:
-    for end in range(len(path), -1, -1):
-        if path[:end] in lines:
-            return f"{file}:{lines[path[:end]]}"
-    return str(file)
+        return documents.where(self.path, self.lines, path)
 
 
 @cache
@@ -112,61 +99,18 @@ def load(path: str | Path) -> Manifest:
     for check in (_schema_problems, _rule_problems):  # the rules assume a document the schema accepts
         found = check(doc)
         if found:
-            raise ManifestError(_located(path, lines, found))
+            raise ManifestError(documents.located(path, lines, found))
     return _build(path, doc, lines)
 
 
-def _located(path: Path, lines: dict[KeyPath, int], found: list[tuple[KeyPath, str]]) -> list[str]:
-    """file:line: key.path: problem, in the order of the file."""
-    ordered = sorted(found, key=lambda f: next((lines[f[0][:n]] for n in range(len(f[0]), -1, -1)
-                                               if f[0][:n] in lines), 0))
-    return [f"{_where(path, lines, p)}: {key_path(p)}: {m}" for p, m in ordered]
-
-
 def _read(path: Path) -> tuple[Any, dict[KeyPath, int]]:
-    if path.suffix.lower() not in SUFFIXES:
-        raise ManifestError([f"{path}: a manifest is {', '.join(SUFFIXES)}; this one is {path.suffix or 'none'}"])
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ManifestError([f"{path}: no such manifest"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ManifestError([f"{path}: cannot read it: {exc}"]) from None
-    if path.suffix.lower() == ".toml":
-        return _read_toml(path, text)
-    import yaml
-
-    try:
-        if path.suffix.lower() == ".json":
-            doc = json.loads(text)
-        else:
-            doc = yaml.safe_load(text)
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except json.JSONDecodeError as exc:
-        raise ManifestError([f"{path}:{exc.lineno}: not valid JSON: {exc.msg}"]) from None
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else 0
-        raise ManifestError([f"{path}:{line}: not valid YAML: {exc.problem or exc}"]) from None
-    except yaml.YAMLError as exc:
-        raise ManifestError([f"{path}: not valid YAML: {exc}"]) from None
-    lines: dict[KeyPath, int] = {}
-    if node is not None:
-        _node_lines(node, (), lines)
-    return doc, lines
-
-
-def _node_lines(node: Any, path: KeyPath, lines: dict[KeyPath, int]) -> None:
-    import yaml
-
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
-                lines[(*path, key.value)] = key.start_mark.line + 1
-                _node_lines(value, (*path, key.value), lines)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _node_lines(item, (*path, i), lines)
+        text = documents.read_text(path, "manifest", SUFFIXES)
+        if path.suffix.lower() == ".toml":
+            return _read_toml(path, text)
+        return documents.parse(path, text, truncation_hint=False)
+    except documents.DocumentProblems as exc:
+        raise ManifestError(exc.problems) from None
 
 
 def _read_toml(path: Path, text: str) -> tuple[Any, dict[KeyPath, int]]:
@@ -244,7 +188,7 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
     if kind == "additionalProperties" and isinstance(value, dict):
         known = sorted(sub.get("properties", {}))
         extra = [k for k in value if k not in known]
-        return [((*path, k), _unknown_key(k, known)) for k in extra]
+        return [((*path, k), documents.unknown_key(k, known)) for k in extra]
     if kind == "required":
         missing = [k for k in error.validator_value if k not in value]
         return [(path, f"missing required key {k!r}") for k in missing]
@@ -253,7 +197,7 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
     if kind == "const":
         return [(path, f"{_shown(value)} is not accepted; expected {sub['const']!r}")]
     if kind == "type":
-        return [(path, f"{_shown(value)} is a {_type_name(value)}; expected {_types(sub['type'])}")]
+        return [(path, f"{_shown(value)} is a {documents.type_name(value)}; expected {documents.types(sub['type'])}")]
     if kind == "anyOf":  # "one of these keys at least": a JSON check's operators, memory's bounds
         keys = [k for option in error.validator_value for k in option.get("required", [])]
         return [(path, f"no {sub.get('title', 'key')} given; expected one of {', '.join(keys)}")]
@@ -270,29 +214,12 @@ def _describe(error: Any) -> list[tuple[KeyPath, str]]:
     return [(path, clip(error.message))]
 
 
-def _unknown_key(key: str, known: Sequence[str]) -> str:
-    near = closest(key, list(known), limit=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
-    return f"unknown key {shorten(str(key))}{hint} (accepted: {', '.join(known)})"
-
-
 def _shown(value: Any) -> str:
     return shorten(value) if isinstance(value, str) else shorten(json.dumps(value))
 
 
-def _type_name(value: Any) -> str:
-    return {dict: "mapping", list: "list", str: "string", bool: "boolean", type(None): "null"}.get(
-        type(value), "number")
-
-
-def _types(names: str | list[str]) -> str:
-    words = {"object": "a mapping", "array": "a list", "string": "a string", "number": "a number",
-             "integer": "an integer", "boolean": "true/false"}
-    return " or ".join(words.get(n, n) for n in ([names] if isinstance(names, str) else names))
-
-
 def _alternatives(options: list[dict[str, Any]]) -> str:
-    return " or ".join(_types(o["type"]) if "type" in o else "a valid value" for o in options)
+    return " or ".join(documents.types(o["type"]) if "type" in o else "a valid value" for o in options)
 
 
 # ---------------------------------------------------------------- what the schema cannot say
