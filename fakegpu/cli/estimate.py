@@ -13,6 +13,10 @@ from fakegpu.text import human_bytes, table
 calibrate_app = typer.Typer(help="Compare predictions with real measurements.", no_args_is_help=True)
 
 CHECK_HELP = "Exit with code 3 when the workload does not fit the target profile."
+WORKSPACE_FILE_HELP = ("A workspace-profiles file of your own (CUDA context and cuBLAS workspace per software stack, "
+                       "see `fakegpu workspace-profiles`); its entries come before the built-in ones. Repeat.")
+TORCH_HELP = "The torch the prediction is for (2.15.0+cu132); default: the workspace profiles' default stack."
+CUDA_HELP = "The CUDA version the prediction is for (12.8); default: torch's +cuXYZ tag, else the default stack."
 
 
 def _phase_rows(phases: dict) -> list[tuple]:
@@ -56,6 +60,9 @@ def estimate_llm(
     tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="Ranks the model is split across."),
     logits: str = typer.Option("last", "--logits", help="Prefill logits for the last token (HF generate) or all."),
     target_profile: str | None = typer.Option(None, "--target-profile", help="Profile to check the fit on."),
+    workspace_files: list[Path] = typer.Option([], "--workspace-file", help=WORKSPACE_FILE_HELP),
+    torch_version: str | None = typer.Option(None, "--torch-version", help=TORCH_HELP),
+    cuda_version: str | None = typer.Option(None, "--cuda-version", help=CUDA_HELP),
     check: bool = typer.Option(False, "--check", help=CHECK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -68,7 +75,8 @@ def estimate_llm(
         kv = user_dtype(kv_cache_dtype, "--kv-cache-dtype")
         opts = InferenceOptions(batch_size, prompt_tokens, generated_tokens, "BF16", kv, attention, tensor_parallel,
                                 logits)
-        report = run(model_dir, opts, target=target_profile, dtype=dtype)
+        report = run(model_dir, opts, target=target_profile, dtype=dtype, workspace_files=workspace_files,
+                     torch_version=torch_version, cuda_version=cuda_version)
     except FakeGPUError as exc:
         raise fail("estimate-llm", exc, as_json) from exc
 
@@ -113,6 +121,9 @@ def plan_training(
     pipeline_parallel: int | None = typer.Option(None, "--pipeline-parallel"),
     config: list[Path] = typer.Option([], "--config", help="DeepSpeed JSON, accelerate YAML or FSDP config file."),
     target_profile: str | None = typer.Option(None, "--target-profile"),
+    workspace_files: list[Path] = typer.Option([], "--workspace-file", help=WORKSPACE_FILE_HELP),
+    torch_version: str | None = typer.Option(None, "--torch-version", help=TORCH_HELP),
+    cuda_version: str | None = typer.Option(None, "--cuda-version", help=CUDA_HELP),
     check: bool = typer.Option(False, "--check", help=CHECK_HELP),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -134,7 +145,8 @@ def plan_training(
     }
     typed = {k: v for k, v in typed.items() if v is not None}
     try:
-        report = run(model_dir, TrainingOptions(**merge_config_files(config, typed)), target=target_profile)
+        report = run(model_dir, TrainingOptions(**merge_config_files(config, typed)), target=target_profile,
+                     workspace_files=workspace_files, torch_version=torch_version, cuda_version=cuda_version)
     except FakeGPUError as exc:
         raise fail("plan-training", exc, as_json) from exc
 

@@ -18,6 +18,7 @@ from fakegpu.cli import (
     profiles,
     run,
     validate,
+    workspace_profiles,
 )
 
 app = typer.Typer(
@@ -42,6 +43,7 @@ app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
 app.add_typer(estimate.calibrate_app, name="calibrate")
+app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 app.command("nvidia-smi", context_settings={"allow_extra_args": True, "ignore_unknown_options": True,

@@ -14,6 +14,7 @@ from fakegpu.estimate import runtime
 from fakegpu.estimate.dtypes import element_bytes
 from fakegpu.estimate.model_config import ModelConfig
 from fakegpu.estimate.weights import WeightSummary
+from fakegpu.profiles.workspace_profiles import Overheads
 
 ATTENTION = ("sdpa", "eager", "flash")
 LOGITS = ("last", "all")
@@ -41,7 +42,11 @@ class LoadedModel:
     weights: WeightSummary
     weights_allocated: int
     weights_reserved: int
-    compute_capability: tuple[int, int]
+    overheads: Overheads  # the context and cuBLAS workspace for the target GPU and software stack
+
+    @property
+    def compute_capability(self) -> tuple[int, int]:
+        return self.overheads.compute_capability
 
 
 def _mlp(cfg: ModelConfig, tokens: int, a: float, tp: int) -> float:
@@ -97,7 +102,7 @@ def phase_components(model: LoadedModel, opts: InferenceOptions) -> dict[str, di
     kv_token = cfg.kv_bytes_per_token(element_bytes(opts.kv_cache_dtype or opts.dtype), opts.tensor_parallel)
     tp = opts.tensor_parallel
     b, prompt = opts.batch_size, opts.prompt_tokens
-    workspace = runtime.cublas_workspace_bytes(model.compute_capability)
+    workspace = model.overheads.cublas_workspace_bytes()
     load = {"weights": model.weights_allocated}
     if not cfg.is_decoder:
         return {"load": load, "forward": {"weights": model.weights_allocated, "cublas_workspace": workspace}}
@@ -130,7 +135,7 @@ def phase_components(model: LoadedModel, opts: InferenceOptions) -> dict[str, di
 
 def phase_totals(model: LoadedModel, opts: InferenceOptions) -> dict[str, dict]:
     """Per phase: components, and the predicted max_memory_allocated / max_memory_reserved / nvidia-smi used."""
-    context = runtime.non_pytorch_bytes(model.compute_capability)
+    context = model.overheads.non_pytorch_bytes()
     other = runtime.nccl_bytes(opts.tensor_parallel)
     out = {}
     for phase, parts in phase_components(model, opts).items():

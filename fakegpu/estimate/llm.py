@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -13,11 +14,12 @@ from fakegpu.estimate.model_config import ModelConfig, read_model_config
 from fakegpu.estimate.safetensors_header import Checkpoint, load_checkpoint
 from fakegpu.estimate.target import fits, largest, resolve_profile, verdict
 from fakegpu.estimate.weights import WeightSummary, classify, summarise
-from fakegpu.profiles import Profile
+from fakegpu.profiles import Profile, workspace_profiles
+from fakegpu.profiles.workspace_profiles import Overheads
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("estimate-llm")
-DEFAULT_CC = (8, 0)
+DEFAULT_CC = workspace_profiles.DEFAULT_COMPUTE_CAPABILITY
 BATCH_CAP = 1 << 16
 
 
@@ -68,7 +70,14 @@ def estimate_llm(
     target: str | None = None,
     dtype: str | None = None,
     compute_capability: tuple[int, int] | None = None,
+    *,
+    workspace_files: Sequence[str | Path] = (),
+    torch_version: str | None = None,
+    cuda_version: str | None = None,
 ) -> dict:
+    """The report for `source` under `options`. The context and cuBLAS workspace come from the workspace profiles
+    (the built-in ones, `workspace_files` first) for the target's GPU and the torch / CUDA versions named, else the
+    profiles' default stack."""
     if options.attention not in ATTENTION:
         raise EstimateInputError("--attention", f"unknown attention {options.attention!r}; use {', '.join(ATTENTION)}")
     if options.logits not in LOGITS:
@@ -85,28 +94,55 @@ def estimate_llm(
     options = replace(options, dtype=act, kv_cache_dtype=options.kv_cache_dtype or act)
     profile: Profile | None = resolve_profile(target) if target else None
     cc = profile.compute_capability if profile else (compute_capability or DEFAULT_CC)
+    overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     allocated, reserved = resident(ckpt, cast_to, options.tensor_parallel, cc)
-    model = LoadedModel(cfg, summary, allocated, reserved, cc)
+    model = LoadedModel(cfg, summary, allocated, reserved, overheads)
     phases = phase_totals(model, options)
     report = {
         "schema": SCHEMA,
         "model": _model_section(ckpt, cfg, summary),
         "workload": asdict(options) | {"weights_cast_to": cast_to},
-        "runtime": {
-            "compute_capability": f"{cc[0]}.{cc[1]}",
-            "cuda_context_bytes": runtime.cuda_context_bytes(cc),
-            "non_pytorch_bytes": runtime.non_pytorch_bytes(cc),
-            "cublas_workspace_bytes": runtime.cublas_workspace_bytes(cc),
-            "nccl_bytes": runtime.nccl_bytes(options.tensor_parallel),
+        "runtime": runtime_section(overheads, runtime.nccl_bytes(options.tensor_parallel)) | {
             "allocator_round_bytes": runtime.ALLOC_ROUND,
             "fragmentation_share": runtime.FRAGMENTATION,
         },
         "phases": phases,
         "peak": peak_of(phases),
         "target": _target_section(model, options, profile, phases) if profile else None,
-        "notes": _notes(cfg, summary, profile, options, cc),
+        "notes": _notes(cfg, summary, profile, options, cc) + workspace_notes(overheads, workspace_files),
     }
     return report
+
+
+def stack_overheads(cc: tuple[int, int], profile: Profile | None, workspace_files: Sequence[str | Path],
+                    torch_version: str | None, cuda_version: str | None) -> Overheads:
+    """The workspace profile's figures for the target GPU and the stack named (the default stack otherwise)."""
+    profiles = workspace_profiles.load(workspace_files)
+    return profiles.overheads(cc, torch=torch_version, cuda=cuda_version,
+                              architecture=profile.architecture if profile else None)
+
+
+def runtime_section(overheads: Overheads, nccl: int) -> dict:
+    """What the CUDA runtime holds besides the tensors, and the workspace profile it came from."""
+    cc = overheads.compute_capability
+    return {
+        "compute_capability": f"{cc[0]}.{cc[1]}",
+        "cuda_context_bytes": overheads.context_bytes(),
+        "non_pytorch_bytes": overheads.non_pytorch_bytes(),
+        "cublas_workspace_bytes": overheads.cublas_workspace_bytes(),
+        "nccl_bytes": nccl,
+        "workspace_profile": overheads.to_dict(),
+    }
+
+
+def workspace_notes(overheads: Overheads, workspace_files: Sequence[str | Path]) -> list[str]:
+    """A user's file that changed nothing is worth saying: its entries match another stack than the one predicted."""
+    if not workspace_files or overheads.user_entries():
+        return []
+    s = overheads.stack
+    return [f"no entry of {', '.join(map(str, workspace_files))} matches torch {s.torch}, CUDA {s.cuda}, compute "
+            f"capability {s.shown('compute_capability')}: the built-in workspace figures apply (name the stack with "
+            "--torch-version / --cuda-version, or give the file a default_stack)"]
 
 
 def _model_section(ckpt: Checkpoint, cfg: ModelConfig, summary: WeightSummary) -> dict:
@@ -128,7 +164,7 @@ def _model_section(ckpt: Checkpoint, cfg: ModelConfig, summary: WeightSummary) -
 
 
 def _target_section(model: LoadedModel, opts: InferenceOptions, profile: Profile, phases: dict) -> dict:
-    context = runtime.non_pytorch_bytes(model.compute_capability)
+    context = model.overheads.non_pytorch_bytes()
     peak = peak_of(phases)
     out = verdict(profile, peak["max_memory_reserved"], context, peak["nvidia_smi_used"])
 

@@ -1,13 +1,14 @@
 """What the CUDA runtime and PyTorch's caching allocator add on top of the tensors a model asks for.
 
-Numbers here are the defaults of PyTorch 2.x on CUDA 12; each is named so a calibration can be traced to it.
+Numbers here are the defaults of PyTorch 2.x on CUDA 12; each is named so a calibration can be traced to it. The
+CUDA context and the cuBLAS workspace are the workspace profiles' (fakegpu/profiles/workspace_profiles.py), per
+target GPU and software stack.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fakegpu.cuda_overheads import cublas_workspace_bytes, cuda_context_bytes, non_pytorch_bytes
 from fakegpu.fakecuda.allocator import (
     K_LARGE_BUFFER,
     K_MIN_BLOCK_SIZE,
@@ -16,9 +17,6 @@ from fakegpu.fakecuda.allocator import (
     K_SMALL_BUFFER,
     K_SMALL_SIZE,
 )
-
-# part of this module's interface for the estimators
-__all__ = ["cublas_workspace_bytes", "cuda_context_bytes", "non_pytorch_bytes"]
 
 MIB = 1 << 20
 

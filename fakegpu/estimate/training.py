@@ -12,12 +12,13 @@ by earlier peaks and by FSDP's constructor; Answer.AI's FSDP benchmarks in the d
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fakegpu.estimate import runtime
 from fakegpu.estimate.errors import EstimateInputError
-from fakegpu.estimate.llm import load_model, resolve_profile
+from fakegpu.estimate.llm import load_model, resolve_profile, runtime_section, stack_overheads, workspace_notes
 from fakegpu.estimate.model_config import ModelConfig
 from fakegpu.estimate.safetensors_header import Checkpoint
 from fakegpu.estimate.target import fits, largest, verdict
@@ -29,7 +30,9 @@ from fakegpu.estimate.training_activations import (
     peft_casts_to_base,
 )
 from fakegpu.estimate.weights import classify, summarise
+from fakegpu.profiles import workspace_profiles
 from fakegpu.profiles.matching import closest
+from fakegpu.profiles.workspace_profiles import Overheads
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("plan-training")
@@ -50,7 +53,7 @@ NF4_STATS_BYTES = {True: 0.127 / 8, False: 0.5 / 8}
 NF4_BYTES = NF4_PACKED_BYTES + NF4_STATS_BYTES[True]
 # DeepSpeed's default reduce/allgather bucket: 5e8 elements.
 ZERO_BUCKET_ELEMENTS = 500_000_000
-DEFAULT_CC = (8, 0)
+DEFAULT_CC = workspace_profiles.DEFAULT_COMPUTE_CAPABILITY
 
 
 @dataclass(frozen=True)
@@ -204,8 +207,9 @@ def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout
             "stale_graph": stale, "dequant": dequant, "layer_grads": layer_grads}
 
 
-def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, int]) -> tuple[dict, dict]:
-    """(phases, details) for one rank; phases hold components and the three predicted numbers."""
+def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Overheads) -> tuple[dict, dict]:
+    """(phases, details) for one rank; phases hold components and the three predicted numbers. `overheads`: the
+    workspace profile of the target GPU and stack (its cuBLAS workspace)."""
     groups = _param_groups(ckpt, cfg)
     total = sum(groups.values())
     tp, pp = o.tensor_parallel, o.pipeline_parallel
@@ -331,7 +335,7 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
     if o.offload == "params" and o.fsdp != "none" and s_weights > 1:
         offload_staging = max(fsdp_root, layer_params_bytes) / s_weights
     autocast_cache = rank_linear * 2 if ddp_amp and o.method == "full" else 0
-    workspace = runtime.cublas_workspace_bytes(cc)
+    workspace = overheads.cublas_workspace_bytes()
     if o.zero >= 1:
         bucket = min(ZERO_BUCKET_ELEMENTS, trainable) * 2  # DeepSpeed's reduce bucket
     elif s_grads > 1:
@@ -390,14 +394,14 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, cc: tuple[int, 
 STREAM_POOLS = ("gathered_params", "fsdp_root_params", "offload_staging")
 
 
-def _totals(phases: dict, cc: tuple[int, int], gpus: int, details: dict | None = None) -> dict:
+def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None) -> dict:
     """Allocated, reserved and nvidia-smi per phase. Reserved: resident states as they are, FSDP's stream pools as
     they are, and the compute stream's temporaries (with what earlier peaks left cached) plus fragmentation, never
     below what FSDP's constructor left cached."""
     details = details or {}
     init_cache = details.get("init_cache", 0)
     cached_only = details.get("cached_only", {})
-    context = runtime.non_pytorch_bytes(cc) + runtime.nccl_bytes(gpus)
+    context = overheads.non_pytorch_bytes() + runtime.nccl_bytes(gpus)
     out = {}
     for name, parts in phases.items():
         ints = {k: int(v) for k, v in parts.items()}
@@ -420,13 +424,19 @@ def _peak(totals: dict) -> dict:
                                                                            "max_memory_reserved", "nvidia_smi_used")}}
 
 
-def plan_training(source: Path | str, options: TrainingOptions, target: str | None = None) -> dict:
+def plan_training(source: Path | str, options: TrainingOptions, target: str | None = None, *,
+                  workspace_files: Sequence[str | Path] = (), torch_version: str | None = None,
+                  cuda_version: str | None = None) -> dict:
+    """The report for training `source` under `options`. The context and cuBLAS workspace come from the workspace
+    profiles (the built-in ones, `workspace_files` first) for the target's GPU and the torch / CUDA versions named,
+    else the profiles' default stack."""
     options.validate()
     ckpt, cfg = load_model(source)
     profile = resolve_profile(target) if target else None
     cc = profile.compute_capability if profile else DEFAULT_CC
-    phases, details = plan(ckpt, cfg, options, cc)
-    totals = _totals(phases, cc, options.gpus, details)
+    overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
+    phases, details = plan(ckpt, cfg, options, overheads)
+    totals = _totals(phases, overheads, options.gpus, details)
     peak = _peak(totals)
     summary = summarise(ckpt, cfg.quantization)
     report = {
@@ -437,18 +447,19 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
                         "tensor_parallel": options.tensor_parallel, "pipeline_parallel": options.pipeline_parallel,
                         "zero_stage_equivalent": details["stage"]},
         "trainable_parameters": details["trainable"],
+        "runtime": runtime_section(overheads, runtime.nccl_bytes(options.gpus)),
         "phases": totals,
         "peak": peak,
         "target": None,
-        "notes": _notes(cfg, options, profile),
+        "notes": _notes(cfg, options, profile) + workspace_notes(overheads, workspace_files),
     }
     if profile is not None:
-        context = runtime.non_pytorch_bytes(cc) + runtime.nccl_bytes(options.gpus)
+        context = overheads.non_pytorch_bytes() + runtime.nccl_bytes(options.gpus)
         out = verdict(profile, peak["max_memory_reserved"], context, peak["nvidia_smi_used"])
 
         def ok(mb: int) -> bool:
-            phases_mb, details_mb = plan(ckpt, cfg, _with(options, micro_batch=mb), cc)
-            p = _peak(_totals(phases_mb, cc, options.gpus, details_mb))
+            phases_mb, details_mb = plan(ckpt, cfg, _with(options, micro_batch=mb), overheads)
+            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb))
             return fits(profile, p["max_memory_reserved"], context, p["nvidia_smi_used"])
 
         out["max_micro_batch"] = largest(ok, cap=4096)
@@ -460,8 +471,9 @@ def peak_for(source: Path | str, options: TrainingOptions, compute_capability: t
     """The peak phase's predicted numbers for a GPU of this compute capability (the dev set's entry point)."""
     options.validate()
     ckpt, cfg = load_model(source)
-    phases, details = plan(ckpt, cfg, options, compute_capability)
-    return _peak(_totals(phases, compute_capability, options.gpus, details))
+    overheads = workspace_profiles.builtin().overheads(compute_capability)
+    phases, details = plan(ckpt, cfg, options, overheads)
+    return _peak(_totals(phases, overheads, options.gpus, details))
 
 
 def _with(o: TrainingOptions, **changes) -> TrainingOptions:

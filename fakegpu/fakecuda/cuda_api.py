@@ -26,7 +26,7 @@ from fakegpu.fakecuda import (
 )
 from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
-from fakegpu.fakecuda.releases import CUBLAS_WORKSPACE_CACHE_SWITCH, release
+from fakegpu.fakecuda.releases import release
 from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
 from fakegpu.fakecuda.tensor import install_storage_resize, malloc, uninstall_storage_resize
 from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, Workspaces
@@ -45,10 +45,9 @@ class FakeCudaApi:
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
         rt.torch_release = release(torch_version())
-        # per-call cuBLAS workspaces came with TORCH_CUBLAS_WORKSPACE_CACHE in 2.15; before, torch holds them
-        config = BlasConfig.from_env(caching_switch=rt.since(CUBLAS_WORKSPACE_CACHE_SWITCH))
-        self.workspaces = Workspaces(config, lambda i, n: malloc(rt, i, n), rt.free,
-                                     lambda i: rt.devices[i].profile.compute_capability,
+        # the stack the workspace profiles are looked up for (per-call cuBLAS workspaces from 2.15, ...)
+        rt.torch_version, rt.cuda_version = torch_version(), torch.version.cuda
+        self.workspaces = Workspaces(BlasConfig.from_env(), lambda i, n: malloc(rt, i, n), rt.free, rt.overheads,
                                      handles=HandlePool(backward.in_backward),
                                      stream=lambda i: rt.current_stream[i] if rt.current_stream else 0)
         api = self
@@ -205,7 +204,7 @@ class FakeCudaApi:
     def set_cublaslt_workspace_size(self, size: int) -> None:
         if size < 0:
             raise ValueError("workspace size must be non-negative")
-        self.workspaces.config.lt_bytes = int(size)
+        self.workspaces.config.lt_override = int(size)
 
     # -- RNG: fake CUDA random ops draw from the CPU generator, so "cuda" seeds seed that generator
 

@@ -10,9 +10,7 @@ import re
 
 Release = tuple[int, int]
 
-# TORCH_CUBLAS_WORKSPACE_CACHE (per-call cuBLAS workspaces by default): the string is in 2.15.0's
-# libtorch_cuda.so and in none of 2.10.0-2.14.0's (PyPI wheels, grepped)
-CUBLAS_WORKSPACE_CACHE_SWITCH: Release = (2, 15)
+# (Per-call cuBLAS workspaces from 2.15 are a workspace profile's figure: fakegpu/profiles/workspace_profiles.yaml.)
 # memory-efficient attention without dropout keeps its philox seed and offset as int64 device scalars: native mode
 # (PyTorch's own CUDA path) shows them with 2.15, not with 2.11 (A100 and H200 alike); 2.12-2.14 not measured
 EFFICIENT_ATTENTION_DEVICE_RNG: Release = (2, 15)

@@ -10,7 +10,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fakegpu.cuda_overheads import cuda_context_bytes, lazy_context_bytes
 from fakegpu.devices import Device, resolve_devices
 from fakegpu.devices.cuda_view import cuda_view
 from fakegpu.fakecuda.allocator import Block, DeviceAllocator
@@ -19,6 +18,8 @@ from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
 from fakegpu.fakecuda.releases import Release
 from fakegpu.fakecuda.workspace import Workspaces
 from fakegpu.faults.board import Watch
+from fakegpu.profiles import workspace_profiles
+from fakegpu.profiles.workspace_profiles import Overheads, WorkspaceProfiles
 from fakegpu.shared_state import state_dir
 
 MiB = 1 << 20
@@ -32,7 +33,7 @@ class FakeDevice:
     # its board): nvidia-smi shows the process's memory there.
     board: int = -1
     initialized: bool = False  # a context exists once the device is first used, as with real CUDA
-    context_bytes: int = 0  # what the context holds now: created, then grown by lazy loading (cuda_overheads)
+    context_bytes: int = 0  # what the context holds now: created, then grown by lazy loading (workspace profiles)
     context_parts: set[str] = field(default_factory=set)  # the lazy parts charged so far
 
     def __post_init__(self) -> None:
@@ -51,7 +52,7 @@ class FakeDevice:
 @dataclass
 class Runtime:
     devices: list[FakeDevice]
-    context_override: int | None  # FAKEGPU_CUDA_CONTEXT_MIB; else fakegpu.cuda_overheads by compute capability
+    context_override: int | None  # FAKEGPU_CUDA_CONTEXT_MIB; else the workspace profiles' figure for the stack
     current: int = 0
     spec: str = ""
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
@@ -69,6 +70,12 @@ class Runtime:
     faults: Watch | None = None
     # the running torch's major.minor (releases.py), set by the torch layer; None: the newest behaviour
     torch_release: Release | None = None
+    # the context and cuBLAS workspace figures: built-in, and the files FAKEGPU_WORKSPACE_PROFILES names first
+    workspace_profiles: WorkspaceProfiles = field(default_factory=workspace_profiles.builtin)
+    # the running torch's version and CUDA build (torch.version.cuda), set by the torch layer: the stack the
+    # workspace profiles are looked up for; None: the profiles' default stack
+    torch_version: str | None = None
+    cuda_version: str | None = None
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
@@ -80,11 +87,18 @@ class Runtime:
             FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0), board)
             for d, board in cuda_view(resolve_devices(spec), env.get("CUDA_VISIBLE_DEVICES"))
         ]
-        return cls(devices, context, spec=spec, config=config, faults=Watch(state_dir(env)))
+        return cls(devices, context, spec=spec, config=config, faults=Watch(state_dir(env)),
+                   workspace_profiles=workspace_profiles.from_env(env))
 
     def since(self, first: Release) -> bool:
         """Whether the running torch is `first` or later (releases.py names the releases that changed)."""
         return self.torch_release is None or self.torch_release >= first
+
+    def overheads(self, index: int) -> Overheads:
+        """The workspace profile's figures for device `index` under the running torch."""
+        profile = self.devices[index].profile
+        return self.workspace_profiles.overheads(profile.compute_capability, torch=self.torch_version,
+                                                 cuda=self.cuda_version, architecture=profile.architecture)
 
     @property
     def count(self) -> int:
@@ -101,7 +115,7 @@ class Runtime:
             return dev.context_bytes
         if self.context_override is not None:
             return self.context_override
-        return cuda_context_bytes(dev.profile.compute_capability)
+        return self.overheads(index).context_bytes()
 
     def touch(self, index: int) -> FakeDevice:
         """The device, with its CUDA context created on first use (the context takes device memory)."""
@@ -114,13 +128,13 @@ class Runtime:
 
     def loaded(self, index: int, part: str) -> None:
         """The context grows once per device at its first kernel launch (`first_launch`) and when cuBLAS or cuDNN
-        first run (`cublas`, `cudnn`), as lazy module loading makes a real one (fakegpu.cuda_overheads)."""
+        first run (`cublas`, `cudnn`), as lazy module loading makes a real one (the workspace profiles)."""
         dev = self.touch(index)
         if part in dev.context_parts:
             return
         dev.context_parts.add(part)
         if self.context_override is None:
-            self._hold(dev, lazy_context_bytes(dev.profile.compute_capability, part))
+            self._hold(dev, self.overheads(index).lazy_bytes(part))
 
     def _hold(self, dev: FakeDevice, nbytes: int) -> None:
         dev.context_bytes += nbytes

@@ -21,8 +21,12 @@ What torch does (aten/src/ATen/cuda/CublasHandlePool.cpp):
   cuBLAS workspace and a 1 MiB cuBLASLt one, all three still allocated after; its backward (plain GEMMs, on
   autograd's thread) allocates another 32 MiB cuBLAS workspace that stays too.
 
-The cuBLAS size is fakegpu.cuda_overheads.cublas_workspace_bytes(cc) (THE overhead model) unless
-CUBLAS_WORKSPACE_CONFIG (":SIZE_KiB:COUNT" pairs) says otherwise, as in torch.
+The sizes, whether workspaces are held or per call (`workspace_policy`: held before 2.15, per_call from it) and
+whether cuBLASLt shares the cuBLAS workspace by default are the workspace profiles' (fakegpu/profiles/
+workspace_profiles.yaml, THE overhead model) for the device and the running torch; the environment overrides them as
+it does torch's: CUBLAS_WORKSPACE_CONFIG (":SIZE_KiB:COUNT" pairs), CUBLASLT_WORKSPACE_SIZE (KiB),
+TORCH_CUBLAS_WORKSPACE_CACHE (read only where the policy is per_call: releases before 2.15 have no switch) and
+TORCH_CUBLASLT_UNIFIED_WORKSPACE.
 """
 
 from __future__ import annotations
@@ -33,8 +37,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fakegpu.cuda_overheads import cublas_workspace_bytes
-from fakegpu.fakecuda.releases import CUBLAS_WORKSPACE_CACHE_SWITCH, release
+from fakegpu.profiles.workspace_profiles import Overheads
 
 KiB = 1024
 _TRUE = {"1", "true", "yes", "on", "y"}
@@ -48,11 +51,6 @@ def _flag(value: str | None) -> bool | None:
     return True if v in _TRUE else False if v in _FALSE else None
 
 
-def has_caching_switch(torch_version: str) -> bool:
-    """Whether this torch release reads TORCH_CUBLAS_WORKSPACE_CACHE."""
-    return release(torch_version) >= CUBLAS_WORKSPACE_CACHE_SWITCH
-
-
 def parse_workspace_config(text: str) -> int | None:
     """CUBLAS_WORKSPACE_CONFIG as torch reads it: the sum of SIZE KiB x COUNT over ':SIZE:COUNT' groups."""
     pairs = re.findall(r":([0-9]+):([0-9]+)", text)
@@ -63,24 +61,23 @@ def parse_workspace_config(text: str) -> int | None:
 
 @dataclass
 class BlasConfig:
-    caching: bool = False
-    unified: bool = True
-    chosen_override: int | None = None  # CUBLAS_WORKSPACE_CONFIG, else the per-architecture default
-    lt_bytes: int = 1024 * KiB
+    """What the environment says about the workspaces; None leaves it to the workspace profile."""
+
+    cache: bool | None = None  # TORCH_CUBLAS_WORKSPACE_CACHE
+    unified: bool | None = None  # TORCH_CUBLASLT_UNIFIED_WORKSPACE
+    chosen_override: int | None = None  # CUBLAS_WORKSPACE_CONFIG
+    lt_override: int | None = None  # CUBLASLT_WORKSPACE_SIZE
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None, caching_switch: bool = True) -> BlasConfig:
-        """`caching_switch`: the running torch has TORCH_CUBLAS_WORKSPACE_CACHE (has_caching_switch). Without it
-        the workspaces are always held, and cuBLASLt shares the cuBLAS one only when asked to."""
+    def from_env(cls, environ: dict[str, str] | None = None) -> BlasConfig:
         env = os.environ if environ is None else environ
-        caching = _flag(env.get("TORCH_CUBLAS_WORKSPACE_CACHE")) is True if caching_switch else True
-        unified = _flag(env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
-        config = cls(caching=caching, unified=unified is not False if caching_switch else unified is True)
+        config = cls(cache=_flag(env.get("TORCH_CUBLAS_WORKSPACE_CACHE")),
+                     unified=_flag(env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE")))
         if "CUBLAS_WORKSPACE_CONFIG" in env:
             config.chosen_override = parse_workspace_config(env["CUBLAS_WORKSPACE_CONFIG"])
         lt = env.get("CUBLASLT_WORKSPACE_SIZE")
         if lt is not None and lt.strip().isdigit():
-            config.lt_bytes = int(lt) * KiB
+            config.lt_override = int(lt) * KiB
         return config
 
 
@@ -143,24 +140,39 @@ class Workspaces:
     config: BlasConfig
     malloc: Callable[[int, int], object]            # (device, bytes) -> block
     free: Callable[[int, object], None]             # (device, block)
-    compute_capability: Callable[[int], tuple[int, int]]
+    overheads: Callable[[int], Overheads]  # the device's workspace profile
     handles: HandlePool = field(default_factory=HandlePool)
     stream: Callable[[int], int] = lambda index: 0  # the device's current stream
     cublas: dict[tuple[int, int, int], tuple[object, int]] = field(default_factory=dict)  # key -> (block, bytes)
     cublaslt: dict[tuple[int, int, int], tuple[object, int]] = field(default_factory=dict)
     size_override: int | None = None  # torch.backends.cuda.cublas_workspace_size(n)
 
+    def caching(self, index: int) -> bool:
+        """Whether workspaces are held per (handle, stream): always where the profile's policy is `held` (torch
+        before 2.15 has no switch), else when TORCH_CUBLAS_WORKSPACE_CACHE asks."""
+        return self.overheads(index).workspace_policy == "held" or self.config.cache is True
+
+    def unified(self, index: int) -> bool:
+        """Whether cuBLASLt uses the cuBLAS workspace: TORCH_CUBLASLT_UNIFIED_WORKSPACE, else the profile's
+        default (opt-in before 2.15, on from it)."""
+        if self.config.unified is not None:
+            return self.config.unified
+        return self.overheads(index).cublaslt_shares_workspace
+
     def chosen_bytes(self, index: int) -> int:
         if self.size_override is not None:
             return self.size_override
         if self.config.chosen_override is not None:
             return self.config.chosen_override
-        return cublas_workspace_bytes(self.compute_capability(index))
+        return self.overheads(index).cublas_workspace_bytes()
 
     def lt_bytes(self, index: int) -> int:
-        if self.config.caching and self.config.unified:
-            return min(self.config.lt_bytes, self.chosen_bytes(index))  # torch caps it and warns once
-        return self.config.lt_bytes
+        lt = self.config.lt_override
+        if lt is None:
+            lt = self.overheads(index).cublaslt_workspace_bytes()
+        if self.caching(index) and self.unified(index):
+            return min(lt, self.chosen_bytes(index))  # torch caps it and warns once
+        return lt
 
     def _hold(self, table: dict, key: tuple[int, int, int], nbytes: int) -> None:
         entry = table.get(key)
@@ -175,9 +187,9 @@ class Workspaces:
     def after_gemm(self, index: int, lt: bool) -> None:
         """Account a GEMM that just ran on device `index` (its output is already allocated)."""
         chosen = self.chosen_bytes(index)
-        if self.config.caching:
+        if self.caching(index):
             key = (index, self.handles.current(index), self.stream(index))
-            if lt and self.config.unified:
+            if lt and self.unified(index):
                 self._hold(self.cublas, key, max(self.lt_bytes(index), chosen))
                 return
             self._hold(self.cublas, key, chosen)  # the handle's own, set up by every call that takes it

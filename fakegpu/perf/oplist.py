@@ -1,6 +1,7 @@
 """An op list file (YAML or JSON) for estimate-roofline: read it, check it against ops.schema.json and the rules
 a schema cannot say (known dtypes, kernel kinds, attention backends), and name each problem by file, line and
-key, with the closest accepted name for a misspelt one (fakegpu/documents.py, as manifests and workspace profiles).
+key, with the closest accepted name for a misspelt one (fakegpu/profiles/documents.py, as for manifests and
+workspace profiles).
 
     ops:
       - {op: gemm, m: 8192, n: 8192, k: 8192, dtype: bf16}
@@ -16,11 +17,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu import documents
-from fakegpu.documents import KeyPath, Lines
 from fakegpu.errors import UsageError
 from fakegpu.perf.ops import Attention, Custom, Gemm, MemoryOp, Op, dtype_name
 from fakegpu.perf.units import parse_quantity
+from fakegpu.profiles import documents
+from fakegpu.profiles.documents import KeyPath, Lines
 from fakegpu.profiles.efficiency import load as load_efficiency
 
 SCHEMA_PATH = Path(__file__).with_name("ops.schema.json")

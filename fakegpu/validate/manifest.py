@@ -16,10 +16,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu import documents
-from fakegpu.documents import KeyPath
-from fakegpu.documents import key_path as key_path  # matrix.py names keys with it
 from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, clip, shorten
+from fakegpu.profiles import documents
+from fakegpu.profiles.documents import KeyPath
+from fakegpu.profiles.documents import key_path as key_path  # matrix.py names keys with it
 from fakegpu.profiles.matching import closest
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "manifest.schema.json"

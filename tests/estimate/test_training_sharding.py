@@ -9,6 +9,7 @@ import pytest
 
 from fakegpu.estimate import runtime
 from fakegpu.estimate.training import TrainingOptions, plan_training
+from fakegpu.profiles.workspace_profiles import non_pytorch_bytes
 from tests.estimate.conftest import DEVSET, make_model
 
 LORA = TrainingOptions(method="lora", lora_rank=16, micro_batch=1, seq_len=512, precision="bf16-mixed")
@@ -64,7 +65,7 @@ def test_nccl_buffers_follow_the_measured_communicator_sizes(models):
     assert runtime.nccl_bytes(2) == 544_000_000  # NVIDIA/nccl#964: 2-rank group on 4x A100 NVLink
     assert runtime.nccl_bytes(4) == runtime.nccl_bytes(8) == 688_000_000
     r = plan_training(models["qwen3-8b"], replace(LORA, fsdp="full", gpus=2), target="a100")
-    context = runtime.non_pytorch_bytes((8, 0))  # the context as a process that ran kernels and cuBLAS holds it
+    context = non_pytorch_bytes((8, 0))  # the context as a process that ran kernels and cuBLAS holds it
     assert r["peak"]["nvidia_smi_used"] - r["peak"]["max_memory_reserved"] == context + 544_000_000
 
 

@@ -87,7 +87,7 @@ def test_nvidia_smi_lists_the_fakecuda_process(tmp_path):
         out = subprocess.run([str(smi), "--query-compute-apps=pid,used_memory", "--format=csv"], env=env,
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
-        # 1 GiB in one segment plus the A100's CUDA context (fakegpu.cuda_overheads: 420 MiB)
+        # 1 GiB in one segment plus the A100's CUDA context (the workspace profiles: 420 MiB)
         assert f"{child.pid}, {1024 + 420} MiB" in out.stdout.splitlines()
     finally:
         child.stdin.close()

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from fakegpu.cuda_overheads import cublas_workspace_bytes
-from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, has_caching_switch, parse_workspace_config
+from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, Workspaces, parse_workspace_config
+from fakegpu.profiles.workspace_profiles import builtin, cublas_workspace_bytes
 
 MiB = 1 << 20
 KiB = 1 << 10
@@ -20,19 +20,30 @@ def test_workspace_config_parsing():
     assert parse_workspace_config("garbage") is None
     config = BlasConfig.from_env({"TORCH_CUBLAS_WORKSPACE_CACHE": "1", "CUBLAS_WORKSPACE_CONFIG": ":16:8",
                                   "CUBLASLT_WORKSPACE_SIZE": "2048", "TORCH_CUBLASLT_UNIFIED_WORKSPACE": "0"})
-    assert (config.caching, config.unified, config.chosen_override, config.lt_bytes) == (True, False, 128 * KiB,
-                                                                                         2 * MiB)
+    assert (config.cache, config.unified, config.chosen_override, config.lt_override) == (True, False, 128 * KiB,
+                                                                                           2 * MiB)
     assert BlasConfig.from_env({}) == BlasConfig()
 
 
+def _workspaces(torch_version: str, environ: dict[str, str], cc: tuple[int, int] = (9, 0)) -> Workspaces:
+    over = builtin().overheads(cc, torch=torch_version)
+    return Workspaces(BlasConfig.from_env(environ), lambda i, n: object(), lambda i, b: None, lambda i: over)
+
+
 def test_releases_before_the_caching_switch_hold_separate_workspaces():
-    # the switch's string is in 2.15.0's libtorch_cuda.so and in none of 2.10.0-2.14.0's
-    assert [has_caching_switch(v) for v in ("2.10.0+cu128", "2.11.0+cu130", "2.14.1+dfsg", "2.15.0+cu132",
-                                            "2.16.0.dev20270101", "3.0.0")] == [False, False, False, True, True,
-                                                                                 True]
-    old = BlasConfig.from_env({"TORCH_CUBLAS_WORKSPACE_CACHE": "0"}, caching_switch=False)
-    assert (old.caching, old.unified) == (True, False)  # 2.11 on an H200: a cuBLASLt workspace of its own
-    assert BlasConfig.from_env({"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}, caching_switch=False).unified
+    # the switch's string is in 2.15.0's libtorch_cuda.so and in none of 2.10.0-2.14.0's (the workspace profiles'
+    # pytorch-2.15 entry)
+    assert [builtin().overheads((9, 0), torch=v).workspace_policy
+            for v in ("2.10.0+cu128", "2.11.0+cu130", "2.14.1+dfsg", "2.15.0+cu132", "2.16.0.dev20270101",
+                      "3.0.0")] == ["held", "held", "held", "per_call", "per_call", "per_call"]
+    old = _workspaces("2.11.0+cu130", {"TORCH_CUBLAS_WORKSPACE_CACHE": "0"})
+    assert (old.caching(0), old.unified(0)) == (True, False)  # 2.11 on an H200: a cuBLASLt workspace of its own
+    assert (old.chosen_bytes(0), old.lt_bytes(0)) == (32 * MiB, 1 * MiB)
+    assert _workspaces("2.11.0+cu130", {"TORCH_CUBLASLT_UNIFIED_WORKSPACE": "1"}).unified(0)
+    new = _workspaces("2.15.0+cu132", {}, cc=(8, 0))
+    assert (new.caching(0), new.unified(0), new.chosen_bytes(0)) == (False, True, 8320 * KiB)
+    held = _workspaces("2.15.0+cu132", {"TORCH_CUBLAS_WORKSPACE_CACHE": "1", "CUBLASLT_WORKSPACE_SIZE": "65536"})
+    assert held.caching(0) and held.lt_bytes(0) == 32 * MiB  # unified: torch caps 64 MiB at the cuBLAS workspace
 
 
 def test_handle_pool_per_thread_and_autograd_thread():
@@ -62,9 +73,9 @@ torch_tests = pytest.mark.torch
 
 def _per_call_workspaces() -> bool:
     """torch 2.15 frees the cuBLAS workspace after each call unless TORCH_CUBLAS_WORKSPACE_CACHE=1; earlier
-    releases have no such switch and always hold it. fakecuda tells them apart by release (cuda_api.py)."""
+    releases have no such switch and always hold it. fakecuda tells them apart by the workspace profiles."""
     torch = pytest.importorskip("torch")
-    return has_caching_switch(torch.__version__)
+    return builtin().overheads((8, 0), torch=torch.__version__).workspace_policy == "per_call"
 
 
 def _as_torch_211(monkeypatch) -> None:

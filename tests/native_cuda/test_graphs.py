@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cuda_overheads import non_pytorch_bytes
+from fakegpu.profiles.workspace_profiles import non_pytorch_bytes
 from tests.native_cuda.conftest import run_fakegpu
 from tests.subprocess_torch import all_of, reports, stdout_lines
 

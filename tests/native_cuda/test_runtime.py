@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cuda_overheads import cuda_context_bytes
 from fakegpu.profiles import load_catalog
+from fakegpu.profiles.workspace_profiles import cuda_context_bytes
 
 pytestmark = pytest.mark.native
 PROBE = Path(__file__).with_name("cuda_probe.py")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fakegpu.cuda_overheads import cuda_context_bytes, non_pytorch_bytes
+from fakegpu.profiles.workspace_profiles import cuda_context_bytes, non_pytorch_bytes
 from tests.native_cuda.conftest import run_fakegpu
 from tests.subprocess_torch import all_of, stdout_json, stdout_lines
 

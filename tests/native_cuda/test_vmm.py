@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fakegpu.cuda_overheads import cuda_context_bytes, lazy_context_bytes, non_pytorch_bytes
+from fakegpu.profiles.workspace_profiles import cuda_context_bytes, lazy_context_bytes, non_pytorch_bytes
 from tests.native_cuda.conftest import run_fakegpu
 from tests.subprocess_torch import all_of, reports, stdout_json
 
@@ -23,7 +23,7 @@ MiB = 1 << 20
 SUCCESS, INVALID_VALUE, OUT_OF_MEMORY, INVALID_DEVICE, NOT_PERMITTED = 0, 1, 2, 101, 800
 A100_TOTAL = 84986036224
 A100_CAPACITY = A100_TOTAL - cuda_context_bytes((8, 0))  # less the context as created
-# A process that has launched kernels and run cuBLAS holds a larger context (lazy loading, cuda_overheads)
+# A process that has launched kernels and run cuBLAS holds a larger context (lazy loading, the workspace profiles)
 A100_WORKED_CAPACITY = A100_TOTAL - non_pytorch_bytes((8, 0))
 
 

@@ -1,16 +1,22 @@
 """What a PyTorch process holds outside its tensors, against a real H200 (tests/data/gpu/h200/torch.json "points").
 
 On the GPU NVML's per-process figure went 518 MiB at init, +92 at the first kernel, +66 with cuBLAS, +8 with cuDNN,
-beyond the caching allocator's segments (fakegpu/cuda_overheads.py). Both modes must follow it checkpoint by
-checkpoint; cuMemGetInfo's free must follow it too, less one device-level part FakeGPU does not model: the real
-driver's free memory is 9240576 bytes (8.8 MiB) lower than its per-process figure explains, at every checkpoint.
+beyond the caching allocator's segments (the built-in workspace profiles, fakegpu/profiles/workspace_profiles.yaml).
+Both modes must follow it checkpoint by checkpoint; cuMemGetInfo's free must follow it too, less one device-level
+part FakeGPU does not model: the real driver's free memory is 9240576 bytes (8.8 MiB) lower than its per-process
+figure explains, at every checkpoint.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from fakegpu.cuda_overheads import LAZY_PARTS_MIB, cuda_context_bytes, lazy_context_bytes, non_pytorch_bytes
+from fakegpu.profiles.workspace_profiles import (
+    LAZY_PARTS,
+    cuda_context_bytes,
+    lazy_context_bytes,
+    non_pytorch_bytes,
+)
 from tests.real_gpu.conftest import TOOLS, fake_json, real
 
 pytestmark = [pytest.mark.native, pytest.mark.torch, pytest.mark.slow]
@@ -27,7 +33,7 @@ def test_the_overhead_model_is_the_h200_measurement() -> None:
     assert used["matmul_fp32"] - used["first_tensor"] == lazy_context_bytes((9, 0), "cublas")
     assert used["conv2d"] - used["matmul_fp32"] == lazy_context_bytes((9, 0), "cudnn")
     assert used["emptied"] == non_pytorch_bytes((9, 0), cudnn=True)
-    assert sorted(LAZY_PARTS_MIB) == ["cublas", "cudnn", "first_launch"]
+    assert LAZY_PARTS == ("first_launch", "cublas", "cudnn")
 
 
 @pytest.mark.parametrize("mode", ["native", "fakecuda"])
@@ -45,7 +51,8 @@ def test_each_checkpoint_holds_what_the_gpu_held(mode: str, native_libs, torch21
 
 
 def test_native_modes_derived_figures_are_the_python_models(native_libs, torch211: str) -> None:
-    """Off sm_90 the lazy parts are derived (cuda_overheads.py); libcuda's twin of the model must agree (A100)."""
+    """Off sm_90 the lazy parts are derived (workspace_profiles.yaml); libcuda's table, generated from the same file
+    (tools/gen_contract.py), must give the same figures (A100)."""
     fake = fake_json([torch211, str(TOOLS / "torch_memory.py"), "--points"], devices="a100")
     outside = {k: p["nvml"]["process_used"] - p["reserved"] for k, p in fake.items()}
     assert outside["init"] == cuda_context_bytes((8, 0))

@@ -109,6 +109,10 @@ def _estimates(model: Path, tmp: Path) -> dict[str, list[dict]]:
         "estimate-roofline": [_cli_data("estimate-roofline", "--profile", "h100", "--gemm", "8192x8192x8192", "--json"),
                               _cli_data("estimate-roofline", "--profile", "a100", "--profile", "h200", "--model-dir",
                                         str(model), "--phase", "prefill", "--seq-len", "16", "--json")],
+        # the stack's figures alone (inside the estimates above too)
+        "workspace-profile": [_cli_data("workspace-profiles", "show", "--profile", "h200", "--json"),
+                              _cli_data("workspace-profiles", "show", "--torch", "2.15.0+cu132", "--compute-capability",
+                                        "12.0", "--json")],
     }
 
 

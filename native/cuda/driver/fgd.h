@@ -130,8 +130,9 @@ FG_HIDDEN void fgd_limits_load(void);
 FG_HIDDEN size_t fgd_persisting_l2_max(int device);
 /* The device's primary context was reset: its limits are the defaults again (driver/limits.c). */
 FG_HIDDEN void fgd_limits_reset(int device);
-FG_HIDDEN unsigned long long fgd_context_bytes(int cc_major);
-FG_HIDDEN unsigned long long fgd_part_bytes(int cc_major, int part);
+/* A context's bytes on device `d` once created, and what `part` (FGD_PART_*) adds (the workspace profiles). */
+FG_HIDDEN unsigned long long fgd_context_bytes(const fg_device *d);
+FG_HIDDEN unsigned long long fgd_part_bytes(const fg_device *d, int part);
 /* The context of CUDA device `device` grows by `part`, once (the first kernel launch, a library's first run). */
 FG_HIDDEN void fgd_load_part(int device, int part);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */

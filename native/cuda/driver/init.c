@@ -8,6 +8,7 @@
 
 #include "fg_driver.h"
 #include "fg_state.h"
+#include "fg_contract.h" /* FG_CUDA_CONTEXT_TABLE, generated from the workspace profiles */
 #include "fg_faults.h" /* the run's fault board: lost GPUs, allocation triggers */
 #include "fgd.h"
 #include "fg_visible.h"
@@ -25,34 +26,37 @@ long long fgd_now_ns(void)
 }
 
 /* What a CUDA context holds on the device once created (module images, lazy loading on), outside any allocation,
- * and what it grows by later: the same model as fakegpu/cuda_overheads.py (tests check they agree), measured on
- * sm_90 (a real H200: 518 MiB, then 92 at the first launch, 66 with cuBLAS, 8 with cuDNN) and taken in proportion
- * to the context on other architectures. */
-#define MEASURED_CONTEXT_MIB 518ULL
-static const unsigned long long part_mib[FGD_PARTS] = {92, 66, 8};
+ * and what it grows by later (FGD_PART_*, in workspace_profiles.LAZY_PARTS' order): the built-in workspace profiles
+ * (fakegpu/profiles/workspace_profiles.yaml, one source with the estimators and fakecuda), compiled into
+ * fg_contract.h by tools/gen_contract.py, one row per compute capability, ascending. */
+struct context_row {
+    int major, minor;
+    unsigned long long created, parts[FGD_PARTS];
+};
+#define FGD_CONTEXT_ROW(major, minor, created, first_launch, cublas, cudnn) \
+    {(major), (minor), (created), {(first_launch), (cublas), (cudnn)}},
+static const struct context_row context_rows[] = {FG_CUDA_CONTEXT_TABLE(FGD_CONTEXT_ROW)};
 
-unsigned long long fgd_context_bytes(int cc_major)
+/* The device's row; a capability the table lacks takes the one below it (the catalog's are all there). */
+static const struct context_row *context_row(const fg_device *d)
 {
-    const unsigned long long mib = 1ULL << 20;
-    if (cc_major < 7)
-        return 250 * mib;
-    if (cc_major == 7)
-        return 300 * mib;
-    if (cc_major == 8)
-        return 420 * mib;
-    if (cc_major == 9)
-        return MEASURED_CONTEXT_MIB * mib;
-    return 560 * mib;
+    const struct context_row *row = &context_rows[0];
+    for (size_t i = 0; i < sizeof context_rows / sizeof context_rows[0]; i++) {
+        const struct context_row *r = &context_rows[i];
+        if (r->major < d->cc_major || (r->major == d->cc_major && r->minor <= d->cc_minor))
+            row = r;
+    }
+    return row;
 }
 
-unsigned long long fgd_part_bytes(int cc_major, int part)
+unsigned long long fgd_context_bytes(const fg_device *d)
 {
-    const unsigned long long mib = 1ULL << 20;
-    if (part < 0 || part >= FGD_PARTS)
-        return 0;
-    if (cc_major == 9)
-        return part_mib[part] * mib;
-    return fgd_context_bytes(cc_major) * part_mib[part] / MEASURED_CONTEXT_MIB / mib * mib;
+    return context_row(d)->created;
+}
+
+unsigned long long fgd_part_bytes(const fg_device *d, int part)
+{
+    return part < 0 || part >= FGD_PARTS ? 0 : context_row(d)->parts[part];
 }
 
 void fgd_load_part(int device, int part)
@@ -63,7 +67,7 @@ void fgd_load_part(int device, int part)
     unsigned bit = 1u << part;
     if (atomic_fetch_or(&m->parts, bit) & bit)
         return;
-    atomic_fetch_add(&m->context, fgd_part_bytes(fgd.devs.dev[device].cc_major, part));
+    atomic_fetch_add(&m->context, fgd_part_bytes(&fgd.devs.dev[device], part));
     fgd_state_changed(device);
 }
 
@@ -83,7 +87,7 @@ static void load(void)
     for (unsigned i = 0; i < fgd.devs.count; i++) {
         const fg_device *d = &fgd.devs.dev[i];
         fgd_mem *m = &fgd.mem[i];
-        atomic_store(&m->context, fgd_context_bytes(d->cc_major));
+        atomic_store(&m->context, fgd_context_bytes(d));
         m->total = d->cuda_total ? d->cuda_total : d->mem_total;
         fgd.ctx[i].device = (int)i;
     }

@@ -133,7 +133,7 @@ static void after_fork_child(void)
         atomic_store(&fgd.mem[i].active, 0);
         if (i < fgd.devs.count) { /* its context, if it makes one, starts unloaded */
             atomic_store(&fgd.mem[i].parts, 0);
-            atomic_store(&fgd.mem[i].context, fgd_context_bytes(fgd.devs.dev[i].cc_major));
+            atomic_store(&fgd.mem[i].context, fgd_context_bytes(&fgd.devs.dev[i]));
         }
     }
 }
