@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import typer
@@ -27,6 +28,11 @@ def _size(value: object) -> str:
     return f"{value} B"
 
 
+def _short(where: str) -> str:
+    """A user's file:line by its name only (--json has the whole path)."""
+    return Path(where).name if where != "built-in" else where
+
+
 def _load(files: list[Path]):
     from fakegpu.profiles import workspace_profiles
 
@@ -47,7 +53,7 @@ def list_entries(
     if as_json:
         emit_json("workspace-profiles list", [e.to_dict() for e in entries])
         return
-    rows = [(e.name, e.where, ", ".join(f"{k} {v}" for k, v in e.match.items()) or "every stack",
+    rows = [(e.name, _short(e.where), ", ".join(f"{k} {v}" for k, v in e.match.items()) or "every stack",
              ", ".join(f"{k}={_size(f.value)}" for k, f in e.figures.items())) for e in entries]
     typer.echo(table(rows, ["NAME", "FROM", "MATCH", "FIGURES"]))
     typer.echo(f"\n{len(entries)} entries; a figure comes from the most specific matching entry that gives it "
@@ -94,18 +100,20 @@ def show(
         return
     s = over.stack
     origins = dict(s.origins)
-    arch = f" {s.architecture}" if s.architecture else ""
+    arch = f", {s.architecture}" if s.architecture else ""
     gpu_from = f"profile {pid}" if pid else origins.get("compute_capability", "named")
-    typer.echo(f"stack: torch {s.torch} ({origins.get('torch', 'named')}), CUDA {s.cuda} "
-               f"({origins.get('cuda', 'named')}), compute capability {s.shown('compute_capability')}{arch} "
-               f"({gpu_from})")
-    rows = [(name, _size(a.figure.value), a.entry.name, a.entry.where, a.why) for name, a in over.applied.items()]
+    typer.echo(f"stack: torch {s.torch} ({origins.get('torch', 'named')})\n"
+               f"       CUDA {s.cuda} ({origins.get('cuda', 'named')})\n"
+               f"       compute capability {s.shown('compute_capability')}{arch} ({gpu_from})\n")
+    rows = [(name, _size(a.figure.value), a.entry.name, _short(a.entry.where), a.why)
+            for name, a in over.applied.items()]
     typer.echo(table(rows, ["FIGURE", "VALUE", "ENTRY", "FROM", "WHY"]))
     typer.echo(f"\nnon-PyTorch memory once kernels and cuBLAS ran (nvidia-smi beyond memory_reserved): "
                f"{_size(over.non_pytorch_bytes())}, {_size(over.non_pytorch_bytes(cudnn=True))} with cuDNN")
     typer.echo("\nwhere each figure comes from:")
     for name, a in over.applied.items():
-        typer.echo(f"  {name} ({a.figure.basis}): {a.figure.text}")
+        typer.echo(textwrap.fill(f"{name} ({a.figure.basis}): {a.figure.text}", width=116, initial_indent="  ",
+                                 subsequent_indent="      "))
 
 
 @app.command("validate")
@@ -132,4 +140,4 @@ def validate(
         emit_json("workspace-profiles validate", {"files": checked})
         return
     for c in checked:
-        typer.echo(f"{c['file']}: ok, {c['entries']} entries")
+        typer.echo(f"{c['file']}: ok, {c['entries']} {'entry' if c['entries'] == 1 else 'entries'}")

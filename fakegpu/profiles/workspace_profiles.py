@@ -43,6 +43,7 @@ FIGURES = (*SIZE_FIGURES, "workspace_policy", "cublaslt_shares_workspace")
 POLICIES = ("held", "per_call")
 BASES = ("source", "derived", "assumed")
 MATCH_KEYS = ("torch", "cuda", "compute_capability", "architecture")
+_LABELS = {"torch": "torch", "cuda": "CUDA", "compute_capability": "cc", "architecture": "architecture"}
 # The estimators' GPU when no target profile is named (an A100's).
 DEFAULT_COMPUTE_CAPABILITY = (8, 0)
 
@@ -199,7 +200,7 @@ class Entry:
                     return None
             elif values[key] not in self.ranges[key]:
                 return None
-            out.append(f"{key.replace('_', ' ')} {stack.shown(key)} is in {self.match[key]!r}")
+            out.append(f"{_LABELS[key]} {stack.shown(key)} in {self.match[key]!r}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -297,7 +298,8 @@ class WorkspaceProfiles:
         self._resolved: dict[Stack, Overheads] = {}
 
     def with_files(self, files: Sequence[str | Path]) -> WorkspaceProfiles:
-        """These profiles and the entries of `files` (each checked against the schema), which come first."""
+        """These profiles and the entries of `files` (each checked against the schema), which come before the
+        built-in ones; a later file's default_stack replaces an earlier one's."""
         entries, defaults = list(self.entries), dict(self.default_stack)
         for path in map(Path, files):
             found, stack = read_file(path, first_order=len(entries))
@@ -349,11 +351,11 @@ class WorkspaceProfiles:
                                f"{stack.cuda}, compute capability {stack.shown('compute_capability')}")
         matching.sort(key=lambda m: (m[0].user, m[0].specificity, m[0].order), reverse=True)
         entry, reasons = matching[0]
-        why = f"matches: {', '.join(reasons)}" if reasons else "matches every stack"
+        why = ", ".join(reasons) if reasons else "every stack"
         if entry.user:
-            why += "; a user's entry, before the built-in ones"
+            why += "; a user's entry"
         elif len(matching) > 1:
-            why += f"; the most specific of {len(matching)} matching entries"
+            why += f"; most specific of {len(matching)}"
         return Applied(entry.figures[name], entry, why, tuple(f"{e.name} ({e.where})" for e, _ in matching[1:]))
 
 
@@ -381,7 +383,8 @@ def builtin() -> WorkspaceProfiles:
 
 
 def load(files: Sequence[str | Path] = ()) -> WorkspaceProfiles:
-    """The built-in entries and those of `files`, which come first (later files before earlier ones)."""
+    """The built-in entries and those of `files`, which come first: a user's entry that matches a stack gives its
+    figures before any built-in entry; among the user's, the most specific, then the later (file, then line)."""
     return builtin().with_files(files) if files else builtin()
 
 

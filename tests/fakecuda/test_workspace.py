@@ -193,3 +193,20 @@ def test_held_workspaces_per_handle_forward_and_backward(monkeypatch, fakecuda):
     torch._C._cuda_clearCublasWorkspaces()
     assert torch.cuda.memory_allocated() - base == grads
 
+
+
+@torch_tests
+def test_a_user_workspace_profile_sets_the_context_and_the_workspace(fakecuda, monkeypatch, tmp_path):
+    # FAKEGPU_WORKSPACE_PROFILES: the user's entries before the built-in ones (420 MiB and 8320 KiB on an A100)
+    torch = pytest.importorskip("torch")
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("format: 1\nentries:\n  - name: ours\n    match: {compute_capability: '8.0'}\n    figures:\n"
+                    "      context_created: {value: 500MiB, source: our A100}\n"
+                    "      cublas_workspace: {value: 16MiB, source: our A100}\n")
+    monkeypatch.setenv("FAKEGPU_WORKSPACE_PROFILES", str(mine))
+    fakecuda("a100")
+    a = torch.ones(64, 64, device="cuda")
+    free, total = torch.cuda.mem_get_info()
+    assert total - free - torch.cuda.memory_reserved() == (500 + 74) * MiB  # the built-in first-launch growth
+    assert torch.backends.cuda.cublas_workspace_size() == 16 * MiB
+    del a
