@@ -308,6 +308,8 @@ def prepare(
         faults = fault_plan.from_environment(env["FAKEGPU_FAULTS"])
     # A fault on a GPU the run lacks is refused before anything is created, too.
     planned = fault_plan.records(faults or (), [d.uuid for d in resolved], time.time_ns())
+    if mode != "native":
+        _check_workspace_profiles(env)
     if mode == "native":
         from fakegpu.locations import native_lib_dir
 
@@ -357,6 +359,18 @@ def prepare(
         shutil.rmtree(root, ignore_errors=True)
         raise
     return LaunchEnv(env=env, root=root, devices=resolved)
+
+
+def _check_workspace_profiles(env: dict[str, str]) -> None:
+    """fakecuda reads FAKEGPU_WORKSPACE_PROFILES at interpreter start, where a broken file could only be printed
+    and skipped: check the files here (WorkspaceProfileError, file:line) and hand the child absolute paths.
+    Native mode's context figures are compiled in; it ignores the variable."""
+    from fakegpu.profiles import workspace_profiles
+
+    files = workspace_profiles.files_from_env(env)
+    if files:
+        workspace_profiles.load(files)
+        env[workspace_profiles.ENV_VARIABLE] = os.pathsep.join(str(p.resolve()) for p in files)
 
 
 def child_argv(command: Sequence[str], launch: LaunchEnv, mode: str = "native",

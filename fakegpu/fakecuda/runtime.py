@@ -76,6 +76,7 @@ class Runtime:
     # workspace profiles are looked up for; None: the profiles' default stack
     torch_version: str | None = None
     cuda_version: str | None = None
+    _overheads: dict[tuple[int, str | None, str | None], Overheads] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
@@ -95,10 +96,16 @@ class Runtime:
         return self.torch_release is None or self.torch_release >= first
 
     def overheads(self, index: int) -> Overheads:
-        """The workspace profile's figures for device `index` under the running torch."""
-        profile = self.devices[index].profile
-        return self.workspace_profiles.overheads(profile.compute_capability, torch=self.torch_version,
-                                                 cuda=self.cuda_version, architecture=profile.architecture)
+        """The workspace profile's figures for device `index` under the running torch (asked at every GEMM, so
+        kept per device and stack)."""
+        key = (index, self.torch_version, self.cuda_version)
+        found = self._overheads.get(key)
+        if found is None:
+            profile = self.devices[index].profile
+            found = self._overheads[key] = self.workspace_profiles.overheads(
+                profile.compute_capability, torch=self.torch_version, cuda=self.cuda_version,
+                architecture=profile.architecture)
+        return found
 
     @property
     def count(self) -> int:

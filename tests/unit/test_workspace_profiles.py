@@ -288,3 +288,19 @@ def test_each_readme_example_prints_what_the_readme_shows(command, shown, monkey
     result = CliRunner().invoke(app, shlex.split(command)[1:])
     assert result.exit_code == 0, result.output
     assert "\n".join(line.rstrip() for line in result.stdout.splitlines()).strip("\n") == shown
+
+
+def test_fakegpu_run_checks_the_users_file_before_a_fakecuda_child_starts(tmp_path, monkeypatch):
+    # fakecuda reads the variable at interpreter start, where a broken file could only be printed and skipped
+    from fakegpu import launcher
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text(USER)
+    launch = launcher.prepare("a100", mode="fakecuda", base_env={"FAKEGPU_WORKSPACE_PROFILES": "mine.yaml"})
+    try:
+        assert launch.env["FAKEGPU_WORKSPACE_PROFILES"] == str(tmp_path / "mine.yaml")  # the child may chdir
+    finally:
+        launch.cleanup()
+    (tmp_path / "mine.yaml").write_text(USER.replace("torch:", "torh:"))
+    with pytest.raises(WorkspaceProfileError, match=r"mine\.yaml:5: entries\[0\]\.match\.torh: unknown key"):
+        launcher.prepare("a100", mode="fakecuda", base_env={"FAKEGPU_WORKSPACE_PROFILES": "mine.yaml"})
