@@ -31,7 +31,6 @@ DEFAULT_TIMEOUT_S = 600.0
 MODES = ("fakecuda", "native", "container")
 
 
-
 class ManifestError(FakeGPUError):
     """A manifest that cannot be read or breaks the schema; one line per problem, each starting file:line."""
 
