@@ -178,11 +178,14 @@ def render(catalog: dict[str, Any]) -> str:
 
 
 def outputs(catalog: dict[str, Any], json_path: Path) -> dict[Path, str]:
-    """The compiled files: the JSON catalog and, beside it, the same catalog as a table for C readers."""
+    """The compiled files: the JSON catalog and, beside it, the same catalog as a table for C readers, and the
+    built-in workspace profiles as JSON (fakecuda reads them in the user's interpreter, which may lack PyYAML)."""
+    from fakegpu.profiles import workspace_profiles
     from fakegpu.profiles.table import render_catalog_table
 
     table = render_catalog_table(Profile(p) for p in catalog["profiles"])
-    return {json_path: render(catalog), json_path.with_suffix(".tbl"): table}
+    return {json_path: render(catalog), json_path.with_suffix(".tbl"): table,
+            json_path.with_name(workspace_profiles.COMPILED.name): workspace_profiles.compiled_text()}
 
 
 def stale_outputs(catalog: dict[str, Any], json_path: Path = Path(COMPILED_CATALOG)) -> list[Path]:

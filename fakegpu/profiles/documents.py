@@ -71,8 +71,16 @@ def read_text(path: Path, noun: str, suffixes: Sequence[str]) -> str:
 def parse(path: Path, text: str, *, truncation_hint: bool = True) -> tuple[Any, Lines]:
     """The document (JSON by a .json suffix, else YAML) and the line of every key in it. `truncation_hint`: say
     when JSON broke because the file ends early."""
-    import yaml
-
+    try:
+        import yaml
+    except ImportError:  # an interpreter of the user's (fakecuda): JSON still reads, without key lines
+        if path.suffix.lower() != ".json":
+            raise DocumentProblems([f"{path}: reading YAML needs PyYAML, which this Python lacks; give the file "
+                                    f"as JSON"]) from None
+        try:
+            return json.loads(text), {}
+        except json.JSONDecodeError as exc:
+            raise DocumentProblems([f"{path}:{exc.lineno}: not valid JSON: {exc.msg}"]) from None
     try:
         doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -23,12 +23,16 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fakegpu import locations
 from fakegpu.errors import CatalogError, UsageError
 from fakegpu.profiles import documents
 from fakegpu.profiles.documents import KeyPath, Lines
 from fakegpu.sizes import parse_bytes
 
 DATA = Path(__file__).with_name("workspace_profiles.yaml")
+# The same entries as JSON, written by `make catalog` (fakegpu.profiles.compile) and read at run time: fakecuda runs in
+# the user's interpreter, which need not have PyYAML.
+COMPILED = Path(locations.COMPILED_CATALOG).with_name("workspace_profiles.json")
 SCHEMA_PATH = Path(__file__).with_name("workspace_profiles.schema.json")
 ENV_VARIABLE = "FAKEGPU_WORKSPACE_PROFILES"  # user files for fakecuda runs, separated by os.pathsep
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -367,13 +371,18 @@ def schema() -> dict[str, Any]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+def compiled_text() -> str:
+    """workspace_profiles.yaml as the JSON the package ships (COMPILED)."""
+    import yaml
+
+    return json.dumps(yaml.safe_load(DATA.read_text(encoding="utf-8")), indent=1, sort_keys=True) + "\n"
+
+
 @cache
 def builtin() -> WorkspaceProfiles:
     """The built-in entries (workspace_profiles.yaml). Trusted as shipped: tests and `fakegpu workspace-profiles
     validate` check it against the schema (check_builtin); here only its figures are read."""
-    import yaml
-
-    doc = yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    doc = json.loads(COMPILED.read_text(encoding="utf-8"))
     entries, problems = _entries(doc, BUILT_IN, {}, 0)
     if problems:
         raise CatalogError(f"{DATA} is broken", [m for _, m in problems])

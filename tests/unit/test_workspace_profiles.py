@@ -304,3 +304,26 @@ def test_fakegpu_run_checks_the_users_file_before_a_fakecuda_child_starts(tmp_pa
     (tmp_path / "mine.yaml").write_text(USER.replace("torch:", "torh:"))
     with pytest.raises(WorkspaceProfileError, match=r"mine\.yaml:5: entries\[0\]\.match\.torh: unknown key"):
         launcher.prepare("a100", mode="fakecuda", base_env={"FAKEGPU_WORKSPACE_PROFILES": "mine.yaml"})
+
+
+def test_fakecuda_reads_the_built_in_profiles_without_pyyaml(tmp_path) -> None:
+    """fakecuda runs in the user's interpreter, which need not have PyYAML (nor jsonschema): the built-in entries
+    ship as JSON; a user's file given as JSON still reads there where jsonschema is installed."""
+    import subprocess
+
+    import yaml
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "workspace-profiles" / "my-stack.yaml"
+    user = tmp_path / "stack.json"
+    user.write_text(json.dumps(yaml.safe_load(example.read_text(encoding="utf-8"))), encoding="utf-8")
+    code = ("import sys; sys.modules['yaml'] = None\n"
+            "if sys.argv[2] == 'bare': sys.modules['jsonschema'] = None\n"
+            "from fakegpu.profiles import workspace_profiles as w\n"
+            "files = [sys.argv[1]] if sys.argv[2] == 'user' else []\n"
+            "p = w.load(files).overheads((8, 0), torch='2.6.0+cu124')\n"
+            "print(p.value('context_created') >> 20)\n")
+    for kind, mib in (("bare", "420"), ("user", "480")):
+        proc = subprocess.run([sys.executable, "-c", code, str(user), kind], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [mib], kind
