@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -414,13 +415,32 @@ def read_file(path: Path, first_order: int = 0) -> tuple[list[Entry], dict[str, 
         doc, lines = documents.parse(path, documents.read_text(path, "workspace-profiles file", SUFFIXES))
     except documents.DocumentProblems as exc:
         raise WorkspaceProfileError(exc.problems) from None
-    problems = _schema_problems(doc)
+    try:
+        problems = _schema_problems(doc)
+    except ImportError:
+        # fakecuda reads the file in the user's interpreter, which need not have jsonschema (`fakegpu run` checked
+        # the file before the child started): the rules below still hold, and a shape they cannot read is named
+        return _entries_unchecked(path, doc, lines, first_order)
     entries: list[Entry] = []
     if not problems:
         entries, problems = _entries(doc, str(path), lines, first_order)
     if problems:
         raise WorkspaceProfileError(documents.located(path, lines, problems))
     return entries, {k: str(v) for k, v in (doc.get("default_stack") or {}).items()}
+
+
+def _entries_unchecked(path: Path, doc: Any, lines: Lines, first_order: int
+                       ) -> tuple[list[Entry], dict[str, str]]:
+    try:
+        entries, problems = _entries(doc, str(path), lines, first_order)
+        stack = {k: str(v) for k, v in (doc.get("default_stack") or {}).items()}
+    except (KeyError, TypeError, AttributeError, ValueError):
+        raise WorkspaceProfileError([
+            f"{path}: not a workspace-profiles file this Python can read, and it has no jsonschema ({sys.executable})"
+            f" to say where; `fakegpu workspace-profiles validate {path}` names each problem"]) from None
+    if problems:
+        raise WorkspaceProfileError(documents.located(path, lines, problems))
+    return entries, stack
 
 
 def check_builtin() -> list[str]:

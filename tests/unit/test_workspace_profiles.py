@@ -307,8 +307,9 @@ def test_fakegpu_run_checks_the_users_file_before_a_fakecuda_child_starts(tmp_pa
 
 
 def test_fakecuda_reads_the_built_in_profiles_without_pyyaml(tmp_path) -> None:
-    """fakecuda runs in the user's interpreter, which need not have PyYAML (nor jsonschema): the built-in entries
-    ship as JSON; a user's file given as JSON still reads there where jsonschema is installed."""
+    """fakecuda runs in the user's interpreter, which need not have PyYAML nor jsonschema: the built-in entries
+    ship as JSON; a user's file given as JSON reads there, with or without jsonschema (`fakegpu run` checked it
+    against the schema first); a file of the wrong shape is still a clear error without it."""
     import subprocess
 
     import yaml
@@ -317,13 +318,24 @@ def test_fakecuda_reads_the_built_in_profiles_without_pyyaml(tmp_path) -> None:
     user = tmp_path / "stack.json"
     user.write_text(json.dumps(yaml.safe_load(example.read_text(encoding="utf-8"))), encoding="utf-8")
     code = ("import sys; sys.modules['yaml'] = None\n"
-            "if sys.argv[2] == 'bare': sys.modules['jsonschema'] = None\n"
+            "if sys.argv[2] != 'user': sys.modules['jsonschema'] = None\n"
             "from fakegpu.profiles import workspace_profiles as w\n"
-            "files = [sys.argv[1]] if sys.argv[2] == 'user' else []\n"
+            "files = [sys.argv[1]] if sys.argv[2] != 'bare' else []\n"
             "p = w.load(files).overheads((8, 0), torch='2.6.0+cu124')\n"
             "print(p.value('context_created') >> 20)\n")
-    for kind, mib in (("bare", "420"), ("user", "480")):
+    for kind, mib in (("bare", "420"), ("user", "480"), ("user-without-jsonschema", "480")):
         proc = subprocess.run([sys.executable, "-c", code, str(user), kind], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == [mib], kind
+    # without jsonschema: the rules that need no schema still name file:line, a wrong shape says what to run
+    doc = json.loads(user.read_text(encoding="utf-8"))
+    doc["entries"].append(dict(doc["entries"][0]))
+    user.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", code, str(user), "no-jsonschema"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and "names entry 0 already; names must differ" in proc.stderr, proc.stderr
+    user.write_text(json.dumps({"format": 1, "entries": [{"name": "x", "figures": 3}]}), encoding="utf-8")
+    proc = subprocess.run([sys.executable, "-c", code, str(user), "no-jsonschema"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode != 0 and f"`fakegpu workspace-profiles validate {user}` names each problem" in proc.stderr
