@@ -11,7 +11,7 @@ import typer
 
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError, UsageError
-from fakegpu.validate import DEFAULT_OUT, CaseResult
+from fakegpu.validate import DEFAULT_OUT
 
 # As a shell reports a command ended by SIGINT.
 EXIT_INTERRUPTED = 130
@@ -41,6 +41,7 @@ def validate(
     run), 1 when one did, 2 for a bad manifest or usage."""
     from fakegpu.validate import plan, run_plan
     from fakegpu.validate import report as text
+    from fakegpu.validate.progress import Progress
 
     stream = sys.stderr if as_json else sys.stdout
     if init:
@@ -58,14 +59,13 @@ def validate(
             if as_json:
                 emit_json("validate", None)
             raise typer.Exit(0)
-        done = [0]
-
-        def on_done(result: CaseResult) -> None:
-            done[0] += 1
-            print(text.progress_line(result, done[0], len(planned.cases)), file=stream, flush=True)
-
+        progress = Progress(stream, len(planned.cases))
         extra = {name: path for name, path in (("junit", junit), ("markdown", markdown), ("html", html)) if path}
-        doc = run_plan(planned, manifest, out, jobs=jobs, fail_fast=fail_fast, on_done=on_done, extra=extra)
+        try:
+            doc = run_plan(planned, manifest, out, jobs=jobs, fail_fast=fail_fast, on_start=progress.start,
+                           on_done=progress.done, extra=extra)
+        finally:
+            progress.close()
     except FakeGPUError as exc:
         raise fail("validate", exc, as_json) from exc
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while cases ran: their process trees are ended

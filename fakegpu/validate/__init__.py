@@ -8,6 +8,7 @@
     container.py  mode container: the case's image through the Docker SDK with --runtime=fakegpu, by label
     report.py     progress lines, summary, the JSON report (reports/schemas/validate.schema.json): the one
                   source of the others
+    progress.py   the per-case lines, and on a terminal a live status line (done, running, failed, time)
     junit.py      the report as JUnit XML (--junit) for GitHub Actions, GitLab and Jenkins
     summary.py    the report as Markdown (--markdown, $GITHUB_STEP_SUMMARY) and one HTML page (--html)
 
