@@ -1,7 +1,7 @@
 """Issue 18's acceptance points for `fakegpu validate`, as a user meets them: a 3 cases x 3 device specs x 2 modes
-matrix run with -j 2 writing JSON, Markdown and JUnit XML, failing on one expectation and naming the case, its
-axis values and the check; and a hanging `torchrun --nproc-per-node 2` ended at its timeout with nothing left
-behind in the process table."""
+matrix plus a container case (an image through --runtime=fakegpu, on each device spec) run with -j 2 writing
+JSON, Markdown and JUnit XML, failing on one expectation and naming the case, its axis values and the check; and
+a hanging `torchrun --nproc-per-node 2` ended at its timeout with nothing left behind in the process table."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from junitparser import Failure, JUnitXml
 
 from fakegpu import reports
+from tests.container.conftest import base_image, fakegpu_runtime  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.native
 
@@ -59,35 +60,52 @@ cases:
         - {pointer: /FAKEGPU_DEVICES, eq: "{profile}"}
         - {pointer: /FAKEGPU_RUNTIME, eq: "{runtime}"}
 """
+# The container case: nvidia-smi as the runtime puts it into a container of an image that has none (the case pins
+# its mode, so it runs once per device spec, not once per mode).
+CONTAINER_CASE = """\
+  - name: in-container
+    mode: container
+    command: [nvidia-smi, "--query-gpu=name", "--format=csv,noheader"]
+    expect:
+      stdout_contains: "{board}"
+"""
 
 
-def test_a_3x3x2_matrix_with_j2_writes_json_markdown_junit_and_names_the_one_failure(tmp_path: Path) -> None:
-    (tmp_path / "validate.yaml").write_text(MATRIX)
+@pytest.mark.docker
+def test_a_3x3x2_matrix_and_a_container_case_with_j2_write_json_markdown_junit_and_name_the_one_failure(
+        tmp_path: Path, base_image, fakegpu_runtime) -> None:  # noqa: F811
+    manifest = MATRIX.replace("defaults: {timeout: 120}", f'defaults: {{timeout: 120, image: "{base_image}"}}')
+    (tmp_path / "validate.yaml").write_text(manifest + CONTAINER_CASE)
     proc = subprocess.run([sys.executable, "-m", "fakegpu", "validate", "validate.yaml", "-j", "2", "--out", "out",
                            "--junit", "junit.xml", "--markdown", "summary.md"],
                           cwd=tmp_path, capture_output=True, text=True, env=_env(), timeout=600)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
-    assert len(lines) == 19 and lines[-1].startswith("18 cases: 17 passed, 1 failed in ")
+    assert len(lines) == 22 and lines[-1].startswith("21 cases: 20 passed, 1 failed in "), proc.stdout
     [failed] = [line for line in lines if " FAILED " in line]
     # the case, its axis values and the failed check, with what was found
     assert " nvml[profile=a100:2,mode=native] " in failed and failed.endswith(": stdout /count eq 3: value is 2")
 
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     reports.validate(report, "validate")
-    assert report["summary"] == {"total": 18, "passed": 17, "failed": 1, "timeout": 0, "error": 0, "skipped": 0}
+    assert report["summary"] == {"total": 21, "passed": 20, "failed": 1, "timeout": 0, "error": 0, "skipped": 0}
+    profiles = ("t4", "a100:2", "h100:8")
     assert {(c["name"], c["values"]["profile"], c["mode"]) for c in report["cases"]} == {
-        (n, p, m) for n in ("smi", "nvml", "env") for p in ("t4", "a100:2", "h100:8") for m in ("fakecuda", "native")}
+        (n, p, m) for n in ("smi", "nvml", "env") for p in profiles for m in ("fakecuda", "native")} | {
+        ("in-container", p, "container") for p in profiles}
+    for case in report["cases"]:
+        if case["mode"] == "container":
+            assert case["status"] == "passed" and case["image"] == base_image, case
 
     [suite] = list(JUnitXml.fromfile(str(tmp_path / "junit.xml")))
-    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (18, 1, 0, 0)
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (21, 1, 0, 0)
     [(case, failure)] = [(c, r) for c in suite for r in c.result]
     assert (case.classname, case.name) == ("nvml", "nvml[profile=a100:2,mode=native]")
     assert isinstance(failure, Failure) and failure.message == "stdout /count eq 3: value is 2"
     assert "axis values: profile=a100:2, mode=native, board=NVIDIA A100-SXM4-80GB" in failure.text
 
     summary = (tmp_path / "summary.md").read_text()
-    assert "**18 cases: 17 passed, 1 failed in " in summary
+    assert "**21 cases: 20 passed, 1 failed in " in summary
     [row] = [line for line in summary.splitlines() if line.startswith("| ❌")]
     assert row.startswith("| ❌ failed | nvml | profile=a100:2, mode=native, board=NVIDIA A100-SXM4-80GB")
     assert row.endswith(" | stdout /count eq 3: value is 2 |")
