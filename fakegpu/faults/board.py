@@ -14,9 +14,9 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
     12  (zero)   u32
     16  record[MAX_RECORDS], RECORD_SIZE bytes each:
         0   fire_ns  u64  CLOCK_REALTIME nanoseconds at which the fault takes effect
-        8   kind     u32  KIND_XID
+        8   kind     u32  KIND_XID, or KIND_CORRECTED_ECC (correctable errors: no event, only the counters move)
         12  device   u32  index in the run's device table (NVML's index)
-        16  code     u32  the Xid
+        16  code     u32  KIND_XID: the Xid; KIND_CORRECTED_ECC: how many errors the ECC corrected
         20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below
         24  data     u64  FLAG_AFTER_ALLOCATIONS: the allocation count that fires it; else 0
 
@@ -48,6 +48,7 @@ RECORD_SIZE = 32
 MAX_RECORDS = 64
 SIZE = OFF_RECORDS + RECORD_SIZE * MAX_RECORDS
 KIND_XID = 1
+KIND_CORRECTED_ECC = 2
 FLAG_LOST = 1
 FLAG_AFTER_ALLOCATIONS = 2
 NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened

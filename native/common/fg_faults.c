@@ -151,7 +151,13 @@ void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out)
     uint64_t now = fg_fault_now_ns();
     for (unsigned i = 0; i < n; i++) {
         const fg_fault_record *r = &b->rec[i];
-        if (r->device != device || r->kind != FG_FAULT_KIND_XID || r->fire_ns > now)
+        if (r->device != device || r->fire_ns > now)
+            continue;
+        if (r->kind == FG_FAULT_KIND_CORRECTED_ECC) {
+            out->corrected += r->code;
+            continue;
+        }
+        if (r->kind != FG_FAULT_KIND_XID)
             continue;
         switch (r->code) {
         case 48: out->dbe++; break;

@@ -45,6 +45,7 @@ FG_HIDDEN void fg_fault_allocated(unsigned device);
 /* How many of each memory Xid have fired on the device: what its ECC counters, retired pages and remapped rows
  * follow (native/nvml/memory.c). */
 typedef struct {
+    unsigned long long corrected; /* single-bit errors ECC corrected (FG_FAULT_KIND_CORRECTED_ECC records) */
     unsigned dbe;          /* Xid 48: double-bit ECC error */
     unsigned contained;    /* Xid 94 */
     unsigned uncontained;  /* Xid 95 */

@@ -16,6 +16,7 @@ import pytest
 
 from fakegpu.faults import board
 from tests.native.conftest import NativeEnv
+from tests.native.test_metrics import scrape
 
 pytestmark = pytest.mark.native
 
@@ -183,6 +184,55 @@ def test_memory_xids_drive_ecc_counters_and_row_remapping(native: NativeEnv) -> 
     assert read()[0][3] == [0, 1, 1, 0]  # one remapping recorded, one still pending
     board.append(str(native.state_dir), [board.Record(now, 0, 63), board.Record(now, 0, 64)])
     assert read()[0][3] == [0, 2, 0, 1]
+
+
+def test_corrected_ecc_errors_move_the_corrected_counters_alone_and_raise_no_event(native: NativeEnv) -> None:
+    import json
+
+    def read() -> list:
+        out = native.python(ECC.replace("NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC,\n",
+                                        "NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC,\n"), devices="a100:2")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    watcher = subprocess.Popen([sys.executable, "-c", WATCH, "1500"], stdout=subprocess.PIPE, text=True,
+                               env=native.env("a100:2"))
+    try:
+        assert watcher.stdout.readline().startswith("registered")
+        now = time.time_ns()
+        board.append(str(native.state_dir), [board.Record(now, 1, 7, board.KIND_CORRECTED_ECC),
+                                             board.Record(now, 1, 5, board.KIND_CORRECTED_ECC),
+                                             board.Record(now + 3600 * SECOND, 1, 100, board.KIND_CORRECTED_ECC)])
+        lines = watcher.communicate(timeout=30)[0].splitlines()
+    finally:
+        watcher.kill()
+    assert lines[0].startswith("timeout"), lines  # correctable errors raise no Xid event
+    # GPU 1: 12 corrected (the third batch is an hour away), in device memory (DRAM); nothing uncorrectable, no
+    # row waits for remapping
+    assert read() == [[[0, 0], 0, 0, [0, 0, 0, 0]], [[0, 0], 12, 12, [0, 0, 0, 0]]]
+    smi = native.smi("--query-gpu=ecc.errors.corrected.volatile.total,ecc.errors.corrected.aggregate.total,"
+                     "ecc.errors.uncorrected.volatile.total", "--format=csv,noheader")
+    assert smi.stdout.splitlines() == ["0, 0, 0", "12, 12, 0"], smi.stdout + smi.stderr
+    # dcgm-exporter's single-bit (corrected) and double-bit counters; prometheus_client's parser names a counter's
+    # sample with a _total suffix
+    metrics = scrape(native, "a100:2")
+    assert [metrics["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_total"][g][1] for g in "01"] == [0, 12]
+    assert [metrics["DCGM_FI_DEV_ECC_SBE_AGG_TOTAL_total"][g][1] for g in "01"] == [0, 12]
+    assert [metrics["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL_total"][g][1] for g in "01"] == [0, 0]
+
+
+def test_fault_inject_counts_corrected_errors_in_a_running_run(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    script = tmp_path / "count.sh"
+    script.write_text("fakegpu fault inject --corrected-ecc 3 --device 0 && "
+                      "nvidia-smi --query-gpu=ecc.errors.corrected.volatile.total --format=csv,noheader\n")
+    exe = Path(sys.executable).with_name("fakegpu")
+    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
+    proc = subprocess.run([str(exe), "run", "--devices", "a100:2", "--fault", "corrected_ecc=2,device=1", "--",
+                           "sh", str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("3 corrected ECC errors on GPU 0 (GPU-") and lines[1:] == ["3", "2"], proc.stdout
 
 
 def test_a_fifo_or_a_link_in_the_boards_place_is_ignored_not_waited_on(native: NativeEnv, tmp_path: Path) -> None:

@@ -35,13 +35,17 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
 
 
 @pytest.mark.parametrize("value, expected", [
-    ("xid=79,device=1,att=2", "unknown key 'att' (did you mean 'at'?); accepted: kind, xid, device, at"),
+    ("xid=79,device=1,att=2", "unknown key 'att' (did you mean 'at'?); accepted: kind, xid, corrected_ecc, device, at"),
     ("xid=80,device=1", "faults[0].xid: 80 is not accepted; expected one of: 13, 31, 43, 48, 63, 64, 74, 79, 94, 95"),
     ("xid=79,device=GPU-zz", "faults[0].device: 'GPU-zz' is not a GPU; expected its index (0, 1) or UUID"),
     ("xid=79,device=1,at=soon", "faults[0].at: 'soon' is not a duration"),
     ("xid=79", "faults[0]: 'device' is a required property"),
     ("xid=79,device", "'device' is not KEY=VALUE; expected e.g. xid=79,device=1,at=20s"),
-    ("xid=79,device=1,kind=ecc", "faults[0].kind: 'ecc' is not accepted; expected one of: xid"),
+    ("xid=79,device=1,kind=ecc", "faults[0].kind: 'ecc' is not accepted; expected one of: xid, corrected_ecc"),
+    ("device=1,at=2", "faults[0]: say what goes wrong: xid (an Xid event) or corrected_ecc (how many correctable"),
+    ("xid=48,corrected_ecc=2,device=1", "faults[0]: give either xid or corrected_ecc, not both"),
+    ("corrected_ecc=0,device=1", "faults[0].corrected_ecc: 0 is less than the minimum of 1"),
+    ("corrected_ecc=2,device=1,kind=xid", "faults[0].kind: 'xid' does not go with corrected_ecc"),
 ])
 def test_bad_flags_say_what_is_wrong_and_what_is_accepted(value, expected):
     with pytest.raises(InvalidFaultPlan) as err:
@@ -69,6 +73,17 @@ def test_records_name_each_gpu_by_its_index_in_the_run():
         records([Fault(79, 2)], UUIDS, 0)
     with pytest.raises(InvalidFaultPlan, match=f"no GPU of the run has this UUID; did you mean {UUIDS[0]}"):
         records([Fault(79, UUIDS[0][:-1] + "0")], UUIDS, 0)
+
+
+def test_corrected_ecc_errors_are_a_count_on_a_record_of_their_own_kind():
+    flag = parse_flag("corrected_ecc=12,device=1,at=5s")
+    assert flag == Fault(None, 1, 5.0, corrected_ecc=12) and not flag.lost
+    assert flag.describe() == "12 corrected ECC errors" and Fault(79, 0).describe().startswith("Xid 79 (GPU has")
+    assert load_text("faults: [{kind: corrected_ecc, corrected_ecc: 12, device: 1, at: 5}]", "x") == [flag]
+    # an allocation trigger keeps its count in data: the errors' count is the record's code
+    got = records([flag, Fault(None, 0, after_allocations=3, corrected_ecc=1)], UUIDS, start_ns=0)
+    assert got == [board.Record(5_000_000_000, 1, 12, board.KIND_CORRECTED_ECC, 0),
+                   board.Record(board.NEVER, 0, 1, board.KIND_CORRECTED_ECC, board.FLAG_AFTER_ALLOCATIONS, 3)]
 
 
 def test_board_round_trip_fired_and_full(tmp_path):
