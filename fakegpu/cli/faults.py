@@ -1,5 +1,5 @@
-"""`fakegpu fault inject --xid N|--corrected-ecc N --device GPU [--at DURATION] [--pid PID | --container NAME]`
-(fakegpu.faults.inject)."""
+"""`fakegpu fault inject --xid N|--corrected-ecc N|--memory-pressure SIZE --device GPU [--at DURATION]
+[--pid PID | --container NAME]` (fakegpu.faults.inject)."""
 
 from __future__ import annotations
 
@@ -39,6 +39,9 @@ def inject(
     corrected_ecc: int | None = typer.Option(
         None, "--corrected-ecc", help="Instead of --xid: this many single-bit errors ECC corrected (no event; the "
         "corrected counters move)."),
+    memory_pressure: str | None = typer.Option(
+        None, "--memory-pressure", help="Instead of --xid: device memory something outside the run takes from then "
+        "on, e.g. 20GiB (used and not free for the run's processes; in no process list)."),
     device: str = typer.Option(..., "--device", help="The GPU: its index in the run, or its UUID."),
     at: str = typer.Option("0", "--at", help="Delay from now (seconds, or 5s, 1m)."),
     pid: int | None = typer.Option(None, "--pid", help="A process of the target run (default: this shell's run)."),
@@ -47,7 +50,7 @@ def inject(
 ) -> None:
     """Inject a fault into a run now, as if the driver had reported it: NVML delivers the Xid event to those who
     registered for it, and Xid 79 makes the GPU lost for NVML and nvidia-smi; --corrected-ecc N counts N
-    correctable errors."""
+    correctable errors; --memory-pressure SIZE has something outside the run take that much device memory."""
     from fakegpu.faults.inject import inject as put
     from fakegpu.faults.inject import inject_container
     from fakegpu.faults.plan import parse_flag
@@ -55,9 +58,15 @@ def inject(
     try:
         if pid is not None and container is not None:
             raise UsageError("give --pid or --container, not both")
-        if (xid is None) == (corrected_ecc is None):
-            raise UsageError("give --xid N (an Xid event) or --corrected-ecc N (correctable errors): one of them")
-        what = f"xid={xid}" if xid is not None else f"corrected_ecc={corrected_ecc}"
+        given = {k: v for k, v in (("xid", xid), ("corrected_ecc", corrected_ecc),
+                                   ("memory_pressure", memory_pressure)) if v is not None}
+        if len(given) != 1:
+            raise UsageError("give one of --xid N (an Xid event), --corrected-ecc N (correctable errors) or "
+                             "--memory-pressure SIZE (memory taken outside the run)")
+        ((key, value),) = given.items()
+        if "," in str(value):
+            raise UsageError(f"--{key.replace('_', '-')} {value!r}: one value, no commas")
+        what = f"{key}={value}"
         fault = parse_flag(f"{what},device={device},at={at}", "fault inject")
         done = inject_container(fault, container, container_layout()) if container is not None else put(fault, pid=pid)
     except FakeGPUError as exc:

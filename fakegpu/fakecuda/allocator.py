@@ -170,7 +170,7 @@ class DeviceAllocator:
     `device_total` is what cudaMemGetInfo reports as total (the profile's CUDA total); `non_pytorch_bytes` is
     device memory this process holds outside the allocator (the CUDA context), which cudaMalloc cannot use; nor
     can it use what `others()` says the run's other processes hold on the device ((pid, bytes) each, from the
-    shared state).
+    shared state; pid None: held outside the run, by a memory-pressure fault).
     """
 
     def __init__(self, device: int, device_total: int, config: AllocatorConfig | None = None,
@@ -178,7 +178,7 @@ class DeviceAllocator:
         self.device = device
         self.device_total = device_total
         self.non_pytorch_bytes = non_pytorch_bytes
-        self.others: Callable[[], Sequence[tuple[int, int]]] = tuple
+        self.others: Callable[[], Sequence[tuple[int | None, int]]] = tuple
         self.config = config or AllocatorConfig()
         self.stats = DeviceStats(self.config.max_split_size)
         self.small_blocks = BlockPool(is_small=True)

@@ -45,10 +45,14 @@ class Publisher:
                 d.allocator.others = functools.partial(self.others, d.board)
         atexit.register(self.close)
 
-    def others(self, board: int) -> list[tuple[int, int]]:
-        """(pid, bytes) of the run's other processes on the board now (their files, as NVML reads them)."""
+    def others(self, board: int) -> list[tuple[int | None, int]]:
+        """(pid, bytes) of the run's other processes on the board now (their files, as NVML reads them), and
+        (None, bytes) for what memory-pressure faults hold outside the run."""
         with self._reader_lock:
-            return self.reader.used(board, os.getpid())
+            found: list[tuple[int | None, int]] = list(self.reader.used(board, os.getpid()))
+        faults = self.runtime.faults
+        held = faults.pressure(board) if faults is not None else 0
+        return [*found, (None, held)] if held else found
 
     def usage(self) -> list[int]:
         """Bytes per board index (the state file's numbering), summed over the CUDA devices on each board."""

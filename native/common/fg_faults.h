@@ -53,6 +53,8 @@ typedef struct {
     unsigned record_fails; /* Xid 64: recording it failed */
 } fg_fault_ecc;
 FG_HIDDEN void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out);
+/* Bytes held on the device (its table index) outside the run by now: fired memory-pressure records. */
+FG_HIDDEN unsigned long long fg_fault_pressure(unsigned device);
 /* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */
 FG_HIDDEN int fg_fault_lost(unsigned device);
 

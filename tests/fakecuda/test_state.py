@@ -173,3 +173,24 @@ def test_two_fakecuda_processes_share_one_gpu(tmp_path):
             if p is not None:
                 p.stdin.close()
                 p.wait(timeout=60)
+
+
+def test_memory_pressure_leaves_less_and_names_no_process(tmp_path):
+    import time
+
+    from fakegpu.fakecuda.errors import ModelOutOfMemory
+    from fakegpu.faults import board
+
+    rt = Runtime.from_spec("a100:2", environ={"FAKEGPU_STATE_DIR": str(tmp_path)})
+    pub = Publisher(rt, str(tmp_path))
+    rt.on_usage = pub.notify
+    alone = rt.mem_get_info(1)[0]
+    board.append(str(tmp_path), [board.Record(time.time_ns(), 1, 60 * 1024, board.KIND_MEMORY_PRESSURE)])
+    deadline = time.monotonic() + 5  # a run without a board looks for one again every 100 ms
+    while rt.mem_get_info(1)[0] == alone and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rt.mem_get_info(1)[0] == alone - 60 * GiB and rt.mem_get_info(0)[0] == alone
+    with pytest.raises(ModelOutOfMemory) as oom:
+        rt.malloc(1, 30 * GiB)
+    assert "Process" not in str(oom.value) and "Including non-PyTorch memory, this process has" in str(oom.value)
+    pub.close()

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fg_faults.h"
 #include "fg_state.h"
 #include "fgc_image.h"
 #include "fgd.h"
@@ -130,7 +131,7 @@ unsigned long long fgd_others_used(int device)
         looked_ns = now;
     unsigned long long used = fg_state_reader_used(&reader, READ_TTL_NS, fgd.board[device], self_pid, look);
     pthread_mutex_unlock(&reader_lock);
-    return used;
+    return used + fg_fault_pressure(fgd.board[device]); /* memory a fault plan has taken outside the run */
 }
 
 /* FakeGPU's cuBLAS sizes its stand-in's grid to the GEMM: a block per FGC_STANDIN_BLOCK_FLOPS (common/fgc_image.h).
