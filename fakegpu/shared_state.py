@@ -244,3 +244,86 @@ def read_file(path: str) -> tuple[int, str, str, list[int]] | None:
     name = data[OFF_NAME:OFF_USED].split(b"\0", 1)[0].decode(errors="replace")
     used = list(struct.unpack_from(f"={MAX_DEVICES}Q", data, OFF_USED))
     return pid, chr(data[OFF_TYPE]), name, used
+
+
+# A folder changed this recently may change again within its timestamp's granularity: scan it again next time.
+SETTLE_NS = 20_000_000
+
+
+class UsageReader:
+    """What the other processes of a state folder hold on a board: their files mapped once, the folder rescanned
+    when it changes (a process starts using a GPU, or goes) or every `ttl_s` (a killed process's file stays until a
+    reader reaps it; this one only skips it), the counters loaded at every call. native/common/fg_state.c's
+    reader is the same for the C libraries."""
+
+    def __init__(self, directory: str, ttl_s: float = 0.05) -> None:
+        self.dir = directory
+        self.ttl_ns = int(ttl_s * 1e9)
+        self._maps: list[tuple[int, mmap.mmap]] = []
+        self._mtime_ns: int | None = None
+        self._scanned_ns = 0
+
+    def used(self, board: int, except_pid: int) -> list[tuple[int, int]]:
+        """(pid, bytes) of every live process but `except_pid` that holds memory on `board`, by pid (NVML's order);
+        empty without a folder."""
+        if not 0 <= board < MAX_DEVICES:
+            return []
+        try:
+            mtime = os.stat(self.dir).st_mtime_ns
+        except OSError:
+            self._drop()
+            return []
+        now = time.monotonic_ns()
+        if mtime != self._mtime_ns or now - self._scanned_ns >= self.ttl_ns:
+            self._scan(mtime, now)
+        at = OFF_USED + 8 * board
+        found = ((pid, struct.unpack_from("=Q", m, at)[0]) for pid, m in self._maps if pid != except_pid)
+        return [(pid, used) for pid, used in found if used]
+
+    def close(self) -> None:
+        self._drop()
+
+    def _drop(self) -> None:
+        for _, m in self._maps:
+            m.close()
+        self._maps = []
+
+    def _scan(self, mtime: int, now: int) -> None:
+        self._drop()
+        self._mtime_ns, self._scanned_ns = mtime, now
+        if time.time_ns() - mtime < SETTLE_NS:  # a second change in the same timestamp tick would go unseen
+            self._scanned_ns = -self.ttl_ns
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return
+        for name in names:
+            stem = name[:-len(SUFFIX)] if name.endswith(SUFFIX) else ""
+            if not stem.isdigit() or not _alive(int(stem)):
+                continue
+            try:
+                fd = os.open(os.path.join(self.dir, name), os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_size >= SIZE:
+                    m = mmap.mmap(fd, SIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+                    if m[:len(MAGIC)] == MAGIC:
+                        self._maps.append((struct.unpack_from("=I", m, OFF_PID)[0], m))
+                    else:
+                        m.close()
+            except (OSError, ValueError):
+                pass
+            finally:
+                os.close(fd)
+        self._maps.sort(key=lambda e: e[0])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True

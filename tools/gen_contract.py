@@ -178,6 +178,8 @@ def header() -> str:
         f"#define FG_FAULT_MAX_RECORDS {board.MAX_RECORDS}",
         f"#define FG_FAULT_SIZE {board.SIZE}",
         f"#define FG_FAULT_KIND_XID {board.KIND_XID}",
+        f"#define FG_FAULT_KIND_CORRECTED_ECC {board.KIND_CORRECTED_ECC}",
+        f"#define FG_FAULT_KIND_MEMORY_PRESSURE {board.KIND_MEMORY_PRESSURE}",
         f"#define FG_FAULT_FLAG_LOST {board.FLAG_LOST}",
         f"#define FG_FAULT_FLAG_AFTER_ALLOCATIONS {board.FLAG_AFTER_ALLOCATIONS}",
         f"#define FG_FAULT_NEVER {board.NEVER}ULL",

@@ -1,5 +1,5 @@
-"""`fakegpu fault inject --xid N --device GPU [--at DURATION] [--pid PID | --container NAME]`
-(fakegpu.faults.inject)."""
+"""`fakegpu fault inject --xid N|--corrected-ecc N|--memory-pressure SIZE --device GPU [--at DURATION]
+[--pid PID | --container NAME]` (fakegpu.faults.inject)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,14 @@ app = typer.Typer(help="Faults in a running run: Xid events, lost GPUs.", no_arg
 
 @app.command("inject")
 def inject(
-    xid: int = typer.Option(..., "--xid", help="The Xid (13, 31, 43, 48, 63, 64, 74, 79, 94, 95); 79 loses the GPU."),
+    xid: int | None = typer.Option(None, "--xid",
+                                   help="The Xid (13, 31, 43, 48, 63, 64, 74, 79, 94, 95); 79 loses the GPU."),
+    corrected_ecc: int | None = typer.Option(
+        None, "--corrected-ecc", help="Instead of --xid: this many single-bit errors ECC corrected (no event; the "
+        "corrected counters move)."),
+    memory_pressure: str | None = typer.Option(
+        None, "--memory-pressure", help="Instead of --xid: device memory something outside the run takes from then "
+        "on, e.g. 20GiB (used and not free for the run's processes; in no process list)."),
     device: str = typer.Option(..., "--device", help="The GPU: its index in the run, or its UUID."),
     at: str = typer.Option("0", "--at", help="Delay from now (seconds, or 5s, 1m)."),
     pid: int | None = typer.Option(None, "--pid", help="A process of the target run (default: this shell's run)."),
@@ -42,18 +49,28 @@ def inject(
                                          help="A running FakeGPU container (name or id); --device in its numbering."),
 ) -> None:
     """Inject a fault into a run now, as if the driver had reported it: NVML delivers the Xid event to those who
-    registered for it, and Xid 79 makes the GPU lost for NVML and nvidia-smi."""
+    registered for it, and Xid 79 makes the GPU lost for NVML and nvidia-smi; --corrected-ecc N counts N
+    correctable errors; --memory-pressure SIZE has something outside the run take that much device memory."""
     from fakegpu.faults.inject import inject as put
     from fakegpu.faults.inject import inject_container
-    from fakegpu.faults.plan import XIDS, parse_flag
+    from fakegpu.faults.plan import parse_flag
 
     try:
         if pid is not None and container is not None:
             raise UsageError("give --pid or --container, not both")
-        fault = parse_flag(f"xid={xid},device={device},at={at}", "fault inject")
+        given = {k: v for k, v in (("xid", xid), ("corrected_ecc", corrected_ecc),
+                                   ("memory_pressure", memory_pressure)) if v is not None}
+        if len(given) != 1:
+            raise UsageError("give one of --xid N (an Xid event), --corrected-ecc N (correctable errors) or "
+                             "--memory-pressure SIZE (memory taken outside the run)")
+        ((key, value),) = given.items()
+        if "," in str(value):
+            raise UsageError(f"--{key.replace('_', '-')} {value!r}: one value, no commas")
+        what = f"{key}={value}"
+        fault = parse_flag(f"{what},device={device},at={at}", "fault inject")
         done = inject_container(fault, container, container_layout()) if container is not None else put(fault, pid=pid)
     except FakeGPUError as exc:
         raise fail("fault inject", exc, False) from exc
     target = f"container {done.container}" if done.container else f"the run in {done.state_dir}"
-    typer.echo(f"Xid {xid} ({XIDS[xid][0]}) on GPU {done.record.device} ({done.uuid}) of {target}"
+    typer.echo(f"{fault.describe()} on GPU {done.record.device} ({done.uuid}) of {target}"
                + (f", in {at}" if fault.at_s else ""))

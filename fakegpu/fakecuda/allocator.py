@@ -20,7 +20,7 @@ The rules, in PyTorch's words and constants:
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from fakegpu.fakecuda.config import SIZE_MAX, AllocatorConfig
 from fakegpu.fakecuda.errors import ModelOutOfMemory
@@ -168,7 +168,9 @@ class DeviceAllocator:
     """The caching allocator of one device.
 
     `device_total` is what cudaMemGetInfo reports as total (the profile's CUDA total); `non_pytorch_bytes` is
-    device memory this process holds outside the allocator (the CUDA context), which cudaMalloc cannot use.
+    device memory this process holds outside the allocator (the CUDA context), which cudaMalloc cannot use; nor
+    can it use what `others()` says the run's other processes hold on the device ((pid, bytes) each, from the
+    shared state; pid None: held outside the run, by a memory-pressure fault).
     """
 
     def __init__(self, device: int, device_total: int, config: AllocatorConfig | None = None,
@@ -176,6 +178,7 @@ class DeviceAllocator:
         self.device = device
         self.device_total = device_total
         self.non_pytorch_bytes = non_pytorch_bytes
+        self.others: Callable[[], Sequence[tuple[int | None, int]]] = tuple
         self.config = config or AllocatorConfig()
         self.stats = DeviceStats(self.config.max_split_size)
         self.small_blocks = BlockPool(is_small=True)
@@ -191,7 +194,8 @@ class DeviceAllocator:
     # -- what cudaMemGetInfo and cudaMalloc see
 
     def device_free(self) -> int:
-        return max(0, self.device_total - self.non_pytorch_bytes - self.total_allocated_memory)
+        others = sum(used for _, used in self.others())
+        return max(0, self.device_total - self.non_pytorch_bytes - self.total_allocated_memory - others)
 
     def set_memory_fraction(self, fraction: float) -> None:
         self.allowed_memory_maximum = int(fraction * self.device_total)
@@ -420,6 +424,7 @@ class DeviceAllocator:
             device=self.device, alloc_size=alloc_size, device_total=self.device_total,
             device_free=self.device_free(), process_in_use=self.non_pytorch_bytes + self.total_allocated_memory,
             allowed=self.allowed_memory_maximum, allocated=self.allocated_bytes, reserved=self.reserved_bytes,
+            others=self.others(),
         )
 
     def segments(self) -> list[list[Block]]:

@@ -10,11 +10,20 @@ first use and goes at exit.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import threading
 
 from fakegpu.fakecuda.runtime import Runtime
-from fakegpu.shared_state import SUFFIX, WORK_COMPUTE, WORK_MEMORY, StateFile, process_name, state_dir
+from fakegpu.shared_state import (
+    SUFFIX,
+    WORK_COMPUTE,
+    WORK_MEMORY,
+    StateFile,
+    UsageReader,
+    process_name,
+    state_dir,
+)
 
 
 class Publisher:
@@ -27,7 +36,23 @@ class Publisher:
         self.file: StateFile | None = None
         self.lock = threading.Lock()
         self.closed = False
+        # One device's memory serves every process on it: each allocator leaves what the others hold. A MIG
+        # instance has memory of its own, but the state counts per board, so instances are not charged for it.
+        self.reader = UsageReader(self.dir)
+        self._reader_lock = threading.Lock()
+        for d in runtime.devices:
+            if not d.device.uuid.startswith("MIG-"):
+                d.allocator.others = functools.partial(self.others, d.board)
         atexit.register(self.close)
+
+    def others(self, board: int) -> list[tuple[int | None, int]]:
+        """(pid, bytes) of the run's other processes on the board now (their files, as NVML reads them), and
+        (None, bytes) for what memory-pressure faults hold outside the run."""
+        with self._reader_lock:
+            found: list[tuple[int | None, int]] = list(self.reader.used(board, os.getpid()))
+        faults = self.runtime.faults
+        held = faults.pressure(board) if faults is not None else 0
+        return [*found, (None, held)] if held else found
 
     def usage(self) -> list[int]:
         """Bytes per board index (the state file's numbering), summed over the CUDA devices on each board."""

@@ -14,9 +14,11 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
     12  (zero)   u32
     16  record[MAX_RECORDS], RECORD_SIZE bytes each:
         0   fire_ns  u64  CLOCK_REALTIME nanoseconds at which the fault takes effect
-        8   kind     u32  KIND_XID
+        8   kind     u32  KIND_XID, KIND_CORRECTED_ECC (correctable errors: no event, only the counters move) or
+                          KIND_MEMORY_PRESSURE (device memory held outside the run from then on)
         12  device   u32  index in the run's device table (NVML's index)
-        16  code     u32  the Xid
+        16  code     u32  KIND_XID: the Xid; KIND_CORRECTED_ECC: how many errors the ECC corrected;
+                          KIND_MEMORY_PRESSURE: how many MiB are held
         20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below
         24  data     u64  FLAG_AFTER_ALLOCATIONS: the allocation count that fires it; else 0
 
@@ -48,6 +50,9 @@ RECORD_SIZE = 32
 MAX_RECORDS = 64
 SIZE = OFF_RECORDS + RECORD_SIZE * MAX_RECORDS
 KIND_XID = 1
+KIND_CORRECTED_ECC = 2
+KIND_MEMORY_PRESSURE = 3
+MIB = 1 << 20
 FLAG_LOST = 1
 FLAG_AFTER_ALLOCATIONS = 2
 NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened
@@ -244,6 +249,15 @@ class Watch:
             return False
         now = time.time_ns()
         return any(r.device == device and r.lost and r.fire_ns <= now for r in self._records())
+
+    def pressure(self, device: int) -> int:
+        """Bytes held on the GPU (its table index) outside the run by now (memory-pressure faults)."""
+        m = self._board()
+        if m is None or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
+            return 0
+        now = time.time_ns()
+        return sum(r.code * MIB for r in self._records()
+                   if r.device == device and r.kind == KIND_MEMORY_PRESSURE and r.fire_ns <= now)
 
     def allocated(self, device: int) -> None:
         """This process allocated device memory on the GPU: faults waiting for its Nth allocation there fire."""

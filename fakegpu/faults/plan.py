@@ -2,6 +2,11 @@
 $FAKEGPU_FAULTS) or from `--fault xid=79,device=1,at=20s`, checked against plan.schema.json, and turned into
 the records of the run's fault board (board.py) with each GPU named by its index in the run.
 
+A fault is an Xid event (`xid`), correctable ECC errors (`corrected_ecc: N`: single-bit errors the memory
+corrected, which raise no Xid and no event and only move the corrected counters, as on a real board) or memory
+pressure (`memory_pressure: 20GiB`: device memory taken by something outside the run, such as another container's
+process, from then on: used and not free for anyone in the run, and in no process list the run can see).
+
 What an Xid does is decided here, once: the readers in C only see the record's flags.
 """
 
@@ -16,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import UsageError, clip, shorten
-from fakegpu.faults.board import FLAG_AFTER_ALLOCATIONS, FLAG_LOST, KIND_XID, NEVER, Record
+from fakegpu.faults.board import (
+    FLAG_AFTER_ALLOCATIONS,
+    FLAG_LOST,
+    KIND_CORRECTED_ECC,
+    KIND_MEMORY_PRESSURE,
+    KIND_XID,
+    MIB,
+    NEVER,
+    Record,
+)
 
 SCHEMA_PATH = Path(__file__).with_name("plan.schema.json")
 
@@ -33,7 +47,8 @@ XIDS: dict[int, tuple[str, bool]] = {
     94: ("Contained ECC error", False),
     95: ("Uncontained ECC error", False),
 }
-FAULT_KEYS = ("kind", "xid", "device", "at", "after_allocations")
+FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "device", "at", "after_allocations")
+KINDS = ("xid", "corrected_ecc", "memory_pressure")  # each also the key that gives the fault
 
 
 class InvalidFaultPlan(UsageError):
@@ -44,14 +59,24 @@ class InvalidFaultPlan(UsageError):
 
 @dataclass(frozen=True)
 class Fault:
-    xid: int
+    xid: int | None  # None for corrected ECC errors
     device: int | str
     at_s: float = 0.0
     after_allocations: int | None = None  # instead of at_s
+    corrected_ecc: int | None = None  # instead of xid: how many single-bit errors were corrected
+    memory_pressure: int | None = None  # instead of xid: bytes held outside the run (whole MiB)
 
     @property
     def lost(self) -> bool:
-        return XIDS[self.xid][1]
+        return self.xid is not None and XIDS[self.xid][1]
+
+    def describe(self) -> str:
+        """Xid 79 (GPU has fallen off the bus), 3 corrected ECC errors, or 20480 MiB held outside the run."""
+        if self.memory_pressure is not None:
+            return f"{self.memory_pressure // MIB} MiB held outside the run"
+        if self.xid is None:
+            return f"{self.corrected_ecc} corrected ECC error{'s' if self.corrected_ecc != 1 else ''}"
+        return f"Xid {self.xid} ({XIDS[self.xid][0]})"
 
 
 def parse_duration(value: str | float, what: str) -> float:
@@ -100,6 +125,13 @@ def _problem(error: Any) -> str:
         return f"{where}: {len(error.instance)} faults; a run's board holds at most {error.validator_value}"
     if error.validator == "not":
         return f"{where}: give either at or after_allocations, not both"
+    if error.validator == "oneOf" and "xid" in error.schema.get("oneOf", [{}])[0].get("required", []):
+        given = [k for k in KINDS if isinstance(error.instance, dict) and k in error.instance]
+        return (f"{where}: give one of {', '.join(KINDS)}, not {' and '.join(given)}" if given else
+                f"{where}: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable errors) or "
+                "memory_pressure (how much memory something outside the run takes, e.g. 20GiB)")
+    if error.validator == "oneOf" and where.endswith(".memory_pressure"):
+        return f"{where}: {_shown(error.instance)} is not a size; expected e.g. 20GiB, 512MiB or a number of bytes"
     if error.validator == "oneOf" and where.endswith(".device"):
         return f"{where}: {_shown(error.instance)} is not a GPU; expected its index (0, 1) or UUID (GPU-...)"
     if error.validator == "oneOf" and where.endswith(".at"):
@@ -115,8 +147,38 @@ def check(doc: Any, source: str) -> list[Fault]:
     problems = [_problem(e) for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))]
     if problems:
         raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
-    return [Fault(int(f["xid"]), f["device"], parse_duration(f.get("at", 0), f"{source}: at"),
-                  f.get("after_allocations")) for f in doc["faults"]]
+    pressures: dict[int, int] = {}
+    for i, f in enumerate(doc["faults"]):
+        given = next(k for k in KINDS if k in f)
+        if f.get("kind", given) != given:
+            problems.append(f"faults[{i}].kind: {f['kind']!r} does not go with {given}; drop kind or give "
+                            f"{f['kind']}")
+        if given == "memory_pressure":
+            try:
+                pressures[i] = _pressure_bytes(f["memory_pressure"])
+            except ValueError as exc:
+                problems.append(f"faults[{i}].memory_pressure: {exc}")
+    if problems:
+        raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
+    return [Fault(int(f["xid"]) if "xid" in f else None, f["device"],
+                  parse_duration(f.get("at", 0), f"{source}: at"), f.get("after_allocations"),
+                  f.get("corrected_ecc"), pressures.get(i)) for i, f in enumerate(doc["faults"])]
+
+
+# The board counts held memory in MiB in a 32-bit field.
+MAX_PRESSURE = ((1 << 32) - 1) * MIB
+
+
+def _pressure_bytes(value: int | str) -> int:
+    """A memory-pressure size in bytes, rounded up to whole MiB (as the board holds it)."""
+    from fakegpu.sizes import parse_bytes
+
+    size = value if isinstance(value, int) else parse_bytes(str(value))
+    if size <= 0:
+        raise ValueError(f"{_shown(value)} holds nothing; give a size above 0, e.g. 20GiB")
+    if size > MAX_PRESSURE:
+        raise ValueError(f"{_shown(value)} is more than any GPU has")
+    return -(-size // MIB) * MIB
 
 
 def load_text(text: str, source: str) -> list[Fault]:
@@ -151,7 +213,8 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in ("xid", "device", "after_allocations") and v.isdigit() else v
+        fault[key] = int(v) if key in ("xid", "corrected_ecc", "memory_pressure", "device", "after_allocations") \
+            and v.isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 
@@ -172,8 +235,14 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
             fire, data = start_ns + int(f.at_s * 1e9), 0
         else:
             fire, data, flags = NEVER, f.after_allocations, flags | FLAG_AFTER_ALLOCATIONS
-        out.append(Record(fire_ns=fire, device=device_index(f.device, uuids), code=f.xid, kind=KIND_XID,
-                          flags=flags, data=data))
+        if f.xid is not None:
+            kind, code = KIND_XID, f.xid
+        elif f.memory_pressure is not None:
+            kind, code = KIND_MEMORY_PRESSURE, f.memory_pressure // MIB
+        else:
+            kind, code = KIND_CORRECTED_ECC, f.corrected_ecc
+        out.append(Record(fire_ns=fire, device=device_index(f.device, uuids), code=code, kind=kind, flags=flags,
+                          data=data))
     return out
 
 

@@ -113,6 +113,20 @@ int fg_fault_lost(unsigned device)
     return 0;
 }
 
+unsigned long long fg_fault_pressure(unsigned device)
+{
+    const fg_fault_board *b = fg_faults();
+    unsigned n = fg_fault_count(b);
+    unsigned long long held = 0;
+    if (!n)
+        return 0;
+    uint64_t now = fg_fault_now_ns();
+    for (unsigned i = 0; i < n; i++)
+        if (b->rec[i].device == device && b->rec[i].kind == FG_FAULT_KIND_MEMORY_PRESSURE && b->rec[i].fire_ns <= now)
+            held += (unsigned long long)b->rec[i].code << 20;
+    return held;
+}
+
 /* A forked child is another process: its count of allocations starts at 0, as its memory does. */
 static void after_fork_child(void)
 {
@@ -151,7 +165,13 @@ void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out)
     uint64_t now = fg_fault_now_ns();
     for (unsigned i = 0; i < n; i++) {
         const fg_fault_record *r = &b->rec[i];
-        if (r->device != device || r->kind != FG_FAULT_KIND_XID || r->fire_ns > now)
+        if (r->device != device || r->fire_ns > now)
+            continue;
+        if (r->kind == FG_FAULT_KIND_CORRECTED_ECC) {
+            out->corrected += r->code;
+            continue;
+        }
+        if (r->kind != FG_FAULT_KIND_XID)
             continue;
         switch (r->code) {
         case 48: out->dbe++; break;

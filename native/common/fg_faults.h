@@ -45,6 +45,7 @@ FG_HIDDEN void fg_fault_allocated(unsigned device);
 /* How many of each memory Xid have fired on the device: what its ECC counters, retired pages and remapped rows
  * follow (native/nvml/memory.c). */
 typedef struct {
+    unsigned long long corrected; /* single-bit errors ECC corrected (FG_FAULT_KIND_CORRECTED_ECC records) */
     unsigned dbe;          /* Xid 48: double-bit ECC error */
     unsigned contained;    /* Xid 94 */
     unsigned uncontained;  /* Xid 95 */
@@ -52,6 +53,8 @@ typedef struct {
     unsigned record_fails; /* Xid 64: recording it failed */
 } fg_fault_ecc;
 FG_HIDDEN void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out);
+/* Bytes held on the device (its table index) outside the run by now: fired memory-pressure records. */
+FG_HIDDEN unsigned long long fg_fault_pressure(unsigned device);
 /* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */
 FG_HIDDEN int fg_fault_lost(unsigned device);
 

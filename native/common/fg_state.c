@@ -121,7 +121,15 @@ static unsigned file_pid(const char *name, int *temp)
     return strcmp(end, *temp ? FG_STATE_SUFFIX ".tmp" : FG_STATE_SUFFIX) == 0 ? (unsigned)pid : 0;
 }
 
-static const fg_state_file *map_file(int dirfd, const char *name, unsigned pid)
+/* Where a reader asks the kernel to put its i-th mapping: well below the mmap area that device allocations
+ * churn (native mode reserves and releases pages there at every cudaMalloc/cudaFree). A read-only file mapping
+ * among those costs each later mmap/munmap a rebalance of the process's VMA tree: about 2.5 us more per
+ * malloc/free pair with another process on the device (bench/bench_cuda.py's pair, measured here). Only a
+ * hint: where it is taken (or beyond a smaller address space) the kernel places the mapping as usual. */
+#define MAP_HINT_BASE 0x100000000000ULL
+#define MAP_HINT_STRIDE (((unsigned long long)sizeof(fg_state_file) + 0xFFFFULL) & ~0xFFFFULL)
+
+static const fg_state_file *map_file(int dirfd, const char *name, unsigned pid, unsigned slot)
 {
     /* Never follow a link or block on a FIFO someone put here: only a regular file of the full size is mapped. */
     int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -130,7 +138,8 @@ static const fg_state_file *map_file(int dirfd, const char *name, unsigned pid)
     struct stat st;
     const fg_state_file *f = NULL;
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= (off_t)sizeof *f) {
-        void *p = mmap(NULL, sizeof *f, PROT_READ, MAP_SHARED, fd, 0);
+        void *hint = (void *)(uintptr_t)(MAP_HINT_BASE + slot * MAP_HINT_STRIDE);
+        void *p = mmap(hint, sizeof *f, PROT_READ, MAP_SHARED, fd, 0);
         f = p == MAP_FAILED ? NULL : p;
     }
     close(fd);
@@ -169,8 +178,8 @@ static void scan(fg_state_reader *r, const struct stat *dir_st)
                 fg_debug("dropped state of dead pid %u", pid);
             continue;
         }
-        if (!temp) {
-            const fg_state_file *f = map_file(dirfd(d), e->d_name, pid);
+        if (!temp && pid != r->skip_pid) {
+            const fg_state_file *f = map_file(dirfd(d), e->d_name, pid, r->n);
             if (f)
                 r->files[r->n++] = f;
         }
@@ -179,17 +188,37 @@ static void scan(fg_state_reader *r, const struct stat *dir_st)
     qsort(r->files, r->n, sizeof r->files[0], by_pid);
 }
 
-void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out)
+/* The mappings as the folder stands: rescanned when it changed or the ttl ran out; 0 when there is no folder. */
+static int refresh(fg_state_reader *r, long long ttl_ns)
 {
-    out->n = 0;
     struct stat st;
     if (stat(r->dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
         unmap_all(r);
-        return;
+        return 0;
     }
     if (!r->scanned_ns || clock_ns(CLOCK_MONOTONIC) - r->scanned_ns >= ttl_ns ||
         st.st_mtim.tv_sec != r->dir_mtime.tv_sec || st.st_mtim.tv_nsec != r->dir_mtime.tv_nsec)
         scan(r, &st);
+    return 1;
+}
+
+unsigned long long fg_state_reader_used(fg_state_reader *r, long long ttl_ns, unsigned device, unsigned except_pid,
+                                        int again)
+{
+    unsigned long long sum = 0;
+    if (device >= FG_MAX_DEVICES || (again && !refresh(r, ttl_ns)))
+        return 0;
+    for (unsigned i = 0; i < r->n; i++)
+        if (r->files[i]->pid != except_pid)
+            sum += atomic_load_explicit(&r->files[i]->used[device], memory_order_relaxed);
+    return sum;
+}
+
+void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out)
+{
+    out->n = 0;
+    if (!refresh(r, ttl_ns))
+        return;
     for (unsigned i = 0; i < r->n; i++) {
         const fg_state_file *f = r->files[i];
         for (unsigned dev = 0; dev < FG_MAX_DEVICES && out->n < FG_STATE_MAX_PROCS; dev++) {

@@ -98,6 +98,7 @@ typedef struct {
     long long scanned_ns; /* CLOCK_MONOTONIC of the last scan; 0: never */
     unsigned n;
     const fg_state_file *files[FG_STATE_MAX_PROCS];
+    unsigned skip_pid; /* a file this reader never maps (its own process's, which it knows); 0: none */
 } fg_state_reader;
 
 FG_HIDDEN void fg_state_reader_open(fg_state_reader *r, const char *dir);
@@ -108,6 +109,11 @@ FG_HIDDEN void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_sna
  * mapped (each at most FG_STATE_SLOT_US; slots outside the ring read as idle). */
 FG_HIDDEN void fg_state_reader_busy(const fg_state_reader *r, unsigned device, uint64_t first, unsigned n,
                                     uint32_t *compute_us, uint32_t *memory_us);
+/* The bytes every live process but `except_pid` holds on the device (a board index): the same mappings and rescan
+ * rules as fg_state_reader_read, without copying the entries. With `refresh` 0 the folder is not looked at (no
+ * system call): the processes the last refresh mapped, their counters as they are now. */
+FG_HIDDEN unsigned long long fg_state_reader_used(fg_state_reader *r, long long ttl_ns, unsigned device,
+                                                  unsigned except_pid, int refresh);
 /* The next read scans the folder again. */
 FG_HIDDEN void fg_state_reader_invalidate(fg_state_reader *r);
 FG_HIDDEN void fg_state_reader_close(fg_state_reader *r);

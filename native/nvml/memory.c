@@ -108,13 +108,23 @@ static int valid_counter(nvmlMemoryErrorType_t type, nvmlEccCounterType_t counte
 }
 
 /* The board's ECC history is the run's fault board: each injected memory Xid (48 double-bit, 94 contained, 95
- * uncontained) is one uncorrectable error in device memory, counted in the volatile and the aggregate counters
- * alike (both start at 0 with the run); nothing injects correctable ones. */
+ * uncontained) is one uncorrectable error in device memory, and a corrected_ecc fault adds its count of
+ * correctable ones; both are counted in the volatile and the aggregate counters alike (both start at 0 with the
+ * run). */
 static unsigned long long uncorrectable(const fg_device *d)
 {
     fg_fault_ecc e;
     fg_fault_ecc_of(d->index, &e);
     return (unsigned long long)e.dbe + e.contained + e.uncontained;
+}
+
+static unsigned long long ecc_errors(const fg_device *d, nvmlMemoryErrorType_t type)
+{
+    if (type == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
+        return uncorrectable(d);
+    fg_fault_ecc e;
+    fg_fault_ecc_of(d->index, &e);
+    return e.corrected;
 }
 
 nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t errorType,
@@ -125,7 +135,7 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorTyp
     if (!valid_counter(errorType, counterType))
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
-    *eccCounts = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED ? uncorrectable(d) : 0;
+    *eccCounts = ecc_errors(d, errorType);
     return NVML_SUCCESS;
 }
 
@@ -138,8 +148,7 @@ nvmlReturn_t nvmlDeviceGetDetailedEccErrors(nvmlDevice_t device, nvmlMemoryError
         return NVML_ERROR_INVALID_ARGUMENT;
     FG_NEED_ECC(d);
     memset(eccCounts, 0, sizeof *eccCounts);
-    if (errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED)
-        eccCounts->deviceMemory = uncorrectable(d);
+    eccCounts->deviceMemory = ecc_errors(d, errorType);
     return NVML_SUCCESS;
 }
 
@@ -156,9 +165,7 @@ nvmlReturn_t nvmlDeviceGetMemoryErrorCounter(nvmlDevice_t device, nvmlMemoryErro
      * texture, shared memory and CBU. */
     if (d->cc_major >= 9 && locationType != NVML_MEMORY_LOCATION_DRAM && locationType != NVML_MEMORY_LOCATION_SRAM)
         return NVML_ERROR_NOT_SUPPORTED;
-    *count = errorType == NVML_MEMORY_ERROR_TYPE_UNCORRECTED && locationType == NVML_MEMORY_LOCATION_DRAM
-                 ? uncorrectable(d)
-                 : 0;
+    *count = locationType == NVML_MEMORY_LOCATION_DRAM ? ecc_errors(d, errorType) : 0;
     return NVML_SUCCESS;
 }
 

@@ -89,6 +89,10 @@ static void refresh_locked(void)
         else
             usage[p->device].compute_procs++;
     }
+    /* Memory a fault plan has something outside the run hold: used, in no process list (as another container's
+     * processes are to NVML inside a container). */
+    for (unsigned d = 0; d < fg_devs.count && d < FG_MAX_DEVICES; d++)
+        usage[d].used_bytes += fg_fault_pressure(d);
 }
 
 void fg_usage_of(unsigned index, fg_usage *u)

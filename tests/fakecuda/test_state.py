@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -93,3 +94,103 @@ def test_nvidia_smi_lists_the_fakecuda_process(tmp_path):
         child.stdin.close()
         child.wait(timeout=60)
     assert not (tmp_path / f"{child.pid}.proc").exists()  # removed at exit
+
+
+def test_other_processes_on_the_device_leave_less_for_this_one(tmp_path):
+    """One GPU's memory serves every process on it: what another process of the run holds there (its state file)
+    is neither free for cudaMemGetInfo nor allocatable here; when that process is gone, it is again."""
+    import time
+
+    from fakegpu.fakecuda.errors import ModelOutOfMemory
+    from fakegpu.shared_state import StateFile
+
+    rt = Runtime.from_spec("a100:2", environ={})
+    pub = Publisher(rt, str(tmp_path))
+    rt.on_usage = pub.notify
+    alone = rt.mem_get_info(0)[0]
+    other = subprocess.Popen(["sleep", "60"])  # a live pid for the other process's file
+    try:
+        held = StateFile(str(tmp_path), other.pid, "python3")
+        held.set(0, 60 * GiB)                    # on board 0 only
+        assert rt.mem_get_info(0)[0] == alone - 60 * GiB
+        assert rt.mem_get_info(1)[0] == alone     # the other GPU is untouched
+        with pytest.raises(ModelOutOfMemory):
+            rt.malloc(0, 30 * GiB)
+        block = rt.malloc(1, 30 * GiB)
+        held.set(0, 10 * GiB)                    # the other process freed some: seen at the next call
+        block0 = rt.malloc(0, 30 * GiB)
+        rt.free(0, block0)
+        rt.free(1, block)
+    finally:
+        other.kill()
+        other.wait()
+    # a killed process's file stays until a reader reaps it; this reader skips it at its next rescan (50 ms)
+    deadline = time.monotonic() + 5
+    while rt.mem_get_info(0)[0] != alone - 30 * GiB and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert rt.mem_get_info(0)[0] == alone - 30 * GiB  # only this process's own cached 30 GiB segment
+    held.close()
+    pub.close()
+
+
+SHARER = """
+import sys, torch
+import fakegpu.fakecuda.auto
+held = torch.empty(int(sys.argv[1]) << 30, dtype=torch.uint8, device="cuda")
+print("ready", torch.cuda.mem_get_info()[0], flush=True)
+try:
+    torch.empty(int(sys.argv[2]) << 30, dtype=torch.uint8, device="cuda")
+    print("allocated", flush=True)
+except torch.OutOfMemoryError as e:
+    print("oom", str(e).splitlines()[0], flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.torch
+def test_two_fakecuda_processes_share_one_gpu(tmp_path):
+    # A T4 (about 14.6 GiB for CUDA): fakecuda's tensors are host memory, left untouched here, so never resident
+    pytest.importorskip("torch")
+    env = {**os.environ, "FAKEGPU_DEVICES": "t4", "FAKEGPU_STATE_DIR": str(tmp_path)}
+    first = subprocess.Popen([sys.executable, "-c", SHARER, "6", "4"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=env)
+    second = None
+    try:
+        ready, free1 = first.stdout.readline().split()
+        assert ready == "ready" and first.stdout.readline().strip() == "allocated"   # 6 + 4 GiB fit alone
+        second = subprocess.Popen([sys.executable, "-c", SHARER, "1", "4"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, env=env)
+        ready, free2 = second.stdout.readline().split()
+        # the second sees the first's 10 GiB and its context as used (and its own 1 GiB), and 4 GiB more do not fit
+        assert ready == "ready" and int(free1) - int(free2) > 5 * GiB
+        oom = second.stdout.readline().strip()
+        assert oom.startswith("oom CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "), oom
+        # as PyTorch words it from NVML: each other process on the GPU, then this one
+        assert re.search(rf" is free\. Process {first.pid} has 10\.\d\d GiB memory in use\. Including non-PyTorch "
+                         r"memory, this process has 1\.\d\d GiB memory in use\.", oom), oom
+    finally:
+        for p in (first, second):
+            if p is not None:
+                p.stdin.close()
+                p.wait(timeout=60)
+
+
+def test_memory_pressure_leaves_less_and_names_no_process(tmp_path):
+    import time
+
+    from fakegpu.fakecuda.errors import ModelOutOfMemory
+    from fakegpu.faults import board
+
+    rt = Runtime.from_spec("a100:2", environ={"FAKEGPU_STATE_DIR": str(tmp_path)})
+    pub = Publisher(rt, str(tmp_path))
+    rt.on_usage = pub.notify
+    alone = rt.mem_get_info(1)[0]
+    board.append(str(tmp_path), [board.Record(time.time_ns(), 1, 60 * 1024, board.KIND_MEMORY_PRESSURE)])
+    deadline = time.monotonic() + 5  # a run without a board looks for one again every 100 ms
+    while rt.mem_get_info(1)[0] == alone and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert rt.mem_get_info(1)[0] == alone - 60 * GiB and rt.mem_get_info(0)[0] == alone
+    with pytest.raises(ModelOutOfMemory) as oom:
+        rt.malloc(1, 30 * GiB)
+    assert "Process" not in str(oom.value) and "Including non-PyTorch memory, this process has" in str(oom.value)
+    pub.close()

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from fakegpu.faults import board
-from tests.native.conftest import NativeEnv
+from tests.native.conftest import LIB_DIR, NativeEnv
+from tests.native.test_metrics import scrape
 
 pytestmark = pytest.mark.native
 
@@ -185,6 +186,55 @@ def test_memory_xids_drive_ecc_counters_and_row_remapping(native: NativeEnv) -> 
     assert read()[0][3] == [0, 2, 0, 1]
 
 
+def test_corrected_ecc_errors_move_the_corrected_counters_alone_and_raise_no_event(native: NativeEnv) -> None:
+    import json
+
+    def read() -> list:
+        out = native.python(ECC.replace("NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC,\n",
+                                        "NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC,\n"), devices="a100:2")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    watcher = subprocess.Popen([sys.executable, "-c", WATCH, "1500"], stdout=subprocess.PIPE, text=True,
+                               env=native.env("a100:2"))
+    try:
+        assert watcher.stdout.readline().startswith("registered")
+        now = time.time_ns()
+        board.append(str(native.state_dir), [board.Record(now, 1, 7, board.KIND_CORRECTED_ECC),
+                                             board.Record(now, 1, 5, board.KIND_CORRECTED_ECC),
+                                             board.Record(now + 3600 * SECOND, 1, 100, board.KIND_CORRECTED_ECC)])
+        lines = watcher.communicate(timeout=30)[0].splitlines()
+    finally:
+        watcher.kill()
+    assert lines[0].startswith("timeout"), lines  # correctable errors raise no Xid event
+    # GPU 1: 12 corrected (the third batch is an hour away), in device memory (DRAM); nothing uncorrectable, no
+    # row waits for remapping
+    assert read() == [[[0, 0], 0, 0, [0, 0, 0, 0]], [[0, 0], 12, 12, [0, 0, 0, 0]]]
+    smi = native.smi("--query-gpu=ecc.errors.corrected.volatile.total,ecc.errors.corrected.aggregate.total,"
+                     "ecc.errors.uncorrected.volatile.total", "--format=csv,noheader")
+    assert smi.stdout.splitlines() == ["0, 0, 0", "12, 12, 0"], smi.stdout + smi.stderr
+    # dcgm-exporter's single-bit (corrected) and double-bit counters; prometheus_client's parser names a counter's
+    # sample with a _total suffix
+    metrics = scrape(native, "a100:2")
+    assert [metrics["DCGM_FI_DEV_ECC_SBE_VOL_TOTAL_total"][g][1] for g in "01"] == [0, 12]
+    assert [metrics["DCGM_FI_DEV_ECC_SBE_AGG_TOTAL_total"][g][1] for g in "01"] == [0, 12]
+    assert [metrics["DCGM_FI_DEV_ECC_DBE_VOL_TOTAL_total"][g][1] for g in "01"] == [0, 0]
+
+
+def test_fault_inject_counts_corrected_errors_in_a_running_run(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    script = tmp_path / "count.sh"
+    script.write_text("fakegpu fault inject --corrected-ecc 3 --device 0 && "
+                      "nvidia-smi --query-gpu=ecc.errors.corrected.volatile.total --format=csv,noheader\n")
+    exe = Path(sys.executable).with_name("fakegpu")
+    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
+    proc = subprocess.run([str(exe), "run", "--devices", "a100:2", "--fault", "corrected_ecc=2,device=1", "--",
+                           "sh", str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("3 corrected ECC errors on GPU 0 (GPU-") and lines[1:] == ["3", "2"], proc.stdout
+
+
 def test_a_fifo_or_a_link_in_the_boards_place_is_ignored_not_waited_on(native: NativeEnv, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     board.append(str(elsewhere), [board.Record(time.time_ns(), 0, 79, flags=board.FLAG_LOST)])
@@ -194,3 +244,58 @@ def test_a_fifo_or_a_link_in_the_boards_place_is_ignored_not_waited_on(native: N
     path.unlink()
     os.mkfifo(path)
     assert native.smi("-L", devices="a100", timeout=20).returncode == 0  # nor a FIFO opened and waited on
+
+
+PRESSURE = textwrap.dedent("""
+    import ctypes, json, os, pynvml as n
+    n.nvmlInit()
+    h = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+    cu = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libcuda.so.1"))
+    ctx, free, total, ptr = ctypes.c_void_p(), ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_uint64()
+    assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 1) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0 and cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
+    used = [n.nvmlDeviceGetMemoryInfo(d).used for d in h]
+    rc = cu.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(40 << 30))
+    print(json.dumps({"used": used, "cuda_free": free.value,
+                      "alloc_40g": rc, "procs": [[p.pid for p in n.nvmlDeviceGetComputeRunningProcesses(d)
+                                                 if p.pid != os.getpid()] for d in h]}))
+""")
+
+
+def test_memory_pressure_takes_memory_nobody_in_the_run_lists(native: NativeEnv) -> None:
+    """Memory a plan has something outside the run hold (another container's process, say): NVML counts it used,
+    CUDA cannot have it (cuMemGetInfo, cuMemAlloc), and no process list shows it, as in a container."""
+    import json
+
+    env = native.env("a100:2", FAKEGPU_LIB=str(LIB_DIR))
+
+    def read() -> dict:
+        out = subprocess.run([sys.executable, "-c", PRESSURE], capture_output=True, text=True, env=env, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    before = read()
+    assert before["alloc_40g"] == 0 and before["procs"] == [[], []]  # each reader's memory goes at its exit
+    board.append(str(native.state_dir), [board.Record(time.time_ns(), 1, 50 * 1024, board.KIND_MEMORY_PRESSURE),
+                                         board.Record(time.time_ns() + 3600 * SECOND, 1, 1024,
+                                                      board.KIND_MEMORY_PRESSURE)])
+    after = read()
+    assert after["used"][0] == before["used"][0]
+    assert after["used"][1] - before["used"][1] == 50 << 30            # the one that fired
+    assert before["cuda_free"] - after["cuda_free"] == 50 << 30
+    assert after["alloc_40g"] == 2 and after["procs"] == [[], []]      # CUDA_ERROR_OUT_OF_MEMORY; nobody listed
+
+
+def test_memory_pressure_from_a_plan_and_from_fault_inject(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    exe = Path(sys.executable).with_name("fakegpu")
+    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
+    script = tmp_path / "take.sh"
+    script.write_text("fakegpu fault inject --memory-pressure 10GiB --device 0 && "
+                      "nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits\n")
+    proc = subprocess.run([str(exe), "run", "--devices", "a100:2", "--fault", "memory_pressure=20GiB,device=1", "--",
+                           "sh", str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("10240 MiB held outside the run on GPU 0 (GPU-"), proc.stdout
+    assert lines[1:] == ["10240", "20480"], proc.stdout  # an idle board shows 0 MiB used on the 580 driver

@@ -34,3 +34,38 @@ def test_gpu_lost_after_20_allocations(cuda_build, torch_python, mode: str) -> N
         assert out["cuda0"] == 999000.0
     code, line = out["smi"]
     assert code == 15 and line.startswith("Unable to determine the device handle for GPU1: ")
+
+
+PRESSURE = """
+import json, torch
+free0 = torch.cuda.mem_get_info(0)[0]
+held = [torch.empty(1 << 30, dtype=torch.uint8, device="cuda:0") for _ in range(3)]  # the 3rd allocation fires it
+free1 = torch.cuda.mem_get_info(0)[0]
+try:
+    torch.empty(20 << 30, dtype=torch.uint8, device="cuda:0")
+    oom = None
+except torch.OutOfMemoryError as e:
+    oom = str(e).splitlines()[0]
+print(json.dumps({"free0": free0, "taken": free0 - free1, "oom": oom, "cuda1": torch.cuda.mem_get_info(1)[0]}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["native", "fakecuda"])
+def test_memory_pressure_after_3_allocations_leaves_pytorch_short(cuda_build, torch_python, mode: str,
+                                                                   tmp_path: Path) -> None:
+    """`memory_pressure: 60GiB` on cuda:0 once the run's third cudaMalloc there: PyTorch sees the memory go
+    (mem_get_info) and a 20 GiB tensor no longer fits, with PyTorch's own message; cuda:1 is untouched."""
+    script = tmp_path / "pressure.py"
+    script.write_text(PRESSURE)
+    memory = ["--memory", "accounting"] if mode == "native" else []
+    proc = run_fakegpu(["--devices", "a100:2", "--mode", mode, *memory, "--fault",
+                        "memory_pressure=60GiB,device=0,after_allocations=3", "--", torch_python, str(script)],
+                       complete=stdout_json())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the three 1 GiB segments (and the context's first growth) and the 60 GiB held outside the run
+    assert 63 << 30 <= out["taken"] < 64 << 30, out
+    assert out["oom"] is not None and out["oom"].startswith("CUDA out of memory. Tried to allocate 20.00 GiB. "
+                                                            "GPU 0 has a total capacity of "), out
+    assert "Process " not in out["oom"]  # nothing in the run's process lists holds it
+    assert out["cuda1"] == out["free0"]  # a fresh context on cuda:1, as cuda:0's was

@@ -147,3 +147,56 @@ sys.stdin.readline()
         proc.kill()
         proc.wait(timeout=30)
         reader.stop()
+
+
+SHARER = r"""
+import ctypes, os, sys
+cu = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libcuda.so.1"))
+ctx, ptrs = ctypes.c_void_p(), []
+assert cu.cuInit(0) == 0 and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+for line in sys.stdin:
+    cmd, _, arg = line.strip().partition(" ")
+    if cmd == "alloc":
+        p = ctypes.c_uint64()
+        rc = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(int(arg) << 30))
+        if rc == 0:
+            ptrs.append(p)
+        print(rc, flush=True)
+    elif cmd == "free":
+        print(cu.cuMemFree_v2(ptrs.pop()), flush=True)
+    elif cmd == "info":
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        assert cu.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
+        print(free.value, total.value, flush=True)
+"""
+OUT_OF_MEMORY = "2"  # CUDA_ERROR_OUT_OF_MEMORY
+
+
+def test_processes_on_one_gpu_share_its_memory(nvml_env: dict[str, str]) -> None:
+    """One GPU's memory serves every process on it: what one holds (its context and allocations) is not free for
+    another, whose cuMemGetInfo and allocations see it at once; a free, or the holder's death, gives it back."""
+    b = Peer(SHARER, nvml_env)
+    a = None
+    try:
+        alone, total = map(int, b.ask("info").split())
+        assert alone < total                                # b's own context
+        a = Peer(SHARER, nvml_env)
+        a_free, _ = map(int, a.ask("info").split())         # a's context now exists too
+        free0, _ = map(int, b.ask("info").split())
+        assert a_free == free0 and 0 < alone - free0 < GiB  # each sees both contexts
+        assert a.ask("alloc 60") == "0"
+        free1, _ = map(int, b.ask("info").split())
+        assert free0 - free1 == 60 * GiB                    # a's allocation, the moment it returned
+        assert b.ask("alloc 30") == OUT_OF_MEMORY and b.ask("alloc 10") == "0"
+        assert a.ask("alloc 20") == OUT_OF_MEMORY           # and a sees b's in turn
+        assert a.ask("free") == "0" and b.ask("alloc 30") == "0"
+        a.proc.send_signal(signal.SIGKILL)                  # a's context goes with it
+        a.proc.wait(timeout=30)
+        deadline = time.monotonic() + 3.0                   # given back at the state folder's next rescan (50 ms)
+        while (free := int(b.ask("info").split()[0])) != alone - 40 * GiB and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert free == alone - 40 * GiB, (free, alone)
+    finally:
+        if a is not None:
+            a.stop()
+        b.stop()

@@ -137,6 +137,10 @@ FG_HIDDEN unsigned long long fgd_part_bytes(const fg_device *d, int part);
 FG_HIDDEN void fgd_load_part(int device, int part);
 /* A device's memory usage changed: store it in the process's shared-state file (driver/state.c). */
 FG_HIDDEN void fgd_state_changed(int device);
+/* Device memory the run's other processes hold on the device (their contexts and allocations, from the shared
+ * state) and what memory-pressure faults hold outside the run: one device's memory serves every process on it, as
+ * on a real GPU. 0 for a MIG instance. */
+FG_HIDDEN unsigned long long fgd_others_used(int device);
 /* What NVML's utilization, power, clocks and temperature follow (driver/state.c; fakegpu/shared_state.py): work
  * handed to the device at t0 (fgd_now_ns) that kept the caller until t1 (a copy done here) and needs `dur` ns of
  * the device; compute work (tensor-core math) or, `compute` 0, memory work. */

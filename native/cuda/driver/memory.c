@@ -221,10 +221,12 @@ CUresult fgd_charge(int device, size_t bytes)
     if (lost != CUDA_SUCCESS)
         return lost;
     fgd_mem *m = &fgd.mem[device];
+    unsigned long long capacity = fgd_capacity(m), others = fgd_others_used(device);
+    capacity = capacity > others ? capacity - others : 0;
     /* Claim the pages first (compare-and-swap), so concurrent allocations never overshoot. */
     unsigned long long used = atomic_load(&m->used);
     do {
-        if (used + bytes > fgd_capacity(m) || used + bytes < used)
+        if (used + bytes > capacity || used + bytes < used)
             return CUDA_ERROR_OUT_OF_MEMORY;
     } while (!atomic_compare_exchange_weak(&m->used, &used, used + bytes));
     unsigned long long now = used + bytes, peak = atomic_load(&m->peak);
@@ -498,7 +500,7 @@ FGC_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     fgd_mem *m = &fgd.mem[c->device];
     fgd_activate(c);
     *total = d->cuda_total ? d->cuda_total : d->mem_total;
-    unsigned long long used = atomic_load(&m->used);
+    unsigned long long used = atomic_load(&m->used) + fgd_others_used(c->device);
     unsigned long long capacity = fgd_capacity(m);
     *free = used < capacity ? capacity - used : 0;
     return CUDA_SUCCESS;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fg_faults.h"
 #include "fg_state.h"
 #include "fgc_image.h"
 #include "fgd.h"
@@ -97,6 +98,42 @@ void fgd_synced(int device)
     pthread_mutex_unlock(&lock);
 }
 
+/* The other processes' files, mapped once and rescanned when the folder changes (a process starts using a GPU or
+ * goes) or every READ_TTL_NS (NVML's default FAKEGPU_STATE_TTL_MS), which is also how soon a killed process's
+ * memory is given back to the others. */
+#define READ_TTL_NS 50000000LL
+/* How often an allocation looks at the folder at all (a stat): a process that starts using the GPU is seen within
+ * this; what the processes already seen hold is read at every call. It keeps a cudaMalloc/cudaFree pair free of
+ * system calls but once a millisecond (bench/bench_cuda.py). */
+#define LOOK_NS 1000000LL
+static pthread_mutex_t reader_lock = PTHREAD_MUTEX_INITIALIZER;
+static fg_state_reader reader;
+static int reader_open;
+static long long looked_ns;
+static unsigned self_pid;
+
+unsigned long long fgd_others_used(int device)
+{
+    /* A MIG instance has memory of its own, but the state counts per board: what another process holds there may
+     * be in another instance, so instances are not charged for it. */
+    if (device < 0 || (unsigned)device >= fgd.devs.count || fgd.devs.dev[device].mig_slice)
+        return 0;
+    pthread_mutex_lock(&reader_lock);
+    if (!reader_open) {
+        char dir[512];
+        fg_state_reader_open(&reader, fg_state_dir(dir, sizeof dir));
+        reader_open = 1;
+        self_pid = reader.skip_pid = (unsigned)getpid();
+    }
+    long long now = fg_monotonic_ns();
+    int look = !looked_ns || now - looked_ns >= LOOK_NS;
+    if (look)
+        looked_ns = now;
+    unsigned long long used = fg_state_reader_used(&reader, READ_TTL_NS, fgd.board[device], self_pid, look);
+    pthread_mutex_unlock(&reader_lock);
+    return used + fg_fault_pressure(fgd.board[device]); /* memory a fault plan has taken outside the run */
+}
+
 /* FakeGPU's cuBLAS sizes its stand-in's grid to the GEMM: a block per FGC_STANDIN_BLOCK_FLOPS (common/fgc_image.h).
  * The time is that many FLOPs at the board's achieved GEMM rate; any other kernel's is unknown: FG_STATE_KERNEL_NS. */
 void fgd_launch_busy(int device, const char *kernel, unsigned long long blocks)
@@ -124,6 +161,11 @@ long long fgd_copy_ns(int device, unsigned long long bytes)
 static void after_fork_child(void)
 {
     pthread_mutex_init(&lock, NULL);
+    pthread_mutex_init(&reader_lock, NULL); /* the reader's mappings are inherited and stay valid */
+    self_pid = (unsigned)getpid();
+    looked_ns = 0;
+    fg_state_reader_invalidate(&reader); /* its parent's file is another process's now */
+    reader.skip_pid = self_pid;
     fg_state_close(file, state_dir, 0);
     file = NULL;
     unavailable = 0;
