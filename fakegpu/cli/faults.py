@@ -1,5 +1,5 @@
-"""`fakegpu fault inject --xid N|--corrected-ecc N|--memory-pressure SIZE --device GPU [--at DURATION]
-[--pid PID | --container NAME]` (fakegpu.faults.inject)."""
+"""`fakegpu fault inject --xid N|--corrected-ecc N|--memory-pressure SIZE|--throttle REASON [--clock C]
+--device GPU [--at DURATION] [--pid PID | --container NAME]` (fakegpu.faults.inject)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def inject(
     memory_pressure: str | None = typer.Option(
         None, "--memory-pressure", help="Instead of --xid: device memory something outside the run takes from then "
         "on, e.g. 20GiB (used and not free for the run's processes; in no process list)."),
+    throttle: str | None = typer.Option(
+        None, "--throttle", help="Instead of --xid: hold the GPU's clocks back from then on for a reason (thermal, "
+        "hw_thermal, power, power_brake, sync_boost): a straggler."),
+    clock: str | None = typer.Option(None, "--clock", help="With --throttle: the SM clock, 900MHz or 50% of the "
+                                     "boost clock (default 50%)."),
     device: str = typer.Option(..., "--device", help="The GPU: its index in the run, or its UUID."),
     at: str = typer.Option("0", "--at", help="Delay from now (seconds, or 5s, 1m)."),
     pid: int | None = typer.Option(None, "--pid", help="A process of the target run (default: this shell's run)."),
@@ -50,7 +55,8 @@ def inject(
 ) -> None:
     """Inject a fault into a run now, as if the driver had reported it: NVML delivers the Xid event to those who
     registered for it, and Xid 79 makes the GPU lost for NVML and nvidia-smi; --corrected-ecc N counts N
-    correctable errors; --memory-pressure SIZE has something outside the run take that much device memory."""
+    correctable errors; --memory-pressure SIZE has something outside the run take that much device memory;
+    --throttle REASON [--clock C] holds its clocks back (a straggler)."""
     from fakegpu.faults.inject import inject as put
     from fakegpu.faults.inject import inject_container
     from fakegpu.faults.plan import parse_flag
@@ -59,14 +65,17 @@ def inject(
         if pid is not None and container is not None:
             raise UsageError("give --pid or --container, not both")
         given = {k: v for k, v in (("xid", xid), ("corrected_ecc", corrected_ecc),
-                                   ("memory_pressure", memory_pressure)) if v is not None}
+                                   ("memory_pressure", memory_pressure), ("throttle", throttle)) if v is not None}
         if len(given) != 1:
-            raise UsageError("give one of --xid N (an Xid event), --corrected-ecc N (correctable errors) or "
-                             "--memory-pressure SIZE (memory taken outside the run)")
-        ((key, value),) = given.items()
-        if "," in str(value):
-            raise UsageError(f"--{key.replace('_', '-')} {value!r}: one value, no commas")
-        what = f"{key}={value}"
+            raise UsageError("give one of --xid N (an Xid event), --corrected-ecc N (correctable errors), "
+                             "--memory-pressure SIZE (memory taken outside the run) or --throttle REASON (clocks "
+                             "held back)")
+        if clock is not None:
+            given["clock"] = clock
+        for key, value in given.items():
+            if "," in str(value):
+                raise UsageError(f"--{key.replace('_', '-')} {value!r}: one value, no commas")
+        what = ",".join(f"{k}={v}" for k, v in given.items())
         fault = parse_flag(f"{what},device={device},at={at}", "fault inject")
         done = inject_container(fault, container, container_layout()) if container is not None else put(fault, pid=pid)
     except FakeGPUError as exc:

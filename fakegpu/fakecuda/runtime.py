@@ -7,6 +7,7 @@ from the profile (fakegpu.profiles) through THE device-spec parser (fakegpu.devi
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -154,9 +155,15 @@ class Runtime:
 
     def ran(self, index: int, compute: bool = False, started_ns: int | None = None) -> None:
         """An op ran on the device (since started_ns, CLOCK_MONOTONIC; tensor-core math when `compute`): a lost GPU
-        refuses it (ModelGPULost), a live one was busy with it."""
+        refuses it (ModelGPULost), a live one was busy with it, and a throttled one (a fault plan's straggler)
+        takes boost/clock times as long: the op's wall time is stretched here, so its peers wait for it."""
         self.check_lost(index)
         self.loaded(index, "first_launch")
+        if started_ns is not None and self.faults is not None:
+            boost = self.devices[index].profile.data["clocks_mhz"]["boost"]
+            factor = self.faults.slowdown(self.devices[index].board, boost)
+            if factor > 1:
+                time.sleep((factor - 1) * max(0, time.monotonic_ns() - started_ns) / 1e9)
         if self.on_busy is not None:
             self.on_busy(self.devices[index].board, compute, started_ns)
 

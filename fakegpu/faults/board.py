@@ -14,12 +14,16 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
     12  (zero)   u32
     16  record[MAX_RECORDS], RECORD_SIZE bytes each:
         0   fire_ns  u64  CLOCK_REALTIME nanoseconds at which the fault takes effect
-        8   kind     u32  KIND_XID, KIND_CORRECTED_ECC (correctable errors: no event, only the counters move) or
-                          KIND_MEMORY_PRESSURE (device memory held outside the run from then on)
+        8   kind     u32  KIND_XID, KIND_CORRECTED_ECC (correctable errors: no event, only the counters move),
+                          KIND_MEMORY_PRESSURE (device memory held outside the run from then on) or KIND_THROTTLE
+                          (clocks held back from then on)
         12  device   u32  index in the run's device table (NVML's index)
         16  code     u32  KIND_XID: the Xid; KIND_CORRECTED_ECC: how many errors the ECC corrected;
-                          KIND_MEMORY_PRESSURE: how many MiB are held
-        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below
+                          KIND_MEMORY_PRESSURE: how many MiB are held; KIND_THROTTLE: the clock-event reason bits
+                          (NVML's, low 8 bits) and the SM clock it holds to above them (MHz, or with
+                          FLAG_CLOCK_PERCENT a percentage of the board's boost clock)
+        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below;
+                          FLAG_CLOCK_PERCENT: see code
         24  data     u64  FLAG_AFTER_ALLOCATIONS: the allocation count that fires it; else 0
 
 A record with FLAG_AFTER_ALLOCATIONS waits with fire_ns NEVER until a process's own count of device-memory
@@ -52,9 +56,12 @@ SIZE = OFF_RECORDS + RECORD_SIZE * MAX_RECORDS
 KIND_XID = 1
 KIND_CORRECTED_ECC = 2
 KIND_MEMORY_PRESSURE = 3
+KIND_THROTTLE = 4
 MIB = 1 << 20
+CLOCK_STEP_MHZ = 15  # NVML's supported SM clocks are 15 MHz apart
 FLAG_LOST = 1
 FLAG_AFTER_ALLOCATIONS = 2
+FLAG_CLOCK_PERCENT = 4
 NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened
 _RECORD = struct.Struct("=QIIIIQ")
 assert _RECORD.size == RECORD_SIZE
@@ -76,6 +83,13 @@ class Record:
     @property
     def lost(self) -> bool:
         return bool(self.flags & FLAG_LOST)
+
+
+def throttle_mhz(r: Record, boost_mhz: int) -> int:
+    """The SM clock a throttle record holds its GPU to (at least 1 MHz): native/common/fg_faults.c's rule."""
+    value = r.code >> 8
+    mhz = boost_mhz * value // 100 // CLOCK_STEP_MHZ * CLOCK_STEP_MHZ if r.flags & FLAG_CLOCK_PERCENT else value
+    return max(1, min(mhz, boost_mhz) if boost_mhz else mhz)
 
 
 def board_path(state_dir: str) -> str:
@@ -258,6 +272,17 @@ class Watch:
         now = time.time_ns()
         return sum(r.code * MIB for r in self._records()
                    if r.device == device and r.kind == KIND_MEMORY_PRESSURE and r.fire_ns <= now)
+
+    def slowdown(self, device: int, boost_mhz: int) -> float:
+        """How many times longer the GPU's work takes by now: its boost clock over the lowest clock a fired throttle
+        holds it to (1.0 unthrottled)."""
+        m = self._board()
+        if m is None or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
+            return 1.0
+        now = time.time_ns()
+        caps = [throttle_mhz(r, boost_mhz) for r in self._records()
+                if r.device == device and r.kind == KIND_THROTTLE and r.fire_ns <= now]
+        return boost_mhz / min(caps) if caps and boost_mhz else 1.0
 
     def allocated(self, device: int) -> None:
         """This process allocated device memory on the GPU: faults waiting for its Nth allocation there fire."""

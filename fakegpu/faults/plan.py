@@ -5,7 +5,10 @@ the records of the run's fault board (board.py) with each GPU named by its index
 A fault is an Xid event (`xid`), correctable ECC errors (`corrected_ecc: N`: single-bit errors the memory
 corrected, which raise no Xid and no event and only move the corrected counters, as on a real board) or memory
 pressure (`memory_pressure: 20GiB`: device memory taken by something outside the run, such as another container's
-process, from then on: used and not free for anyone in the run, and in no process list the run can see).
+process, from then on: used and not free for anyone in the run, and in no process list the run can see) or a
+throttle (`throttle: thermal` with `clock: 900MHz` or `clock: 50%`: the GPU's clocks held back for a reason from
+then on, so it is a straggler: NVML's clock-event reasons, clocks and violation counters say so, and its work takes
+boost/clock times as long, in fakecuda's wall time and in the busy time telemetry follows).
 
 What an Xid does is decided here, once: the readers in C only see the record's flags.
 """
@@ -23,9 +26,11 @@ from typing import Any
 from fakegpu.errors import UsageError, clip, shorten
 from fakegpu.faults.board import (
     FLAG_AFTER_ALLOCATIONS,
+    FLAG_CLOCK_PERCENT,
     FLAG_LOST,
     KIND_CORRECTED_ECC,
     KIND_MEMORY_PRESSURE,
+    KIND_THROTTLE,
     KIND_XID,
     MIB,
     NEVER,
@@ -47,8 +52,18 @@ XIDS: dict[int, tuple[str, bool]] = {
     94: ("Contained ECC error", False),
     95: ("Uncontained ECC error", False),
 }
-FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "device", "at", "after_allocations")
-KINDS = ("xid", "corrected_ecc", "memory_pressure")  # each also the key that gives the fault
+FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "throttle", "clock", "device", "at",
+              "after_allocations")
+KINDS = ("xid", "corrected_ecc", "memory_pressure", "throttle")  # each also the key that gives the fault
+# A throttle's reason: NVML's clock-event reason bits (nvmlClocksEventReason*), as the driver sets them.
+THROTTLES: dict[str, tuple[int, str]] = {
+    "thermal": (0x20, "SW thermal slowdown"),
+    "hw_thermal": (0x08 | 0x40, "HW slowdown: HW thermal slowdown"),
+    "power": (0x04, "SW power cap"),
+    "power_brake": (0x08 | 0x80, "HW slowdown: HW power brake slowdown"),
+    "sync_boost": (0x10, "sync boost"),
+}
+DEFAULT_CLOCK = (50, True)  # a throttle without `clock`: half the boost clock
 
 
 class InvalidFaultPlan(UsageError):
@@ -65,6 +80,8 @@ class Fault:
     after_allocations: int | None = None  # instead of at_s
     corrected_ecc: int | None = None  # instead of xid: how many single-bit errors were corrected
     memory_pressure: int | None = None  # instead of xid: bytes held outside the run (whole MiB)
+    throttle: str | None = None  # instead of xid: a THROTTLES reason
+    clock: tuple[int, bool] = DEFAULT_CLOCK  # a throttle's SM clock: (MHz, False) or (percent of boost, True)
 
     @property
     def lost(self) -> bool:
@@ -74,6 +91,9 @@ class Fault:
         """Xid 79 (GPU has fallen off the bus), 3 corrected ECC errors, or 20480 MiB held outside the run."""
         if self.memory_pressure is not None:
             return f"{self.memory_pressure // MIB} MiB held outside the run"
+        if self.throttle is not None:
+            value, percent = self.clock
+            return f"{THROTTLES[self.throttle][1]} to {value}{'% of the boost clock' if percent else ' MHz'}"
         if self.xid is None:
             return f"{self.corrected_ecc} corrected ECC error{'s' if self.corrected_ecc != 1 else ''}"
         return f"Xid {self.xid} ({XIDS[self.xid][0]})"
@@ -128,8 +148,9 @@ def _problem(error: Any) -> str:
     if error.validator == "oneOf" and "xid" in error.schema.get("oneOf", [{}])[0].get("required", []):
         given = [k for k in KINDS if isinstance(error.instance, dict) and k in error.instance]
         return (f"{where}: give one of {', '.join(KINDS)}, not {' and '.join(given)}" if given else
-                f"{where}: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable errors) or "
-                "memory_pressure (how much memory something outside the run takes, e.g. 20GiB)")
+                f"{where}: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable errors), "
+                "memory_pressure (how much memory something outside the run takes, e.g. 20GiB) or throttle (a "
+                f"clock-event reason: {', '.join(THROTTLES)})")
     if error.validator == "oneOf" and where.endswith(".memory_pressure"):
         return f"{where}: {_shown(error.instance)} is not a size; expected e.g. 20GiB, 512MiB or a number of bytes"
     if error.validator == "oneOf" and where.endswith(".device"):
@@ -148,6 +169,7 @@ def check(doc: Any, source: str) -> list[Fault]:
     if problems:
         raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
     pressures: dict[int, int] = {}
+    clocks: dict[int, tuple[int, bool]] = {}
     for i, f in enumerate(doc["faults"]):
         given = next(k for k in KINDS if k in f)
         if f.get("kind", given) != given:
@@ -158,11 +180,35 @@ def check(doc: Any, source: str) -> list[Fault]:
                 pressures[i] = _pressure_bytes(f["memory_pressure"])
             except ValueError as exc:
                 problems.append(f"faults[{i}].memory_pressure: {exc}")
+        if "clock" in f and given != "throttle":
+            problems.append(f"faults[{i}].clock: only a throttle holds clocks; give throttle: REASON with it")
+        if given == "throttle":
+            try:
+                clocks[i] = _clock(f["clock"]) if "clock" in f else DEFAULT_CLOCK
+            except ValueError as exc:
+                problems.append(f"faults[{i}].clock: {exc}")
     if problems:
         raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
     return [Fault(int(f["xid"]) if "xid" in f else None, f["device"],
                   parse_duration(f.get("at", 0), f"{source}: at"), f.get("after_allocations"),
-                  f.get("corrected_ecc"), pressures.get(i)) for i, f in enumerate(doc["faults"])]
+                  f.get("corrected_ecc"), pressures.get(i), f.get("throttle"), clocks.get(i, DEFAULT_CLOCK))
+            for i, f in enumerate(doc["faults"])]
+
+
+def _clock(value: int | str) -> tuple[int, bool]:
+    """A throttle's clock: MHz (900, "900MHz") or a share of the boost clock ("50%"), as (value, percent)."""
+    text = str(value).strip()
+    percent = text.endswith("%")
+    number = text[:-1] if percent else text.removesuffix("MHz").removesuffix("mhz").strip()
+    if not number.isdigit():
+        raise ValueError(f"{_shown(value)} is not a clock; expected MHz (900 or 900MHz) or a share of the boost "
+                         "clock (50%)")
+    n = int(number)
+    if percent and not 1 <= n <= 100:
+        raise ValueError(f"{_shown(value)}: a share of the boost clock is 1% to 100%")
+    if not percent and not 1 <= n <= 0xFFFF:
+        raise ValueError(f"{_shown(value)}: expected 1 to 65535 MHz")
+    return n, percent
 
 
 # The board counts held memory in MiB in a 32-bit field.
@@ -213,8 +259,8 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in ("xid", "corrected_ecc", "memory_pressure", "device", "after_allocations") \
-            and v.isdigit() else v
+        fault[key] = int(v) if key in ("xid", "corrected_ecc", "memory_pressure", "clock", "device",
+                                       "after_allocations") and v.isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 
@@ -239,6 +285,10 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
             kind, code = KIND_XID, f.xid
         elif f.memory_pressure is not None:
             kind, code = KIND_MEMORY_PRESSURE, f.memory_pressure // MIB
+        elif f.throttle is not None:
+            value, percent = f.clock
+            kind, code = KIND_THROTTLE, THROTTLES[f.throttle][0] | value << 8
+            flags |= FLAG_CLOCK_PERCENT if percent else 0
         else:
             kind, code = KIND_CORRECTED_ECC, f.corrected_ecc
         out.append(Record(fire_ns=fire, device=device_index(f.device, uuids), code=code, kind=kind, flags=flags,

@@ -113,6 +113,45 @@ int fg_fault_lost(unsigned device)
     return 0;
 }
 
+static void earliest(uint64_t *since, uint64_t t)
+{
+    if (!*since || t < *since)
+        *since = t;
+}
+
+void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_fault_throttling *out)
+{
+    memset(out, 0, sizeof *out);
+    const fg_fault_board *b = fg_faults();
+    unsigned n = fg_fault_count(b);
+    if (!n)
+        return;
+    uint64_t now = fg_fault_now_ns();
+    for (unsigned i = 0; i < n; i++) {
+        const fg_fault_record *r = &b->rec[i];
+        if (r->device != device || r->kind != FG_FAULT_KIND_THROTTLE || r->fire_ns > now)
+            continue;
+        unsigned bits = r->code & 0xFF, value = r->code >> 8;
+        /* fakegpu/faults/board.py's throttle_mhz: a share of the boost clock in 15 MHz steps, at most the boost */
+        unsigned mhz = (r->flags & FG_FAULT_FLAG_CLOCK_PERCENT)
+                           ? boost_mhz * value / 100 / FG_FAULT_CLOCK_STEP_MHZ * FG_FAULT_CLOCK_STEP_MHZ
+                           : value;
+        if (boost_mhz && mhz > boost_mhz)
+            mhz = boost_mhz;
+        if (!mhz)
+            mhz = 1;
+        if (!out->mhz || mhz < out->mhz)
+            out->mhz = mhz;
+        out->reasons |= bits;
+        if (bits & 0x84) /* SW power cap, HW power brake */
+            earliest(&out->power_since_ns, r->fire_ns);
+        if (bits & 0x60) /* SW thermal, HW thermal */
+            earliest(&out->thermal_since_ns, r->fire_ns);
+        if (bits & 0x10) /* sync boost */
+            earliest(&out->sync_since_ns, r->fire_ns);
+    }
+}
+
 unsigned long long fg_fault_pressure(unsigned device)
 {
     const fg_fault_board *b = fg_faults();

@@ -53,6 +53,16 @@ typedef struct {
     unsigned record_fails; /* Xid 64: recording it failed */
 } fg_fault_ecc;
 FG_HIDDEN void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out);
+/* The device's throttling by now (fired throttle records): the clock-event reason bits they set, the lowest SM
+ * clock they hold it to (0: none) given its boost clock, and since when each policy's violation counter runs (the
+ * earliest such record's fire time, CLOCK_REALTIME ns; 0: none): power (power cap, power brake), thermal, sync
+ * boost. */
+typedef struct {
+    unsigned long long reasons;
+    unsigned mhz;
+    uint64_t power_since_ns, thermal_since_ns, sync_since_ns;
+} fg_fault_throttling;
+FG_HIDDEN void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_fault_throttling *out);
 /* Bytes held on the device (its table index) outside the run by now: fired memory-pressure records. */
 FG_HIDDEN unsigned long long fg_fault_pressure(unsigned device);
 /* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */

@@ -283,6 +283,18 @@ void fg_load_of(const fg_device *d, fg_load *out)
         out->sm_mhz = mhz > d->clock_graphics_min_mhz ? mhz : d->clock_graphics_min_mhz;
         out->event_reasons = nvmlClocksEventReasonSwPowerCap;
     }
+    /* A throttle a fault plan holds (fakegpu/faults/plan.py): its reasons, its clock while work runs, and for a
+     * thermal one the temperature that makes a driver slow down, so the readings agree with each other. */
+    fg_fault_throttling t;
+    fg_fault_throttle_of(d->index, d->clock_boost_mhz, &t);
+    if (t.reasons) {
+        out->event_reasons |= t.reasons;
+        if (active && t.mhz && out->sm_mhz > t.mhz)
+            out->sm_mhz = t.mhz > d->clock_graphics_min_mhz ? t.mhz : d->clock_graphics_min_mhz;
+        unsigned hot = (t.reasons & 0x40) && d->temp_slowdown_c ? d->temp_slowdown_c : d->temp_gpu_max_c;
+        if ((t.reasons & 0x60) && fg_cfg.pin_temperature < 0 && out->temperature_c < hot)
+            out->temperature_c = hot;
+    }
     /* Datacenter boards with persistence on sit in P0 (the H200 did in every state captured); desktop cards drop to
      * P8 when idle. */
     out->pstate = fg_is_datacenter(d) || s.busy || period_busy > 0 ? NVML_PSTATE_0 : NVML_PSTATE_8;

@@ -194,3 +194,24 @@ def test_memory_pressure_leaves_less_and_names_no_process(tmp_path):
         rt.malloc(1, 30 * GiB)
     assert "Process" not in str(oom.value) and "Including non-PyTorch memory, this process has" in str(oom.value)
     pub.close()
+
+
+def test_a_throttled_gpu_is_a_straggler_its_ops_take_boost_over_clock_as_long(tmp_path, monkeypatch):
+    import time
+
+    from fakegpu.fakecuda import runtime as runtime_module
+    from fakegpu.faults import board
+
+    rt = Runtime.from_spec("a100:2", environ={"FAKEGPU_STATE_DIR": str(tmp_path)})
+    # 25% of the A100's 1410 MHz boost, in 15 MHz steps: 345 MHz, so each op takes 1410/345 = 4.09 times as long
+    board.append(str(tmp_path), [board.Record(time.time_ns(), 1, 0x20 | 25 << 8, board.KIND_THROTTLE,
+                                              board.FLAG_CLOCK_PERCENT)])
+    time.sleep(0.2)  # a run without a board looks for one again every 100 ms
+    slept: list[float] = []
+    monkeypatch.setattr(runtime_module.time, "sleep", slept.append)
+    started = time.monotonic_ns() - 10_000_000  # an op that took 10 ms of CPU
+    rt.ran(1, started_ns=started)
+    rt.ran(0, started_ns=started)  # GPU 0 is not throttled
+    (stretch,) = slept
+    assert 0.0305 <= stretch < 0.0305 + 0.05, stretch  # (4.087 - 1) x 10 ms, and whatever the call took
+    assert rt.faults.slowdown(1, 1410) == 1410 / 345 and rt.faults.slowdown(0, 1410) == 1.0

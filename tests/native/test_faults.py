@@ -299,3 +299,65 @@ def test_memory_pressure_from_a_plan_and_from_fault_inject(tmp_path: Path) -> No
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("10240 MiB held outside the run on GPU 0 (GPU-"), proc.stdout
     assert lines[1:] == ["10240", "20480"], proc.stdout  # an idle board shows 0 MiB used on the 580 driver
+
+
+THROTTLE = textwrap.dedent("""
+    import json, pynvml as n
+    n.nvmlInit()
+    out = []
+    for i in range(n.nvmlDeviceGetCount()):
+        h = n.nvmlDeviceGetHandleByIndex(i)
+        out.append({"reasons": n.nvmlDeviceGetCurrentClocksEventReasons(h),
+                    "sm": n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM),
+                    "boost": n.nvmlDeviceGetMaxClockInfo(h, n.NVML_CLOCK_SM),
+                    "temp": n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU),
+                    "max": n.nvmlDeviceGetTemperatureThreshold(h, n.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+                    "thermal_ns": n.nvmlDeviceGetViolationStatus(h, n.NVML_PERF_POLICY_THERMAL).violationTime,
+                    "power_ns": n.nvmlDeviceGetViolationStatus(h, n.NVML_PERF_POLICY_POWER).violationTime})
+    print(json.dumps(out))
+""")
+
+
+def test_a_thermal_throttle_agrees_across_reasons_clocks_temperature_and_violation_time(native: NativeEnv) -> None:
+    import json
+
+    native.register(os.getpid(), 0, 600 << 20, "python3")  # a context on each GPU: active, at boost clocks
+    native.register(os.getpid(), 1, 600 << 20, "python3")
+
+    def read() -> list[dict]:
+        out = native.python(THROTTLE, devices="a100:2")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    before = read()
+    assert [d["reasons"] for d in before] == [0, 0] and before[1]["sm"] == before[1]["boost"]
+    fired = time.time_ns() - 2 * SECOND
+    board.append(str(native.state_dir), [board.Record(fired, 1, 0x20 | 900 << 8, board.KIND_THROTTLE)])
+    g0, g1 = read()
+    assert g0 == before[0] | {"thermal_ns": g0["thermal_ns"]} and g0["thermal_ns"] == 0  # GPU 0 untouched
+    assert g1["reasons"] == 0x20 and g1["sm"] == 900                         # SW thermal slowdown, at 900 MHz
+    assert g1["temp"] >= g1["max"]                                          # as hot as makes a driver slow down
+    assert 2 * SECOND <= g1["thermal_ns"] < 60 * SECOND and g1["power_ns"] == 0
+    # a power cap at half the boost clock on GPU 0: 15 MHz steps below it, its own violation counter
+    board.append(str(native.state_dir), [board.Record(fired, 0, 0x04 | 50 << 8, board.KIND_THROTTLE,
+                                                      board.FLAG_CLOCK_PERCENT)])
+    g0 = read()[0]
+    assert g0["reasons"] == 0x04 and g0["sm"] == g0["boost"] // 2 // 15 * 15 and g0["power_ns"] >= 2 * SECOND
+    assert g0["temp"] == before[0]["temp"]
+
+
+def test_fault_inject_throttles_a_running_run(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    exe = Path(sys.executable).with_name("fakegpu")
+    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
+    script = tmp_path / "slow.sh"
+    script.write_text("fakegpu fault inject --throttle power_brake --clock 600MHz --device 0 && "
+                      "nvidia-smi --query-gpu=clocks_event_reasons.active,clocks_event_reasons.hw_slowdown "
+                      "--format=csv,noheader\n")
+    proc = subprocess.run([str(exe), "run", "--devices", "a100", "--", "sh", str(script)], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("HW slowdown: HW power brake slowdown to 600 MHz on GPU 0 (GPU-"), proc.stdout
+    # GPU idle (no process holds a context) and HW slowdown with HW power brake slowdown
+    assert lines[1] == "0x0000000000000089, Active", proc.stdout

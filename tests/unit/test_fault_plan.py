@@ -37,17 +37,17 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
 
 @pytest.mark.parametrize("value, expected", [
     ("xid=79,device=1,att=2", "unknown key 'att' (did you mean 'at'?); accepted: kind, xid, corrected_ecc, "
-                              "memory_pressure, device, at"),
+                              "memory_pressure, throttle, clock, device, at"),
     ("xid=80,device=1", "faults[0].xid: 80 is not accepted; expected one of: 13, 31, 43, 48, 63, 64, 74, 79, 94, 95"),
     ("xid=79,device=GPU-zz", "faults[0].device: 'GPU-zz' is not a GPU; expected its index (0, 1) or UUID"),
     ("xid=79,device=1,at=soon", "faults[0].at: 'soon' is not a duration"),
     ("xid=79", "faults[0]: 'device' is a required property"),
     ("xid=79,device", "'device' is not KEY=VALUE; expected e.g. xid=79,device=1,at=20s"),
     ("xid=79,device=1,kind=ecc", "faults[0].kind: 'ecc' is not accepted; expected one of: xid, corrected_ecc, "
-                                 "memory_pressure"),
+                                 "memory_pressure, throttle"),
     ("device=1,at=2", "faults[0]: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable"),
-    ("xid=48,corrected_ecc=2,device=1", "faults[0]: give one of xid, corrected_ecc, memory_pressure, not xid and "
-                                        "corrected_ecc"),
+    ("xid=48,corrected_ecc=2,device=1", "faults[0]: give one of xid, corrected_ecc, memory_pressure, throttle, not "
+                                        "xid and corrected_ecc"),
     ("corrected_ecc=0,device=1", "faults[0].corrected_ecc: 0 is less than the minimum of 1"),
     ("corrected_ecc=2,device=1,kind=xid", "faults[0].kind: 'xid' does not go with corrected_ecc"),
 ])
@@ -102,9 +102,29 @@ def test_memory_pressure_is_a_size_held_in_whole_mib():
                             ("5000TiB", "'5000TiB' is more than any GPU has")):
         with pytest.raises(InvalidFaultPlan, match=re.escape(f"faults[0].memory_pressure: {expected}")):
             parse_flag(f"memory_pressure={value},device=0")
-    with pytest.raises(InvalidFaultPlan, match="give one of xid, corrected_ecc, memory_pressure, not xid and "
-                                               "memory_pressure"):
+    with pytest.raises(InvalidFaultPlan, match="give one of xid, corrected_ecc, memory_pressure, throttle, not xid "
+                                               "and memory_pressure"):
         parse_flag("memory_pressure=1GiB,xid=79,device=0")
+
+
+def test_a_throttle_holds_a_reason_and_a_clock():
+    thermal = parse_flag("throttle=thermal,clock=900MHz,device=1,at=5s")
+    assert thermal == Fault(None, 1, 5.0, throttle="thermal", clock=(900, False))
+    assert thermal.describe() == "SW thermal slowdown to 900 MHz"
+    power = load_text("faults: [{throttle: power, device: 0}]", "x")[0]  # half the boost clock by default
+    assert power.clock == (50, True) and power.describe() == "SW power cap to 50% of the boost clock"
+    got = records([thermal, power], UUIDS, start_ns=0)
+    assert got == [board.Record(5_000_000_000, 1, 0x20 | 900 << 8, board.KIND_THROTTLE, 0),
+                   board.Record(0, 0, 0x04 | 50 << 8, board.KIND_THROTTLE, board.FLAG_CLOCK_PERCENT)]
+    # the clock the readers hold it to: MHz as given, a share of the boost in 15 MHz steps, never above the boost
+    assert [board.throttle_mhz(r, 1410) for r in got] == [900, 705]
+    assert board.throttle_mhz(got[0], 765) == 765
+    for value, expected in (("fast", "'fast' is not a clock"), ("0%", "'0%': a share of the boost clock is 1% "
+                                                                       "to 100%")):
+        with pytest.raises(InvalidFaultPlan, match=re.escape(f"faults[0].clock: {expected}")):
+            parse_flag(f"throttle=sync_boost,clock={value},device=0")
+    with pytest.raises(InvalidFaultPlan, match=re.escape("faults[0].clock: only a throttle holds clocks")):
+        parse_flag("xid=13,clock=50%,device=0")
 
 
 def test_board_round_trip_fired_and_full(tmp_path):

@@ -145,6 +145,13 @@ void fgd_launch_busy(int device, const char *kernel, unsigned long long blocks)
         if (tflops > 0)
             dur = (long long)((double)blocks * FGC_STANDIN_BLOCK_FLOPS / (tflops * 1e3)); /* TFLOPS = 1e3 FLOP/ns */
     }
+    if (device >= 0 && (unsigned)device < fgd.devs.count) { /* a throttled GPU takes boost/clock times as long */
+        fg_fault_throttling t;
+        unsigned boost = fgd.devs.dev[device].clock_boost_mhz;
+        fg_fault_throttle_of(fgd.board[device], boost, &t);
+        if (t.mhz && t.mhz < boost)
+            dur = dur * (long long)boost / (long long)t.mhz;
+    }
     fgd_work(device, compute, now, now, dur);
 }
 
