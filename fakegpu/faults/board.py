@@ -24,7 +24,9 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
                           FLAG_CLOCK_PERCENT a percentage of the board's boost clock)
         20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below;
                           FLAG_CLOCK_PERCENT: see code
-        24  data     u64  FLAG_AFTER_ALLOCATIONS: the allocation count that fires it; else 0
+        24  data     u64  low 32 bits: with FLAG_AFTER_ALLOCATIONS the allocation count that fires it, else 0;
+                          high 32 bits: how many ms a memory pressure or throttle lasts once fired (0: until
+                          the run ends)
 
 A record with FLAG_AFTER_ALLOCATIONS waits with fire_ns NEVER until a process's own count of device-memory
 allocations on that GPU reaches `data` (native mode's libcuda counts them); that process then stores the time
@@ -83,6 +85,20 @@ class Record:
     @property
     def lost(self) -> bool:
         return bool(self.flags & FLAG_LOST)
+
+    @property
+    def allocations(self) -> int:
+        """The allocation count that fires it (FLAG_AFTER_ALLOCATIONS)."""
+        return self.data & 0xFFFF_FFFF
+
+    @property
+    def lasts_ns(self) -> int:
+        """How long it lasts once fired; 0 until the run ends."""
+        return (self.data >> 32) * 1_000_000
+
+    def active(self, now_ns: int) -> bool:
+        """Fired by `now_ns` (CLOCK_REALTIME) and not over."""
+        return self.fire_ns <= now_ns and (not self.lasts_ns or now_ns < self.fire_ns + self.lasts_ns)
 
 
 def throttle_mhz(r: Record, boost_mhz: int) -> int:
@@ -271,7 +287,7 @@ class Watch:
             return 0
         now = time.time_ns()
         return sum(r.code * MIB for r in self._records()
-                   if r.device == device and r.kind == KIND_MEMORY_PRESSURE and r.fire_ns <= now)
+                   if r.device == device and r.kind == KIND_MEMORY_PRESSURE and r.active(now))
 
     def slowdown(self, device: int, boost_mhz: int) -> float:
         """How many times longer the GPU's work takes by now: its boost clock over the lowest clock a fired throttle
@@ -281,7 +297,7 @@ class Watch:
             return 1.0
         now = time.time_ns()
         caps = [throttle_mhz(r, boost_mhz) for r in self._records()
-                if r.device == device and r.kind == KIND_THROTTLE and r.fire_ns <= now]
+                if r.device == device and r.kind == KIND_THROTTLE and r.active(now)]
         return boost_mhz / min(caps) if caps and boost_mhz else 1.0
 
     def allocated(self, device: int) -> None:
@@ -291,7 +307,7 @@ class Watch:
         if m is None or not self._writable:
             return
         due = [i for i, r in enumerate(self._records()) if r.device == device and r.flags & FLAG_AFTER_ALLOCATIONS
-               and r.fire_ns == NEVER and n >= r.data]
+               and r.fire_ns == NEVER and n >= r.allocations]
         if not due:
             return
         # Python has no compare-and-swap on a mapping: the writers' lock makes the check and the stamp one step

@@ -53,7 +53,10 @@ XIDS: dict[int, tuple[str, bool]] = {
     95: ("Uncontained ECC error", False),
 }
 FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "throttle", "clock", "device", "at",
-              "after_allocations")
+              "after_allocations", "for")
+# What may end again (`for`): memory pressure and throttles; an Xid happened, and a lost GPU stays lost.
+LASTING = ("memory_pressure", "throttle")
+MAX_LASTS_S = ((1 << 32) - 1) / 1000  # the board holds the length in ms in 32 bits: about 49 days
 KINDS = ("xid", "corrected_ecc", "memory_pressure", "throttle")  # each also the key that gives the fault
 # A throttle's reason: NVML's clock-event reason bits (nvmlClocksEventReason*), as the driver sets them.
 THROTTLES: dict[str, tuple[int, str]] = {
@@ -82,6 +85,7 @@ class Fault:
     memory_pressure: int | None = None  # instead of xid: bytes held outside the run (whole MiB)
     throttle: str | None = None  # instead of xid: a THROTTLES reason
     clock: tuple[int, bool] = DEFAULT_CLOCK  # a throttle's SM clock: (MHz, False) or (percent of boost, True)
+    lasts_s: float = 0.0  # how long a memory pressure or throttle lasts once fired; 0: until the run ends
 
     @property
     def lost(self) -> bool:
@@ -90,10 +94,12 @@ class Fault:
     def describe(self) -> str:
         """Xid 79 (GPU has fallen off the bus), 3 corrected ECC errors, or 20480 MiB held outside the run."""
         if self.memory_pressure is not None:
-            return f"{self.memory_pressure // MIB} MiB held outside the run"
+            return (f"{self.memory_pressure // MIB} MiB held outside the run"
+                    + (f" for {self.lasts_s:g} s" if self.lasts_s else ""))
         if self.throttle is not None:
             value, percent = self.clock
-            return f"{THROTTLES[self.throttle][1]} to {value}{'% of the boost clock' if percent else ' MHz'}"
+            return (f"{THROTTLES[self.throttle][1]} to {value}{'% of the boost clock' if percent else ' MHz'}"
+                    + (f" for {self.lasts_s:g} s" if self.lasts_s else ""))
         if self.xid is None:
             return f"{self.corrected_ecc} corrected ECC error{'s' if self.corrected_ecc != 1 else ''}"
         return f"Xid {self.xid} ({XIDS[self.xid][0]})"
@@ -155,7 +161,7 @@ def _problem(error: Any) -> str:
         return f"{where}: {_shown(error.instance)} is not a size; expected e.g. 20GiB, 512MiB or a number of bytes"
     if error.validator == "oneOf" and where.endswith(".device"):
         return f"{where}: {_shown(error.instance)} is not a GPU; expected its index (0, 1) or UUID (GPU-...)"
-    if error.validator == "oneOf" and where.endswith(".at"):
+    if error.validator == "oneOf" and where.endswith((".at", ".for")):
         return f"{where}: {_shown(error.instance)} is not a duration; expected seconds or 20s, 1.5m, 2h"
     return f"{where}: {clip(error.message)}"
 
@@ -180,6 +186,11 @@ def check(doc: Any, source: str) -> list[Fault]:
                 pressures[i] = _pressure_bytes(f["memory_pressure"])
             except ValueError as exc:
                 problems.append(f"faults[{i}].memory_pressure: {exc}")
+        if "for" in f and given not in LASTING:
+            problems.append(f"faults[{i}].for: only {' and '.join(LASTING)} end again; an Xid has happened")
+        elif "for" in f and not 0 < parse_duration(f["for"], f"{source}: faults[{i}].for") <= MAX_LASTS_S:
+            problems.append(f"faults[{i}].for: {_shown(f['for'])}: give a length above 0 and at most "
+                            f"{MAX_LASTS_S:.0f} s")
         if "clock" in f and given != "throttle":
             problems.append(f"faults[{i}].clock: only a throttle holds clocks; give throttle: REASON with it")
         if given == "throttle":
@@ -191,7 +202,8 @@ def check(doc: Any, source: str) -> list[Fault]:
         raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
     return [Fault(int(f["xid"]) if "xid" in f else None, f["device"],
                   parse_duration(f.get("at", 0), f"{source}: at"), f.get("after_allocations"),
-                  f.get("corrected_ecc"), pressures.get(i), f.get("throttle"), clocks.get(i, DEFAULT_CLOCK))
+                  f.get("corrected_ecc"), pressures.get(i), f.get("throttle"), clocks.get(i, DEFAULT_CLOCK),
+                  parse_duration(f["for"], f"{source}: for") if "for" in f else 0.0)
             for i, f in enumerate(doc["faults"])]
 
 
@@ -291,6 +303,7 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
             flags |= FLAG_CLOCK_PERCENT if percent else 0
         else:
             kind, code = KIND_CORRECTED_ECC, f.corrected_ecc
+        data |= round(f.lasts_s * 1000) << 32
         out.append(Record(fire_ns=fire, device=device_index(f.device, uuids), code=code, kind=kind, flags=flags,
                           data=data))
     return out

@@ -113,10 +113,13 @@ int fg_fault_lost(unsigned device)
     return 0;
 }
 
-static void earliest(uint64_t *since, uint64_t t)
+/* A record's length once fired (data's high 32 bits, ms; fakegpu/faults/board.py), 0: until the run ends. */
+static uint64_t lasts_ns(const fg_fault_record *r) { return (r->data >> 32) * 1000000ULL; }
+
+static int active(const fg_fault_record *r, uint64_t now)
 {
-    if (!*since || t < *since)
-        *since = t;
+    uint64_t len = lasts_ns(r);
+    return r->fire_ns <= now && (!len || now - r->fire_ns < len);
 }
 
 void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_fault_throttling *out)
@@ -132,6 +135,17 @@ void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_fault_throttli
         if (r->device != device || r->kind != FG_FAULT_KIND_THROTTLE || r->fire_ns > now)
             continue;
         unsigned bits = r->code & 0xFF, value = r->code >> 8;
+        uint64_t held = now - r->fire_ns, len = lasts_ns(r);
+        if (len && held > len)
+            held = len;
+        if (bits & 0x84) /* SW power cap, HW power brake */
+            out->power_ns += held;
+        if (bits & 0x60) /* SW thermal, HW thermal */
+            out->thermal_ns += held;
+        if (bits & 0x10) /* sync boost */
+            out->sync_ns += held;
+        if (!active(r, now))
+            continue;
         /* fakegpu/faults/board.py's throttle_mhz: a share of the boost clock in 15 MHz steps, at most the boost */
         unsigned mhz = (r->flags & FG_FAULT_FLAG_CLOCK_PERCENT)
                            ? boost_mhz * value / 100 / FG_FAULT_CLOCK_STEP_MHZ * FG_FAULT_CLOCK_STEP_MHZ
@@ -143,12 +157,6 @@ void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_fault_throttli
         if (!out->mhz || mhz < out->mhz)
             out->mhz = mhz;
         out->reasons |= bits;
-        if (bits & 0x84) /* SW power cap, HW power brake */
-            earliest(&out->power_since_ns, r->fire_ns);
-        if (bits & 0x60) /* SW thermal, HW thermal */
-            earliest(&out->thermal_since_ns, r->fire_ns);
-        if (bits & 0x10) /* sync boost */
-            earliest(&out->sync_since_ns, r->fire_ns);
     }
 }
 
@@ -161,7 +169,7 @@ unsigned long long fg_fault_pressure(unsigned device)
         return 0;
     uint64_t now = fg_fault_now_ns();
     for (unsigned i = 0; i < n; i++)
-        if (b->rec[i].device == device && b->rec[i].kind == FG_FAULT_KIND_MEMORY_PRESSURE && b->rec[i].fire_ns <= now)
+        if (b->rec[i].device == device && b->rec[i].kind == FG_FAULT_KIND_MEMORY_PRESSURE && active(&b->rec[i], now))
             held += (unsigned long long)b->rec[i].code << 20;
     return held;
 }
@@ -186,7 +194,7 @@ void fg_fault_allocated(unsigned device)
         return;
     for (unsigned i = 0; i < count; i++) {
         fg_fault_record *r = (fg_fault_record *)&b->rec[i];
-        if (r->device != device || !(r->flags & FG_FAULT_FLAG_AFTER_ALLOCATIONS) || n < r->data)
+        if (r->device != device || !(r->flags & FG_FAULT_FLAG_AFTER_ALLOCATIONS) || n < (r->data & 0xFFFFFFFFULL))
             continue;
         /* Once: the first process to reach the count stamps the time; later ones find it stamped. */
         uint64_t never = FG_FAULT_NEVER;

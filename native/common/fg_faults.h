@@ -53,14 +53,14 @@ typedef struct {
     unsigned record_fails; /* Xid 64: recording it failed */
 } fg_fault_ecc;
 FG_HIDDEN void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out);
-/* The device's throttling by now (fired throttle records): the clock-event reason bits they set, the lowest SM
- * clock they hold it to (0: none) given its boost clock, and since when each policy's violation counter runs (the
- * earliest such record's fire time, CLOCK_REALTIME ns; 0: none): power (power cap, power brake), thermal, sync
+/* The device's throttling by now (throttle records fired and not over): the clock-event reason bits they set and
+ * the lowest SM clock they hold it to (0: none) given its boost clock; and per policy the time its clocks have
+ * been held back in all (every fired record's, over or not; ns): power (power cap, power brake), thermal, sync
  * boost. */
 typedef struct {
     unsigned long long reasons;
     unsigned mhz;
-    uint64_t power_since_ns, thermal_since_ns, sync_since_ns;
+    uint64_t power_ns, thermal_ns, sync_ns;
 } fg_fault_throttling;
 FG_HIDDEN void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_fault_throttling *out);
 /* Bytes held on the device (its table index) outside the run by now: fired memory-pressure records. */

@@ -252,13 +252,12 @@ nvmlReturn_t nvmlDeviceGetViolationStatus(nvmlDevice_t device, nvmlPerfPolicyTyp
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
     violTime->referenceTime = now / 1000;
-    /* Time held back since a fault plan's throttle of this policy fired (ns); none otherwise. */
+    /* Time a fault plan's throttles of this policy have held the clocks back (ns); none otherwise. */
     fg_fault_throttling t;
     fg_fault_throttle_of(d->index, d->clock_boost_mhz, &t);
-    uint64_t since = perfPolicyType == NVML_PERF_POLICY_POWER     ? t.power_since_ns
-                     : perfPolicyType == NVML_PERF_POLICY_THERMAL ? t.thermal_since_ns
-                     : perfPolicyType == NVML_PERF_POLICY_SYNC_BOOST ? t.sync_since_ns
-                                                                     : 0;
-    violTime->violationTime = since && since < now ? now - since : 0;
+    violTime->violationTime = perfPolicyType == NVML_PERF_POLICY_POWER        ? t.power_ns
+                              : perfPolicyType == NVML_PERF_POLICY_THERMAL    ? t.thermal_ns
+                              : perfPolicyType == NVML_PERF_POLICY_SYNC_BOOST ? t.sync_ns
+                                                                              : 0;
     return NVML_SUCCESS;
 }

@@ -361,3 +361,23 @@ def test_fault_inject_throttles_a_running_run(tmp_path: Path) -> None:
     assert lines[0].startswith("HW slowdown: HW power brake slowdown to 600 MHz on GPU 0 (GPU-"), proc.stdout
     # GPU idle (no process holds a context) and HW slowdown with HW power brake slowdown
     assert lines[1] == "0x0000000000000089, Active", proc.stdout
+
+
+def test_a_throttle_and_a_memory_pressure_that_ended_leave_only_the_violation_time(native: NativeEnv) -> None:
+    import json
+
+    native.register(os.getpid(), 0, 600 << 20, "python3")
+    out = native.python(THROTTLE, devices="a100")
+    assert out.returncode == 0, out.stderr
+    before = json.loads(out.stdout)[0]
+    used = native.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits", devices="a100").stdout
+    three_s_ago = time.time_ns() - 3 * SECOND
+    one_s = 1000 << 32  # a record's length in ms, in data's high 32 bits
+    board.append(str(native.state_dir), [
+        board.Record(three_s_ago, 0, 0x20 | 900 << 8, board.KIND_THROTTLE, data=one_s),
+        board.Record(three_s_ago, 0, 10 * 1024, board.KIND_MEMORY_PRESSURE, data=one_s)])
+    out = native.python(THROTTLE, devices="a100")
+    after = json.loads(out.stdout)[0]
+    # over: no reason, the boost clock, the model's temperature; the thermal counter keeps the second it lasted
+    assert after == before | {"thermal_ns": SECOND}
+    assert native.smi("--query-gpu=memory.used", "--format=csv,noheader,nounits", devices="a100").stdout == used

@@ -127,6 +127,23 @@ def test_a_throttle_holds_a_reason_and_a_clock():
         parse_flag("xid=13,clock=50%,device=0")
 
 
+def test_memory_pressure_and_throttles_may_end_again():
+    throttle = parse_flag("throttle=thermal,device=0,at=10s,for=1.5s")
+    pressure = parse_flag("memory_pressure=1GiB,device=1,after_allocations=3,for=2m")
+    assert throttle.describe() == "SW thermal slowdown to 50% of the boost clock for 1.5 s"
+    assert pressure.describe() == "1024 MiB held outside the run for 120 s"
+    t, p = records([throttle, pressure], UUIDS, start_ns=0)
+    assert (t.lasts_ns, t.allocations, p.lasts_ns, p.allocations) == (1_500_000_000, 0, 120 * 10**9, 3)
+    assert not t.active(9 * 10**9) and t.active(10 * 10**9) and t.active(11_499_999_999)
+    assert not t.active(11_500_000_000)  # over
+    assert records([parse_flag("throttle=power,device=0")], UUIDS, 0)[0].active(10**18)  # until the run ends
+    for value, expected in (("xid=79,device=0,for=3s", "faults[0].for: only memory_pressure and throttle end "
+                                                       "again"),
+                            ("throttle=power,device=0,for=0", "faults[0].for: '0': give a length above 0")):
+        with pytest.raises(InvalidFaultPlan, match=re.escape(expected)):
+            parse_flag(value)
+
+
 def test_board_round_trip_fired_and_full(tmp_path):
     state = str(tmp_path)
     assert board.read(state) == []
