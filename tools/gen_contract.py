@@ -115,6 +115,7 @@ def header() -> str:
         "",
         f"#define FG_DEVICES_VARIABLE {_c(contract.DEVICES_VARIABLE)}",
         f"#define FG_SEED_VARIABLE {_c(contract.SEED_VARIABLE)}",
+        f"#define FG_FAULTS_VARIABLE {_c(contract.FAULTS_VARIABLE)}",
         f"#define FG_DRIVER_VARIABLE {_c(contract.DRIVER_VARIABLE)}",
         f"#define FG_NVIDIA_DEVICES_VARIABLE {_c(contract.NVIDIA_DEVICES_VARIABLE)}",
         f"#define FG_OFF_VALUES {_list(contract.OFF_VALUES)}",

@@ -276,12 +276,15 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
     return check({"faults": [fault]}, source)[0]
 
 
+def is_plan_text(value: str) -> bool:
+    """Whether $FAKEGPU_FAULTS holds a plan itself (YAML or JSON), not a file's path."""
+    stripped = value.strip()
+    return stripped.startswith(("{", "faults:", "---")) or "\n" in stripped
+
+
 def from_environment(value: str) -> list[Fault]:
     """$FAKEGPU_FAULTS: a plan file's path, or the plan itself (YAML or JSON)."""
-    stripped = value.strip()
-    if stripped.startswith(("{", "faults:", "---")) or "\n" in stripped:
-        return load_text(value, "FAKEGPU_FAULTS")
-    return load_file(stripped)
+    return load_text(value, "FAKEGPU_FAULTS") if is_plan_text(value) else load_file(value.strip())
 
 
 def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> list[Record]:

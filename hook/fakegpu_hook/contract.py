@@ -52,6 +52,9 @@ RUNC_OPTIONS_WITH_VALUE = ("root", "log", "log-format", "criu", "rootless", "cgr
 DEVICES_VARIABLE = "FAKEGPU_DEVICES"
 SEED_VARIABLE = "FAKEGPU_SEED"
 DRIVER_VARIABLE = "FAKEGPU_DRIVER_VERSION"
+# A fault plan for the container's GPUs (fakegpu/faults/plan.py), the plan's own text: the runtime puts it on the
+# container's fault board at create. The C fast path leaves such a container to Python.
+FAULTS_VARIABLE = "FAKEGPU_FAULTS"
 NVIDIA_DEVICES_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
 # A FAKEGPU_DEVICES that, stripped and lowercased, is one of these asks for nothing: hands off (unset counts
 # the same).

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-from fakegpu_hook.contract import RUNC_OPTIONS_WITH_VALUE
+from fakegpu_hook.contract import FAULTS_VARIABLE, RUNC_OPTIONS_WITH_VALUE
 
 _STARTED = time.monotonic()  # for inject.log: what `create` costs once Python is up
 
@@ -135,7 +135,7 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> Prepared | 
     """Validate the request, write the device table, then either prepare the root and add the mounts and
     device nodes (injection "runtime") or add the hook (injection "hook"); raises with a message meant for
     the `docker run` user. Returns what the step after runc needs, when a table was written."""
-    from fakegpu_hook.env import RequestError, device_request, requested_driver, resolve_request
+    from fakegpu_hook.env import RequestError, device_request, env_lookup, requested_driver, resolve_request
     from fakegpu_hook.oci import Spec
 
     spec = Spec.load(os.path.join(bundle, "config.json"))
@@ -167,6 +167,13 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> Prepared | 
         except (OSError, StateRootError) as exc:
             cleanup_state(container_id, settings.state_root)  # a folder made half-way goes too
             raise RuntimeError_(f"cannot write the device table: {exc}" if host_dir else str(exc)) from exc
+        plan = env_lookup(spec.env, FAULTS_VARIABLE)
+        if plan:
+            try:
+                _put_fault_plan(plan, [d.uuid for d in devices], host_dir)
+            except BaseException:
+                cleanup_state(container_id, settings.state_root)
+                raise
     try:
         # In a user namespace runc cannot mknod (it would bind the host's /dev/nvidia*, which do not exist):
         # the hook makes stand-ins there.
@@ -183,6 +190,49 @@ def prepare_create(bundle: str, settings, container_id: str = "") -> Prepared | 
     from fakegpu_hook.contract import DEVICE_TABLE_NAME
 
     return Prepared(host_dir, os.path.join(host_dir, DEVICE_TABLE_NAME), driver) if host_dir else None
+
+
+# A plan is a few lines; this bounds what a root process parses from a container's environment.
+MAX_FAULT_PLAN = 64 * 1024
+
+
+def _add_own_site_packages() -> None:
+    """The front starts Python without site (`-I -S`, fakegpu_hook/front.py): an editable install then has the
+    checkout on sys.path but not its interpreter's site-packages, where the dependencies are. Appended, after the
+    standard library and FakeGPU's own folders, and without their .pth files: the interpreter's own folders, as
+    trusted as the interpreter."""
+    import sysconfig
+
+    for key in ("purelib", "platlib"):
+        folder = sysconfig.get_paths()[key]
+        if folder not in sys.path and os.path.isdir(folder):
+            sys.path.append(folder)
+
+
+def _put_fault_plan(text: str, uuids: list[str], host_dir: str) -> None:
+    """FAKEGPU_FAULTS in a container: the plan's own text (YAML or JSON), never a path, as the runtime runs as
+    root on the host and reads nothing for a container from elsewhere. Its faults go on the container's board
+    (its /run/fakegpu), each GPU in the container's numbering and each `at` counted from now, so nothing has
+    to run in the container to time them. A bad plan fails the create with the plan's message."""
+    _add_own_site_packages()  # the plan's parser and schema check use PyYAML and jsonschema
+    from fakegpu.errors import FakeGPUError
+    from fakegpu.faults import board
+    from fakegpu.faults.plan import is_plan_text, load_text, records
+    from fakegpu_hook.statedir import shared_state_dir
+
+    where = f"{FAULTS_VARIABLE} (the container's fault plan)"
+    if len(text) > MAX_FAULT_PLAN:
+        raise RuntimeError_(f"{where}: {len(text)} characters; a plan is at most {MAX_FAULT_PLAN}")
+    if not is_plan_text(text):
+        raise RuntimeError_(f"{where}: give the plan itself, e.g. {FAULTS_VARIABLE}='{{\"faults\": [{{\"xid\": 79, "
+                            f"\"device\": 1, \"at\": \"20s\"}}]}}'; in a container it is not read from a file")
+    try:
+        found = records(load_text(text, FAULTS_VARIABLE), uuids, time.time_ns())
+        board.append(shared_state_dir(host_dir), found)
+    except FakeGPUError as exc:
+        raise RuntimeError_(exc.message) from exc
+    except (OSError, board.BoardFull, board.UnsafeBoard) as exc:
+        raise RuntimeError_(f"cannot write the container's fault board: {exc}") from exc
 
 
 def _inject_by_runtime(spec, bundle: str, settings, host_dir: str, minors: list[int], capabilities,

@@ -284,6 +284,9 @@ static const char *requested_driver(char **env, int n, const settings *s)
 
 int device_request(char **env, int n, const settings *s, request *r)
 {
+    const char *faults = env_lookup(env, n, FG_FAULTS_VARIABLE);
+    if (faults && *faults)
+        fg_defer(FG_FAULTS_VARIABLE " is set: the fault plan is read by the Python runtime");
     r->driver = NULL;
     const char *seed = env_lookup(env, n, FG_SEED_VARIABLE);
     r->seed = seed && *seed ? seed : NULL;

@@ -4,6 +4,7 @@ container, seen by `docker exec nvidia-smi` there (which reads the board in its 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -87,3 +88,22 @@ def test_the_device_is_the_containers_gpu_not_the_hosts(host_inventory):
         assert after.stdout.splitlines() == [
             lost_line(1, inventory[3].pci_bus_id),
             f"GPU 0: {inventory[1].profile.name} (UUID: {inventory[1].uuid})"]
+
+
+def test_a_fault_plan_in_the_containers_env_is_on_its_board_from_the_start():
+    """`docker run -e FAKEGPU_FAULTS=PLAN`: the runtime puts the plan on the container's board at create, timed
+    from then; a bad plan fails `docker run` with the plan's message and leaves no container behind."""
+    plan = '{"faults": [{"xid": 79, "device": 1, "at": "2s"}, {"memory_pressure": "10GiB", "device": 0}]}'
+    with sleeping("FAKEGPU_DEVICES=a100:2", f"FAKEGPU_FAULTS={plan}") as name:
+        first = docker("exec", name, "nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits")
+        assert first.returncode == 0, first.stderr   # GPU 1 still there: its Xid 79 is 2 s after the create
+        assert first.stdout.split() == ["10240", "0"]  # the pressure at once, in no process list
+        time.sleep(2.5)
+        after = docker("exec", name, "nvidia-smi", "-L")
+        assert after.returncode == 15 and "GPU1" in after.stdout.splitlines()[0], after.stdout
+    name = f"fakegpu-test-badplan-{os.getpid()}"
+    bad = docker("run", "--rm", "--name", name, "--label", LABEL, f"--runtime={RUNTIME}", "-e",
+                 "FAKEGPU_DEVICES=a100:2", "-e", 'FAKEGPU_FAULTS={"faults": [{"xid": 79, "device": 2}]}',
+                 BASE_IMAGE, "true")
+    assert bad.returncode != 0 and "fault on GPU 2: the run has GPUs 0..1" in bad.stderr, bad.stderr
+    assert docker("ps", "-aq", "--filter", f"name={name}").stdout.strip() == ""

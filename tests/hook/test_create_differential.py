@@ -200,7 +200,21 @@ def stub_python(tmp_path):
 
 
 def _without_timing(out: dict) -> dict:
-    return {k: v for k, v in out.items() if k not in ("before", "config_bytes")}
+    """The outcome less what differs between two runs by their time: a fault board's fire times (now + at)."""
+    from fakegpu.faults import board
+
+    def timeless(data: bytes) -> bytes:
+        out = bytearray(data)
+        for i in range(board.MAX_RECORDS):
+            at = board.OFF_RECORDS + i * board.RECORD_SIZE
+            out[at:at + 8] = bytes(8)
+        return bytes(out)
+
+    kept = {k: v for k, v in out.items() if k not in ("before", "config_bytes")}
+    if "state" in kept:
+        kept["state"] = [(*entry[:3], timeless(entry[3])) if entry[0].endswith(board.FILE_NAME) else entry
+                         for entry in kept["state"]]
+    return kept
 
 
 def _symlink_out(rel: str, absolute: bool = True, file: str | None = None):
@@ -570,6 +584,8 @@ HANDED_OVER = {
     "inventory-in-config-typo": Case(bundle="plain", config={"inventory": "h10O:2"}),
     "config-not-json": Case(config=None, env={"FAKEGPU_CONFIG": "@SHARED@/native/lib/README"}),
     "runc-missing": Case(env={"FAKEGPU_LOW_LEVEL_RUNTIME": "no-such-runc"}),
+    "fault-plan": Case(edit=_env_add('FAKEGPU_FAULTS={"faults": [{"xid": 79, "device": 1}]}')),
+    "fault-plan-not-asking-for-gpus": Case(bundle="plain", edit=_env_add("FAKEGPU_FAULTS=faults: []")),
 }
 
 

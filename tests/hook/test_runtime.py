@@ -402,3 +402,44 @@ def test_without_a_pid_file_the_container_starts_without_the_tree(bundle, runtim
     assert run_runtime(args, env).returncode == 0
     log = (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "inject.log").read_text()
     assert "/proc/driver/nvidia: not mounted: runc was given no --pid-file" in log
+
+
+PLAN = json.dumps({"faults": [{"xid": 79, "device": 1, "at": "20s"}, {"memory_pressure": "1GiB", "device": 0}]})
+
+
+def test_a_fault_plan_in_the_container_env_goes_on_its_board(bundle, runtime_env, tmp_path, native):
+    """FAKEGPU_FAULTS in a container: its faults on the container's own board at create, in its numbering, each
+    `at` from the create; the C fast path leaves such a container to Python, so both entries agree."""
+    import time
+
+    from fakegpu.faults import board
+
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)}
+    b = bundle("gpu")
+    _with_env(b, f"FAKEGPU_FAULTS={PLAN}")
+    before = time.time_ns()
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    assert result.returncode == 0, result.stderr
+    state = Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1" / "state"
+    lost, pressure = board.read(str(state))
+    assert (lost.device, lost.code, lost.lost) == (1, 79, True)
+    assert before + 20 * 10**9 <= lost.fire_ns <= time.time_ns() + 20 * 10**9
+    assert (pressure.kind, pressure.device, pressure.code) == (board.KIND_MEMORY_PRESSURE, 0, 1024)
+    assert runc_calls(env)  # and the container was created
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('{"faults": [{"xid": 79, "device": 5}]}', "fault on GPU 5: the run has GPUs 0..1"),
+    ('{"faults": [{"xid": 80, "device": 0}]}', "faults[0].xid: 80 is not accepted"),
+    ("/etc/shadow", "FAKEGPU_FAULTS (the container's fault plan): give the plan itself"),
+])
+def test_a_bad_fault_plan_fails_the_create_and_leaves_nothing(value, message, bundle, runtime_env, tmp_path, native):
+    env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)}
+    b = bundle("gpu")
+    _with_env(b, f"FAKEGPU_FAULTS={value}")
+    before = (b / "config.json").read_bytes()
+    result = run_runtime(create_args(b, tmp_path / "log.json"), env)
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    assert (b / "config.json").read_bytes() == before
+    assert runc_calls(env) == [] and not (Path(env["FAKEGPU_STATE_ROOT"]) / "ctr-1").exists()
