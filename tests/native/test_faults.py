@@ -60,6 +60,20 @@ def uuids(native: NativeEnv, devices: str) -> list[str]:
     return out.stdout.split()
 
 
+def inject_in_a_run(tmp_path: Path, run_args: list[str], inject: str, then: str) -> list[str]:
+    """`fakegpu run RUN_ARGS -- sh -c '<fakegpu fault inject INJECT> && THEN'`, the console scripts as a user
+    has them on PATH; the lines it printed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
+    exe = Path(sys.executable).with_name("fakegpu")
+    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
+    script = tmp_path / "inject.sh"
+    script.write_text(f"fakegpu fault inject {inject} && {then}\n")
+    proc = subprocess.run([str(exe), "run", *run_args, "--", "sh", str(script)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()
+
+
 def test_a_planned_xid_reaches_an_event_wait_with_its_data(native: NativeEnv) -> None:
     devices = "a100:2"
     ids = uuids(native, devices)
@@ -222,17 +236,10 @@ def test_corrected_ecc_errors_move_the_corrected_counters_alone_and_raise_no_eve
 
 
 def test_fault_inject_counts_corrected_errors_in_a_running_run(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
-    script = tmp_path / "count.sh"
-    script.write_text("fakegpu fault inject --corrected-ecc 3 --device 0 && "
-                      "nvidia-smi --query-gpu=ecc.errors.corrected.volatile.total --format=csv,noheader\n")
-    exe = Path(sys.executable).with_name("fakegpu")
-    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
-    proc = subprocess.run([str(exe), "run", "--devices", "a100:2", "--fault", "corrected_ecc=2,device=1", "--",
-                           "sh", str(script)], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith("3 corrected ECC errors on GPU 0 (GPU-") and lines[1:] == ["3", "2"], proc.stdout
+    lines = inject_in_a_run(tmp_path, ["--devices", "a100:2", "--fault", "corrected_ecc=2,device=1"],
+                            "--corrected-ecc 3 --device 0",
+                            "nvidia-smi --query-gpu=ecc.errors.corrected.volatile.total --format=csv,noheader")
+    assert lines[0].startswith("3 corrected ECC errors on GPU 0 (GPU-") and lines[1:] == ["3", "2"], lines
 
 
 def test_a_fifo_or_a_link_in_the_boards_place_is_ignored_not_waited_on(native: NativeEnv, tmp_path: Path) -> None:
@@ -287,18 +294,11 @@ def test_memory_pressure_takes_memory_nobody_in_the_run_lists(native: NativeEnv)
 
 
 def test_memory_pressure_from_a_plan_and_from_fault_inject(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
-    exe = Path(sys.executable).with_name("fakegpu")
-    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
-    script = tmp_path / "take.sh"
-    script.write_text("fakegpu fault inject --memory-pressure 10GiB --device 0 && "
-                      "nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits\n")
-    proc = subprocess.run([str(exe), "run", "--devices", "a100:2", "--fault", "memory_pressure=20GiB,device=1", "--",
-                           "sh", str(script)], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith("10240 MiB held outside the run on GPU 0 (GPU-"), proc.stdout
-    assert lines[1:] == ["10240", "20480"], proc.stdout  # an idle board shows 0 MiB used on the 580 driver
+    lines = inject_in_a_run(tmp_path, ["--devices", "a100:2", "--fault", "memory_pressure=20GiB,device=1"],
+                            "--memory-pressure 10GiB --device 0",
+                            "nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits")
+    assert lines[0].startswith("10240 MiB held outside the run on GPU 0 (GPU-"), lines
+    assert lines[1:] == ["10240", "20480"], lines  # an idle board shows 0 MiB used on the 580 driver
 
 
 THROTTLE = textwrap.dedent("""
@@ -347,20 +347,12 @@ def test_a_thermal_throttle_agrees_across_reasons_clocks_temperature_and_violati
 
 
 def test_fault_inject_throttles_a_running_run(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
-    exe = Path(sys.executable).with_name("fakegpu")
-    env["PATH"] = f"{exe.parent}:{env.get('PATH', '')}"
-    script = tmp_path / "slow.sh"
-    script.write_text("fakegpu fault inject --throttle power_brake --clock 600MHz --device 0 && "
-                      "nvidia-smi --query-gpu=clocks_event_reasons.active,clocks_event_reasons.hw_slowdown "
-                      "--format=csv,noheader\n")
-    proc = subprocess.run([str(exe), "run", "--devices", "a100", "--", "sh", str(script)], capture_output=True,
-                          text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith("HW slowdown: HW power brake slowdown to 600 MHz on GPU 0 (GPU-"), proc.stdout
+    lines = inject_in_a_run(tmp_path, ["--devices", "a100"], "--throttle power_brake --clock 600MHz --device 0",
+                            "nvidia-smi --query-gpu=clocks_event_reasons.active,clocks_event_reasons.hw_slowdown "
+                            "--format=csv,noheader")
+    assert lines[0].startswith("HW slowdown: HW power brake slowdown to 600 MHz on GPU 0 (GPU-"), lines
     # GPU idle (no process holds a context) and HW slowdown with HW power brake slowdown
-    assert lines[1] == "0x0000000000000089, Active", proc.stdout
+    assert lines[1] == "0x0000000000000089, Active", lines
 
 
 def test_a_throttle_and_a_memory_pressure_that_ended_leave_only_the_violation_time(native: NativeEnv) -> None:
