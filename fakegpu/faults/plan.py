@@ -77,7 +77,7 @@ class InvalidFaultPlan(UsageError):
 
 @dataclass(frozen=True)
 class Fault:
-    xid: int | None  # None for corrected ECC errors
+    xid: int | None  # None for the other kinds below
     device: int | str
     at_s: float = 0.0
     after_allocations: int | None = None  # instead of at_s
@@ -188,9 +188,9 @@ def check(doc: Any, source: str) -> list[Fault]:
                 problems.append(f"faults[{i}].memory_pressure: {exc}")
         if "for" in f and given not in LASTING:
             problems.append(f"faults[{i}].for: only {' and '.join(LASTING)} end again; an Xid has happened")
-        elif "for" in f and not 0 < parse_duration(f["for"], f"{source}: faults[{i}].for") <= MAX_LASTS_S:
-            problems.append(f"faults[{i}].for: {_shown(f['for'])}: give a length above 0 and at most "
-                            f"{MAX_LASTS_S:.0f} s")
+        elif "for" in f and not 0.001 <= parse_duration(f["for"], f"{source}: faults[{i}].for") <= MAX_LASTS_S:
+            problems.append(f"faults[{i}].for: {_shown(f['for'])}: give a length of at least 1 ms (the board "
+                            f"counts whole ms) and at most {MAX_LASTS_S:.0f} s")
         if "clock" in f and given != "throttle":
             problems.append(f"faults[{i}].clock: only a throttle holds clocks; give throttle: REASON with it")
         if given == "throttle":

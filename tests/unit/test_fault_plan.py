@@ -139,7 +139,9 @@ def test_memory_pressure_and_throttles_may_end_again():
     assert records([parse_flag("throttle=power,device=0")], UUIDS, 0)[0].active(10**18)  # until the run ends
     for value, expected in (("xid=79,device=0,for=3s", "faults[0].for: only memory_pressure and throttle end "
                                                        "again"),
-                            ("throttle=power,device=0,for=0", "faults[0].for: '0': give a length above 0")):
+                            ("throttle=power,device=0,for=0", "faults[0].for: '0': give a length of at least 1 ms"),
+                            ("throttle=power,device=0,for=0.0004", "faults[0].for: '0.0004': give a length of at "
+                                                                   "least 1 ms")):
         with pytest.raises(InvalidFaultPlan, match=re.escape(expected)):
             parse_flag(value)
 
