@@ -202,14 +202,16 @@ def _wait(proc: subprocess.Popen, limit: float, stop: threading.Event | None) ->
 
 def _terminate_as_interrupt() -> Callable[[], None]:
     """Cases run in process groups of their own, which a CI runner's SIGTERM (a cancelled job) or a closed
-    terminal's SIGHUP does not reach: while cases run, those end them as Ctrl-C does. Returns the undo; a no-op
+    terminal's SIGHUP does not reach: while cases run, those end them as Ctrl-C does. SIGINT too, explicitly: a
+    shell starts background jobs with SIGINT ignored, and Python then leaves it ignored, so a supervisor's SIGINT
+    to a validate it started that way would be lost (found when CI ran from such a job). Returns the undo; a no-op
     outside the main thread, where Python cannot set handlers."""
     def interrupt(_sig: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
     old: dict[int, object] = {}
     try:
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             old[sig] = signal.signal(sig, interrupt)
     except ValueError:
         pass

@@ -94,16 +94,23 @@ cases:
     image: "{base_image}"
     command: [sh, -c, "touch {{case_dir}}/started; sleep 300"]
 """)
+    # started as a shell starts a background job, with SIGINT ignored: validate still takes a supervisor's SIGINT
     proc = subprocess.Popen([sys.executable, "-m", "fakegpu", "validate", "validate.yaml", "--out", "out", "-j", "2"],
-                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     started = [tmp_path / "out" / "cases" / f"hang_profile={p}_" / "started" for p in ("t4", "a100")]
-    deadline = time.monotonic() + 120
-    while not all(s.exists() for s in started) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert all(s.exists() for s in started), proc.stdout
-    assert len(_ours(docker_client, tmp_path)) == 2
-    proc.send_signal(signal.SIGINT)  # Ctrl-C
-    _, err = proc.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 120
+        while not all(s.exists() for s in started) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(s.exists() for s in started), proc.stdout
+        assert len(_ours(docker_client, tmp_path)) == 2
+        proc.send_signal(signal.SIGINT)  # Ctrl-C
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:  # a failed test leaves no validate behind (its containers go by label)
+            proc.kill()
+            proc.wait(timeout=30)
     assert proc.returncode == 130, err
     assert "interrupted; the running cases were ended" in err and "Traceback" not in err
     assert _ours(docker_client, tmp_path) == []
