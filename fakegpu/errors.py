@@ -13,6 +13,8 @@ EXIT_CHECK_FAILED = 3
 # written.c exits with it: FGD_EXIT_DEVICE_READ), and the run outlived --timeout (as coreutils' timeout).
 EXIT_DEVICE_READ = 86
 EXIT_TIMEOUT = 124
+# As a shell reports a command ended by SIGINT (128 + 2): a run the user or a supervisor stopped.
+EXIT_INTERRUPTED = 130
 
 
 SHOWN_CHARACTERS = 80

@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
-from fakegpu.errors import FakeGPUError
+from fakegpu.errors import EXIT_INTERRUPTED, FakeGPUError
 from fakegpu.text import table
 
 app = typer.Typer(help="Multi-node rehearsals: node containers with fake GPUs on this Docker Engine.",
@@ -78,6 +78,9 @@ def run(
         result = _controller().run(name, command, emit=lambda line: typer.echo(line))
     except FakeGPUError as exc:
         raise fail("cluster run", exc, False) from exc
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while the job ran: it was stopped on every node
+        print("fakegpu cluster run: interrupted; the job was stopped on every node", file=sys.stderr)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     for node in result.failed:
         print(f"fakegpu cluster run: {node.node} (node rank {node.rank}) failed: {node.reason}", file=sys.stderr)
     raise typer.Exit(result.exit_code)

@@ -10,11 +10,8 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
-from fakegpu.errors import FakeGPUError, UsageError
+from fakegpu.errors import EXIT_INTERRUPTED, FakeGPUError, UsageError
 from fakegpu.validate import DEFAULT_OUT
-
-# As a shell reports a command ended by SIGINT.
-EXIT_INTERRUPTED = 130
 
 
 def validate(

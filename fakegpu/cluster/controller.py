@@ -22,10 +22,14 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from fakegpu.cluster import models as m
 from fakegpu.cluster.elastic import AgentLog
 from fakegpu.devices import resolve_devices
+from fakegpu.errors import EXIT_INTERRUPTED
+from fakegpu.interrupts import interrupt_on_stop_signals
 
 Progress = Callable[[str], None]
 # Ends every process of a job in a node but the node's own init (pid 1) and the killer itself: kill(-1, ...).
 _STOP_JOB = ["python3", "-c", "import os, signal; os.kill(-1, signal.SIGTERM)"]
+# How long an interrupted run waits for its job to end in the nodes after asking them to stop it.
+STOP_WAIT_S = 15.0
 _VAR = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 # torchelastic logs restarts and rendezvous at INFO, which it hides by default; a torchrun job gets LOGLEVEL=INFO
 # (unless the node or the command sets it) so that the run record can show them.
@@ -242,6 +246,7 @@ class Controller:
         for t in threads:
             t.start()
         stopping_since: float | None = None
+        restore = interrupt_on_stop_signals()  # Ctrl-C, a CI job cancelled, a closed terminal: the job stops too
         try:
             while any(t.is_alive() for t in threads) or not lines.empty():
                 try:
@@ -259,8 +264,14 @@ class Controller:
         except KeyboardInterrupt:
             emit("[fakegpu] interrupted; stopping the job on every node")
             self._stop(execs, outcomes)
-            self._record(cluster.state_dir, argv, started, outcomes, 130)
+            # the stop runs in the nodes: return once their job has ended (a second Ctrl-C does not wait)
+            deadline = time.monotonic() + STOP_WAIT_S
+            for t in threads:
+                t.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._record(cluster.state_dir, argv, started, outcomes, EXIT_INTERRUPTED)
             raise
+        finally:
+            restore()
         failed = [o for o in outcomes if o.status == "failed"]
         code = 0 if not failed else (failed[0].exit_code or 1)
         for o in outcomes:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import FakeGPUError, shorten
+from fakegpu.interrupts import interrupt_on_stop_signals
 from fakegpu.validate import requires
 from fakegpu.validate.checks import CheckResult, evaluate, wants_memory
 from fakegpu.validate.manifest import ManifestError
@@ -200,24 +200,6 @@ def _wait(proc: subprocess.Popen, limit: float, stop: threading.Event | None) ->
             continue
 
 
-def _terminate_as_interrupt() -> Callable[[], None]:
-    """Cases run in process groups of their own, which a CI runner's SIGTERM (a cancelled job) or a closed
-    terminal's SIGHUP does not reach: while cases run, those end them as Ctrl-C does. SIGINT too, explicitly: a
-    shell starts background jobs with SIGINT ignored, and Python then leaves it ignored, so a supervisor's SIGINT
-    to a validate it started that way would be lost (found when CI ran from such a job). Returns the undo; a no-op
-    outside the main thread, where Python cannot set handlers."""
-    def interrupt(_sig: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    old: dict[int, object] = {}
-    try:
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            old[sig] = signal.signal(sig, interrupt)
-    except ValueError:
-        pass
-    return lambda: [signal.signal(sig, handler) for sig, handler in old.items()] and None
-
-
 def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
               on_start: Callable[[Case], None] | None = None,
               on_done: Callable[[CaseResult], None] | None = None) -> list[CaseResult]:
@@ -257,7 +239,7 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
     # Waited for through events, not Thread.join: a join that a signal interrupts can leave the thread looking
     # finished while it still runs (CPython's tstate lock), and the cases' trees must be ended before we return.
     dones = [threading.Event() for _ in range(max(1, min(jobs, len(cases))))]
-    restore = _terminate_as_interrupt()
+    restore = interrupt_on_stop_signals()  # Ctrl-C, a CI job cancelled, a closed terminal
     try:
         for done in dones:
             threading.Thread(target=worker, args=(done,), daemon=True).start()

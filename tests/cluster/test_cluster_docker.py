@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -116,5 +117,31 @@ def test_native_mode_nodes_run_unmodified_cuda_torch_on_the_shims(docker_client,
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
         assert "[node-0] seen 2 NVIDIA A100-SXM4-80GB 1073741824" in result.stdout
     finally:
+        assert run_cli("cluster", "down", name).returncode == 0
+    assert leftovers(docker_client, name) == []
+
+
+def test_a_cancelled_run_stops_the_job_on_every_node(docker_client, node_image, labelled):
+    """A CI job cancelled (SIGTERM to `cluster run`, started as a shell starts a background job: SIGINT ignored)
+    stops the job in every node, records it and exits 130, as Ctrl-C does."""
+    name = cluster_name("cancel")
+    assert up(name, "--nodes", "2", "--devices", "t4").returncode == 0
+    exe = Path(sys.executable).with_name("fakegpu")
+    job = subprocess.Popen([str(exe), "cluster", "run", name, "echo started; sleep 300"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        seen = {job.stdout.readline().strip() for _ in range(2)}
+        assert seen == {"[node-0] started", "[node-1] started"}, seen
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=90)
+        assert job.returncode == 130 and "interrupted; the job was stopped on every node" in err, err
+        for node in ("node-0", "node-1"):
+            top = docker_client.containers.get(f"fakegpu-{name}-{node}").top()
+            assert not [p for p in top["Processes"] if "sleep 300" in " ".join(p)], (node, top)
+        assert merge.build(name)["job"]["exit_code"] == 130  # the run's record says it was interrupted
+    finally:
+        if job.poll() is None:
+            job.kill()
         assert run_cli("cluster", "down", name).returncode == 0
     assert leftovers(docker_client, name) == []
