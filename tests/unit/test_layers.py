@@ -88,7 +88,7 @@ def test_the_check_sees_a_planted_cycle(tmp_path, monkeypatch):
 # uses this small part of fakegpu only, all of it standard library on import (hook/README.md says the same).
 HOOK = PACKAGE.parent / "hook" / "fakegpu_hook"
 HOOK_USES = {"fakegpu", "fakegpu.atomic_file", "fakegpu.devices", "fakegpu.devices.table", "fakegpu.driver",
-             "fakegpu.errors", "fakegpu.locations"}
+             "fakegpu.errors", "fakegpu.locations", "fakegpu.faults", "fakegpu.faults.board", "fakegpu.faults.plan"}
 
 
 def test_only_the_cli_drives_the_container_integration():
@@ -107,7 +107,7 @@ def test_the_container_integration_imports_the_standard_library_only():
     code = ("import sys; sys.path[:0] = sys.argv[1:]\n"
             "import fakegpu_hook.runtime, fakegpu_hook.hook, fakegpu_hook.front, fakegpu_hook.cdi, "
             "fakegpu_hook.daemon_json, fakegpu_hook.gpus, fakegpu_hook.inject, fakegpu_hook.settings, "
-            "fakegpu.devices.table, fakegpu.driver\n"
+            "fakegpu.devices.table, fakegpu.driver, fakegpu.faults.plan, fakegpu.faults.board\n"
             "from fakegpu.devices import resolve_devices; resolve_devices('a100:2')\n"
             "names = {m.split('.')[0] for m in sys.modules}\n"
             "print(sorted(names - set(sys.stdlib_module_names) - {'__main__', 'fakegpu', 'fakegpu_hook'}))")
