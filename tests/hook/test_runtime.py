@@ -432,6 +432,8 @@ def test_a_fault_plan_in_the_container_env_goes_on_its_board(bundle, runtime_env
     ('{"faults": [{"xid": 79, "device": 5}]}', "fault on GPU 5: the run has GPUs 0..1"),
     ('{"faults": [{"xid": 80, "device": 0}]}', "faults[0].xid: 80 is not accepted"),
     ("/etc/shadow", "FAKEGPU_FAULTS (the container's fault plan): give the plan itself"),
+    ("faults: [" + "x" * (1 << 20) + "]", "characters; a plan is at most 65536"),  # refused before it is parsed
+    ("faults: [{xid: 79, device: [", "FAKEGPU_FAULTS:1:"),  # garbage: the parser's line and column
 ])
 def test_a_bad_fault_plan_fails_the_create_and_leaves_nothing(value, message, bundle, runtime_env, tmp_path, native):
     env = {**runtime_env, "FAKEGPU_NATIVE_DIR": str(native)}
