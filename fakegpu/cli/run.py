@@ -52,12 +52,13 @@ def run(
         None, "--fault", metavar="KEY=VALUE,...",
         help="Inject a fault into the run, e.g. xid=79,device=1,at=20s (Xid 79: GPU 1 falls off the bus 20 s "
         "after the start; device is an index or UUID; at defaults to 0), corrected_ecc=N (correctable ECC errors), "
-        "memory_pressure=20GiB (memory taken outside the run) or throttle=thermal,clock=50% (a straggler); for=30s "
-        "ends the last two again. Repeatable."),
+        "memory_pressure=20GiB (memory taken outside the run), throttle=thermal,clock=50% (a straggler; for=30s "
+        "ends it and memory pressure again) or nccl=hang,rank=1,after_collectives=100 (rank 1's 100th NCCL "
+        "operation hangs until torch's watchdog; nccl=error: fails with ncclRemoteError). Repeatable."),
     faults: str | None = typer.Option(
         None, "--faults", metavar="PLAN",
-        help="A fault plan (YAML or JSON: {faults: [{xid, corrected_ecc, memory_pressure or throttle, device, at}, "
-        "...]}; default $FAKEGPU_FAULTS)."),
+        help="A fault plan (YAML or JSON: {faults: [{xid, corrected_ecc, memory_pressure, throttle or nccl, device "
+        "or rank, at, after_allocations or after_collectives}, ...]}; default $FAKEGPU_FAULTS)."),
     timeout: str | None = typer.Option(
         None,
         "--timeout",

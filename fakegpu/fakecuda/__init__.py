@@ -40,7 +40,7 @@ def activate(devices: str | None = None) -> Runtime:
     charges.__enter__()
     from fakegpu.fakecuda import distributed, dtensor
 
-    distributed.install()  # backend "nccl" -> gloo on the CPU tensors
+    distributed.install(runtime.faults)  # backend "nccl" -> gloo on the CPU tensors
     dtensor.install()  # DTensors on a cuda mesh (FSDP2) report their fake device
     _active.update(runtime=runtime, mode=mode, api=api, charges=charges)
     return runtime

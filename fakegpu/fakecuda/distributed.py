@@ -11,7 +11,12 @@ backend another way (_install_builtin_nccl below).
 (FSDP needs more than a backend; README.md says what.)
 
 Calls and bytes per collective come from ProcessGroup.register_pre_hook, torch's per-group hook that also sees
-the collectives C++ issues (DDP's bucket all-reduces), not only the Python API.
+the collectives C++ issues (DDP's bucket all-reduces), not only the Python API. The same hook meets the run's NCCL
+faults (a fault plan's `nccl: hang|error` on a rank, fakegpu/faults): an injected error fails the collective with
+the RuntimeError torch raises for ncclRemoteError, and a hang blocks it while a watchdog thread, after the group's
+timeout, says what torch's NCCL watchdog says and aborts the process (SIGABRT), as torch does by default. The
+peers then see gloo's own failure (a timeout, or the hung rank's connection closing), not NCCL's watchdog: they
+raise instead of aborting. Torch releases without pre-hooks (2.10, 2.11) count nothing and meet no NCCL faults.
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
+import itertools
+import os
+import sys
 import threading
 import time
 import weakref
@@ -28,6 +36,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
+
+from fakegpu.faults.board import NCCL_HANG, NCCL_REMOTE_ERROR, Watch
 
 # What NCCL version a CPU build of torch (which has no NCCL) reports: the one PyPI's CUDA torch 2.15 bundles.
 _FALLBACK_NCCL_VERSION = (2, 30, 7)
@@ -104,6 +114,67 @@ def _count(args) -> None:
 
 _HOOK_ID = 0x66616B65  # "fake": one id per group, so a second registration replaces rather than doubles
 
+# ProcessGroupNCCL's default timeout (c10d's default_pg_nccl_timeout), for a group that does not say its own.
+_NCCL_DEFAULT_TIMEOUT_S = 600.0
+# The run's fault board (install()); None: no NCCL faults to meet.
+_faults: Watch | None = None
+
+# What NCCL's C API calls each op (the name torch's error for it quotes: "NCCL AllReduce failed: ...").
+_NCCL_NAMES = {
+    "ALLREDUCE": "AllReduce", "ALLREDUCE_COALESCED": "AllReduce", "BROADCAST": "Broadcast", "REDUCE": "Reduce",
+    "ALLGATHER": "AllGather", "ALLGATHER_BASE": "AllGather", "ALLGATHER_COALESCED": "AllGather",
+    "ALLGATHER_INTO_TENSOR_COALESCED": "AllGather", "REDUCE_SCATTER": "ReduceScatter",
+    "REDUCE_SCATTER_BASE": "ReduceScatter", "REDUCE_SCATTER_TENSOR_COALESCED": "ReduceScatter",
+    "ALLTOALL": "AllToAll", "ALLTOALL_BASE": "AllToAll", "BARRIER": "AllReduce", "SEND": "Send", "RECV": "Recv",
+    "SCATTER": "Send", "GATHER": "Send",
+}
+
+
+def _rank(group_rank: int) -> int:
+    """The global rank a fault plan's `rank` names: $RANK (torchrun's), else the rank in the group (native
+    mode's libnccl decides the same way)."""
+    value = os.environ.get("RANK", "")
+    return int(value) if value.isdigit() else group_rank
+
+
+def _meet_faults(group_rank: int, timeout_s: float, seq: int, args: Any) -> None:
+    """What an NCCL fault on this rank does to the group's `seq`th collective, about to run: raise, hang, or
+    nothing."""
+    try:
+        code = _faults.collective(_rank(group_rank)) if _faults is not None else 0
+        op = args.name.name
+        if code == NCCL_HANG:
+            numel_in = sum(t.numel() for t in args.input_tensors)
+            numel = (numel_in, sum(t.numel() for t in args.output_tensors) or numel_in)  # in place: in is out
+    except Exception:  # a board that cannot be read must not fail the collective
+        return
+    rank = _rank(group_rank)
+    if code == NCCL_REMOTE_ERROR:
+        # torch 2.15's text for ncclRemoteError with NCCL's last error, as native mode shows it
+        raise RuntimeError(f"NCCL {_NCCL_NAMES.get(op, op.title())} failed: remote process exited or there was a "
+                           f"network error \nNCCL Last Error: FakeGPU fault plan: rank {rank}'s connection to its "
+                           "peers failed (nccl: error)")
+    if code == NCCL_HANG:
+        _hang(rank, f"SeqNum={seq}, OpType={op}, NumelIn={numel[0]}, NumelOut={numel[1]}", timeout_s)
+
+
+def _hang(rank: int, work: str, timeout_s: float) -> None:
+    """Block this collective for good; a watchdog thread ends the process after the group's timeout, as
+    ProcessGroupNCCL's does (TORCH_NCCL_ASYNC_ERROR_HANDLING's default: take the process down), saying what its
+    watchdog says (torch 2.10's words; 2.15 shortens them to "Operation timed out after N ms")."""
+    def watchdog() -> None:
+        time.sleep(timeout_s)
+        ms = round(timeout_s * 1000)
+        sys.stderr.write(f"[rank{rank}]: [Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL({work}, "
+                         f"Timeout(ms)={ms}) ran for {ms} milliseconds before timing out. (fakecuda: fault plan, "
+                         f"nccl: hang)\n[rank{rank}]: [Rank {rank}] To avoid data inconsistency, we are taking the "
+                         "entire process down.\n")
+        sys.stderr.flush()
+        os.abort()
+
+    threading.Thread(target=watchdog, name="fakecuda-nccl-watchdog", daemon=True).start()
+    threading.Event().wait()
+
 
 def _create_nccl_on_gloo(opts, backend_options) -> dist.Backend:
     """The "nccl" creator: torch's own gloo creator, serving the group's cpu and cuda device types.
@@ -119,7 +190,7 @@ def _create_nccl_on_gloo(opts, backend_options) -> dist.Backend:
         # registers this backend for "cuda" (NCCL's capability); cpu is added here so "cuda:nccl" stays what
         # get_backend_config() reports, as with real NCCL.
         group._register_backend(torch.device("cpu"), _BACKEND_TYPE, gloo)
-        _hook(group)
+        _hook(group, opts.group_rank, opts.timeout.total_seconds())
     _at_exit()
     return gloo
 
@@ -136,10 +207,17 @@ _hooked: list[weakref.ref] = []
 _hooked_lock = threading.Lock()
 
 
-def _hook(group: Any) -> None:
+def _pre_collective(group_rank: int, timeout_s: float, seq: Any, args: Any) -> None:
+    _count(args)
+    _meet_faults(group_rank, timeout_s, next(seq), args)
+
+
+def _hook(group: Any, group_rank: int, timeout_s: float) -> None:
     if not hasattr(group, "register_pre_hook"):  # torch 2.10 has none: no counting, nothing held
         return
-    group.register_pre_hook(_HOOK_ID, _count)
+    # seq: the group's collectives, numbered from 1 as ProcessGroupNCCL's SeqNum
+    group.register_pre_hook(_HOOK_ID, functools.partial(_pre_collective, group_rank, timeout_s,
+                                                        itertools.count(1)))
     with _hooked_lock:
         _hooked[:] = [ref for ref in _hooked if ref() is not None]
         _hooked.append(weakref.ref(group))
@@ -224,9 +302,11 @@ class _Installed:
 _installed: _Installed | None = None
 
 
-def install() -> None:
-    """Make backend "nccl" mean NCCL-on-gloo in this process (fakecuda.activate() calls this)."""
-    global _installed
+def install(faults: Watch | None = None) -> None:
+    """Make backend "nccl" mean NCCL-on-gloo in this process (fakecuda.activate() calls this), meeting the NCCL
+    faults of the run's board `faults`."""
+    global _installed, _faults
+    _faults = faults
     if _installed is not None:
         return
     state = _Installed()
@@ -328,7 +408,9 @@ def _install_builtin_nccl(state: _Installed) -> None:
                 c10d.ProcessGroupNCCL = real
         if isinstance(pg, dist.ProcessGroup) and pg is not c10d.GroupMember.NON_GROUP_MEMBER:
             pg._register_backend(torch.device("cpu"), _BACKEND_TYPE, pg._get_backend(torch.device("cuda")))
-            _hook(pg)
+            options = getattr(pg._get_backend(torch.device("cuda")), "options", None)
+            timeout = getattr(options, "_timeout", None)
+            _hook(pg, pg.rank(), timeout.total_seconds() if timeout is not None else _NCCL_DEFAULT_TIMEOUT_S)
             _at_exit()
         return pg, store
 

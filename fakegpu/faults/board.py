@@ -16,21 +16,28 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
         0   fire_ns  u64  CLOCK_REALTIME nanoseconds at which the fault takes effect
         8   kind     u32  KIND_XID, KIND_CORRECTED_ECC (correctable errors: no event, only the counters move),
                           KIND_MEMORY_PRESSURE (device memory held outside the run from then on) or KIND_THROTTLE
-                          (clocks held back from then on)
-        12  device   u32  index in the run's device table (NVML's index)
+                          (clocks held back from then on) or KIND_NCCL (a rank's NCCL operations hang or fail from
+                          then on)
+        12  device   u32  index in the run's device table (NVML's index); with FLAG_RANK the global rank
+                          ($RANK) of the process it is for
         16  code     u32  KIND_XID: the Xid; KIND_CORRECTED_ECC: how many errors the ECC corrected;
                           KIND_MEMORY_PRESSURE: how many MiB are held; KIND_THROTTLE: the clock-event reason bits
                           (NVML's, low 8 bits) and the SM clock it holds to above them (MHz, or with
-                          FLAG_CLOCK_PERCENT a percentage of the board's boost clock)
-        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS: see below;
-                          FLAG_CLOCK_PERCENT: see code
-        24  data     u64  low 32 bits: with FLAG_AFTER_ALLOCATIONS the allocation count that fires it, else 0;
+                          FLAG_CLOCK_PERCENT a percentage of the board's boost clock); KIND_NCCL: NCCL_HANG or
+                          NCCL_REMOTE_ERROR
+        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS and
+                          FLAG_AFTER_COLLECTIVES: see below; FLAG_CLOCK_PERCENT: see code; FLAG_RANK: see device
+        24  data     u64  low 32 bits: with FLAG_AFTER_ALLOCATIONS (FLAG_AFTER_COLLECTIVES) the allocation
+                          (NCCL operation) count that fires it, else 0;
                           high 32 bits: how many ms a memory pressure or throttle lasts once fired (0: until
                           the run ends)
 
 A record with FLAG_AFTER_ALLOCATIONS waits with fire_ns NEVER until a process's own count of device-memory
 allocations on that GPU reaches `data` (native mode's libcuda counts them); that process then stores the time
-into fire_ns (a compare-and-swap, so it fires once), and from then on it is a fault like any other.
+into fire_ns (a compare-and-swap, so it fires once), and from then on it is a fault like any other. A record
+with FLAG_AFTER_COLLECTIVES (always a FLAG_RANK one) waits the same way for the process of its rank to start its
+Nth NCCL operation (a collective, a send or a receive: what its process report counts), in native mode's libnccl
+and in fakecuda's "nccl" backend alike.
 
 Standard library only: tools/gen_contract.py reads these constants into the C readers' header.
 """
@@ -59,11 +66,16 @@ KIND_XID = 1
 KIND_CORRECTED_ECC = 2
 KIND_MEMORY_PRESSURE = 3
 KIND_THROTTLE = 4
+KIND_NCCL = 5
+NCCL_HANG = 1  # the operation never completes: torch's watchdog times it out
+NCCL_REMOTE_ERROR = 2  # the operation fails with ncclRemoteError
 MIB = 1 << 20
 CLOCK_STEP_MHZ = 15  # NVML's supported SM clocks are 15 MHz apart
 FLAG_LOST = 1
 FLAG_AFTER_ALLOCATIONS = 2
 FLAG_CLOCK_PERCENT = 4
+FLAG_RANK = 8
+FLAG_AFTER_COLLECTIVES = 16
 NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened
 _RECORD = struct.Struct("=QIIIIQ")
 assert _RECORD.size == RECORD_SIZE
@@ -88,8 +100,13 @@ class Record:
 
     @property
     def allocations(self) -> int:
-        """The allocation count that fires it (FLAG_AFTER_ALLOCATIONS)."""
+        """The allocation (or NCCL operation) count that fires it (FLAG_AFTER_ALLOCATIONS, _COLLECTIVES)."""
         return self.data & 0xFFFF_FFFF
+
+    @property
+    def for_rank(self) -> bool:
+        """`device` is a rank (FLAG_RANK)."""
+        return bool(self.flags & FLAG_RANK)
 
     @property
     def lasts_ns(self) -> int:
@@ -239,6 +256,7 @@ class Watch:
         self._looked = -1.0
         self._writable = False
         self._allocations: dict[int, int] = {}
+        self._collectives = 0
 
     def _board(self) -> mmap.mmap | None:
         if self._map is not None:
@@ -306,8 +324,29 @@ class Watch:
         m = self._board()
         if m is None or not self._writable:
             return
-        due = [i for i, r in enumerate(self._records()) if r.device == device and r.flags & FLAG_AFTER_ALLOCATIONS
-               and r.fire_ns == NEVER and n >= r.allocations]
+        self._stamp(m, [i for i, r in enumerate(self._records()) if r.device == device and not r.for_rank
+                        and r.flags & FLAG_AFTER_ALLOCATIONS and r.fire_ns == NEVER and n >= r.allocations])
+
+    def collective(self, rank: int) -> int:
+        """This process, rank `rank`, starts an NCCL operation: faults waiting for its Nth one fire, and the
+        answer is what the operation meets: NCCL_HANG or NCCL_REMOTE_ERROR (the earliest fired) or 0."""
+        self._collectives += 1
+        m = self._board()
+        if m is None or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
+            return 0
+        mine = [(i, r) for i, r in enumerate(self._records()) if r.kind == KIND_NCCL and r.for_rank
+                and r.device == rank]
+        if self._writable:
+            self._stamp(m, [i for i, r in mine if r.flags & FLAG_AFTER_COLLECTIVES and r.fire_ns == NEVER
+                            and self._collectives >= r.allocations])
+            mine = [(i, r) for i, r in enumerate(self._records()) if r.kind == KIND_NCCL and r.for_rank
+                    and r.device == rank]
+        now = time.time_ns()
+        fired = sorted((r.fire_ns, r.code) for _, r in mine if r.fire_ns <= now)
+        return fired[0][1] if fired else 0
+
+    def _stamp(self, m: mmap.mmap, due: list[int]) -> None:
+        """Fire the waiting records `due` (indexes) now, each once."""
         if not due:
             return
         # Python has no compare-and-swap on a mapping: the writers' lock makes the check and the stamp one step

@@ -35,7 +35,7 @@ class ContainerNotUsable(UsageError):
 class Injected:
     state_dir: str
     record: board.Record
-    uuid: str
+    uuid: str  # "" for a fault on a rank
     container: str | None = None  # the container's name, for --container
 
 
@@ -89,7 +89,7 @@ def _put(fault: Fault, state: str, uuids: Sequence[str], container: str | None =
         raise InvalidFaultPlan(str(exc)) from exc
     except OSError as exc:
         raise InvalidFaultPlan(f"cannot write the run's fault board in {state}: {exc.strerror or exc}") from exc
-    return Injected(state, record, uuids[record.device], container)
+    return Injected(state, record, "" if record.for_rank else uuids[record.device], container)
 
 
 @dataclass(frozen=True)

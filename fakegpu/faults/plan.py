@@ -8,7 +8,10 @@ pressure (`memory_pressure: 20GiB`: device memory taken by something outside the
 process, from then on: used and not free for anyone in the run, and in no process list the run can see) or a
 throttle (`throttle: thermal` with `clock: 900MHz` or `clock: 50%`: the GPU's clocks held back for a reason from
 then on, so it is a straggler: NVML's clock-event reasons, clocks and violation counters say so, and its work takes
-boost/clock times as long, in fakecuda's wall time and in the busy time telemetry follows).
+boost/clock times as long, in fakecuda's wall time and in the busy time telemetry follows) or an NCCL fault on a
+rank (`nccl: hang`: its operation never completes, so torch's watchdog times it out and takes the process down, as
+with a rank stuck in a collective; `nccl: error`: its operations fail with ncclRemoteError from then on), fired at
+a time or at the rank's Nth NCCL operation (`after_collectives: N`).
 
 What an Xid does is decided here, once: the readers in C only see the record's flags.
 """
@@ -26,13 +29,18 @@ from typing import Any
 from fakegpu.errors import UsageError, clip, shorten
 from fakegpu.faults.board import (
     FLAG_AFTER_ALLOCATIONS,
+    FLAG_AFTER_COLLECTIVES,
     FLAG_CLOCK_PERCENT,
     FLAG_LOST,
+    FLAG_RANK,
     KIND_CORRECTED_ECC,
     KIND_MEMORY_PRESSURE,
+    KIND_NCCL,
     KIND_THROTTLE,
     KIND_XID,
     MIB,
+    NCCL_HANG,
+    NCCL_REMOTE_ERROR,
     NEVER,
     Record,
 )
@@ -52,12 +60,17 @@ XIDS: dict[int, tuple[str, bool]] = {
     94: ("Contained ECC error", False),
     95: ("Uncontained ECC error", False),
 }
-FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "throttle", "clock", "device", "at",
-              "after_allocations", "for")
+FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "throttle", "nccl", "clock", "device", "rank",
+              "at", "after_allocations", "after_collectives", "for")
 # What may end again (`for`): memory pressure and throttles; an Xid happened, and a lost GPU stays lost.
 LASTING = ("memory_pressure", "throttle")
 MAX_LASTS_S = ((1 << 32) - 1) / 1000  # the board holds the length in ms in 32 bits: about 49 days
-KINDS = ("xid", "corrected_ecc", "memory_pressure", "throttle")  # each also the key that gives the fault
+KINDS = ("xid", "corrected_ecc", "memory_pressure", "throttle", "nccl")  # each also the key that gives the fault
+# What an NCCL fault does to its rank's operations, as the board codes it, and how it reads.
+NCCL_FAULTS: dict[str, tuple[int, str]] = {
+    "hang": (NCCL_HANG, "NCCL operations that hang until the watchdog's timeout"),
+    "error": (NCCL_REMOTE_ERROR, "NCCL operations failing with ncclRemoteError"),
+}
 # A throttle's reason: NVML's clock-event reason bits (nvmlClocksEventReason*), as the driver sets them.
 THROTTLES: dict[str, tuple[int, str]] = {
     "thermal": (0x20, "SW thermal slowdown"),
@@ -78,7 +91,7 @@ class InvalidFaultPlan(UsageError):
 @dataclass(frozen=True)
 class Fault:
     xid: int | None  # None for the other kinds below
-    device: int | str
+    device: int | str | None  # None for an NCCL fault, which is a rank's
     at_s: float = 0.0
     after_allocations: int | None = None  # instead of at_s
     corrected_ecc: int | None = None  # instead of xid: how many single-bit errors were corrected
@@ -86,6 +99,9 @@ class Fault:
     throttle: str | None = None  # instead of xid: a THROTTLES reason
     clock: tuple[int, bool] = DEFAULT_CLOCK  # a throttle's SM clock: (MHz, False) or (percent of boost, True)
     lasts_s: float = 0.0  # how long a memory pressure or throttle lasts once fired; 0: until the run ends
+    nccl: str | None = None  # instead of xid: an NCCL_FAULTS key
+    rank: int | None = None  # an NCCL fault's target: the global rank ($RANK) whose operations it hits
+    after_collectives: int | None = None  # instead of at_s: the rank's Nth NCCL operation fires it
 
     @property
     def lost(self) -> bool:
@@ -93,6 +109,9 @@ class Fault:
 
     def describe(self) -> str:
         """Xid 79 (GPU has fallen off the bus), 3 corrected ECC errors, or 20480 MiB held outside the run."""
+        if self.nccl is not None:
+            when = f" from its NCCL operation {self.after_collectives}" if self.after_collectives else ""
+            return f"{NCCL_FAULTS[self.nccl][1]} on rank {self.rank}{when}"
         if self.memory_pressure is not None:
             return (f"{self.memory_pressure // MIB} MiB held outside the run"
                     + (f" for {self.lasts_s:g} s" if self.lasts_s else ""))
@@ -150,13 +169,14 @@ def _problem(error: Any) -> str:
     if error.validator == "maxItems":
         return f"{where}: {len(error.instance)} faults; a run's board holds at most {error.validator_value}"
     if error.validator == "not":
-        return f"{where}: give either at or after_allocations, not both"
+        return f"{where}: give one trigger: at, after_allocations or after_collectives"
     if error.validator == "oneOf" and "xid" in error.schema.get("oneOf", [{}])[0].get("required", []):
         given = [k for k in KINDS if isinstance(error.instance, dict) and k in error.instance]
         return (f"{where}: give one of {', '.join(KINDS)}, not {' and '.join(given)}" if given else
                 f"{where}: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable errors), "
-                "memory_pressure (how much memory something outside the run takes, e.g. 20GiB) or throttle (a "
-                f"clock-event reason: {', '.join(THROTTLES)})")
+                "memory_pressure (how much memory something outside the run takes, e.g. 20GiB), throttle (a "
+                f"clock-event reason: {', '.join(THROTTLES)}) or nccl (a rank's NCCL operations: "
+                f"{' or '.join(NCCL_FAULTS)})")
     if error.validator == "oneOf" and where.endswith(".memory_pressure"):
         return f"{where}: {_shown(error.instance)} is not a size; expected e.g. 20GiB, 512MiB or a number of bytes"
     if error.validator == "oneOf" and where.endswith(".device"):
@@ -178,6 +198,7 @@ def check(doc: Any, source: str) -> list[Fault]:
     clocks: dict[int, tuple[int, bool]] = {}
     for i, f in enumerate(doc["faults"]):
         given = next(k for k in KINDS if k in f)
+        problems += _target_problems(i, f, given)
         if f.get("kind", given) != given:
             problems.append(f"faults[{i}].kind: {f['kind']!r} does not go with {given}; drop kind or give "
                             f"{f['kind']}")
@@ -187,7 +208,9 @@ def check(doc: Any, source: str) -> list[Fault]:
             except ValueError as exc:
                 problems.append(f"faults[{i}].memory_pressure: {exc}")
         if "for" in f and given not in LASTING:
-            problems.append(f"faults[{i}].for: only {' and '.join(LASTING)} end again; an Xid has happened")
+            problems.append(f"faults[{i}].for: only {' and '.join(LASTING)} end again; "
+                            + ("an NCCL fault lasts until the rank's process ends" if given == "nccl"
+                               else "an Xid has happened"))
         elif "for" in f and not 0.001 <= parse_duration(f["for"], f"{source}: faults[{i}].for") <= MAX_LASTS_S:
             problems.append(f"faults[{i}].for: {_shown(f['for'])}: give a length of at least 1 ms (the board "
                             f"counts whole ms) and at most {MAX_LASTS_S:.0f} s")
@@ -200,11 +223,34 @@ def check(doc: Any, source: str) -> list[Fault]:
                 problems.append(f"faults[{i}].clock: {exc}")
     if problems:
         raise InvalidFaultPlan(f"{source}: " + "; ".join(problems))
-    return [Fault(int(f["xid"]) if "xid" in f else None, f["device"],
+    return [Fault(int(f["xid"]) if "xid" in f else None, f.get("device"),
                   parse_duration(f.get("at", 0), f"{source}: at"), f.get("after_allocations"),
                   f.get("corrected_ecc"), pressures.get(i), f.get("throttle"), clocks.get(i, DEFAULT_CLOCK),
-                  parse_duration(f["for"], f"{source}: for") if "for" in f else 0.0)
+                  parse_duration(f["for"], f"{source}: for") if "for" in f else 0.0,
+                  f.get("nccl"), f.get("rank"), f.get("after_collectives"))
             for i, f in enumerate(doc["faults"])]
+
+
+def _target_problems(i: int, f: dict[str, Any], given: str) -> list[str]:
+    """What a fault's target and trigger get wrong for its kind: an NCCL fault hits a rank (its GPU is whichever
+    the rank uses) and may wait for the rank's Nth operation; every other kind hits a GPU."""
+    where = f"faults[{i}]"
+    if given == "nccl":
+        out = [] if "rank" in f else [f"{where}: an NCCL fault needs rank: N (the global rank, $RANK, whose NCCL "
+                                      "operations it hits)"]
+        if "device" in f:
+            out.append(f"{where}.device: an NCCL fault hits a rank, not a GPU; give rank: N instead")
+        if "after_allocations" in f:
+            out.append(f"{where}.after_allocations: an NCCL fault fires at a time (at) or at the rank's Nth NCCL "
+                       "operation (after_collectives)")
+        return out
+    out = [] if "device" in f else [f"{where}: give device: the GPU, its index in the run or its UUID"]
+    if "rank" in f:
+        out.append(f"{where}.rank: only an NCCL fault (nccl: hang or error) hits a rank; give device: GPU")
+    if "after_collectives" in f:
+        out.append(f"{where}.after_collectives: only an NCCL fault fires at a rank's Nth NCCL operation; use at "
+                   "or after_allocations")
+    return out
 
 
 def _clock(value: int | str) -> tuple[int, bool]:
@@ -271,8 +317,8 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in ("xid", "corrected_ecc", "memory_pressure", "clock", "device",
-                                       "after_allocations") and v.isdigit() else v
+        fault[key] = int(v) if key in ("xid", "corrected_ecc", "memory_pressure", "clock", "device", "rank",
+                                       "after_allocations", "after_collectives") and v.isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 
@@ -292,11 +338,15 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
     out = []
     for f in faults:
         flags = FLAG_LOST if f.lost else 0
-        if f.after_allocations is None:
-            fire, data = start_ns + int(f.at_s * 1e9), 0
-        else:
+        if f.after_allocations is not None:
             fire, data, flags = NEVER, f.after_allocations, flags | FLAG_AFTER_ALLOCATIONS
-        if f.xid is not None:
+        elif f.after_collectives is not None:
+            fire, data, flags = NEVER, f.after_collectives, flags | FLAG_AFTER_COLLECTIVES
+        else:
+            fire, data = start_ns + int(f.at_s * 1e9), 0
+        if f.nccl is not None:
+            kind, code, flags = KIND_NCCL, NCCL_FAULTS[f.nccl][0], flags | FLAG_RANK
+        elif f.xid is not None:
             kind, code = KIND_XID, f.xid
         elif f.memory_pressure is not None:
             kind, code = KIND_MEMORY_PRESSURE, f.memory_pressure // MIB
@@ -307,8 +357,8 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
         else:
             kind, code = KIND_CORRECTED_ECC, f.corrected_ecc
         data |= round(f.lasts_s * 1000) << 32
-        out.append(Record(fire_ns=fire, device=device_index(f.device, uuids), code=code, kind=kind, flags=flags,
-                          data=data))
+        target = f.rank if f.rank is not None else device_index(f.device, uuids)  # type: ignore[arg-type]
+        out.append(Record(fire_ns=fire, device=target, code=code, kind=kind, flags=flags, data=data))
     return out
 
 

@@ -19,6 +19,7 @@ static atomic_int have_path;
 static _Atomic(const fg_fault_board *) mapped;
 static atomic_int writable; /* the mapping may store fire times (an allocation-triggered fault firing) */
 static _Atomic unsigned long long allocations[FG_MAX_DEVICES]; /* this process's, per board */
+static _Atomic unsigned long long operations;                   /* this process's NCCL operations */
 static _Atomic uint64_t looked_ns; /* CLOCK_MONOTONIC of the last failed look */
 
 static uint64_t clock_ns(clockid_t id)
@@ -179,6 +180,7 @@ static void after_fork_child(void)
 {
     for (unsigned i = 0; i < FG_MAX_DEVICES; i++)
         atomic_store(&allocations[i], 0);
+    atomic_store(&operations, 0);
 }
 
 __attribute__((constructor)) static void install_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_child); }
@@ -194,7 +196,8 @@ void fg_fault_allocated(unsigned device)
         return;
     for (unsigned i = 0; i < count; i++) {
         fg_fault_record *r = (fg_fault_record *)&b->rec[i];
-        if (r->device != device || !(r->flags & FG_FAULT_FLAG_AFTER_ALLOCATIONS) || n < (r->data & 0xFFFFFFFFULL))
+        if (r->device != device || (r->flags & FG_FAULT_FLAG_RANK) || !(r->flags & FG_FAULT_FLAG_AFTER_ALLOCATIONS) ||
+            n < (r->data & 0xFFFFFFFFULL))
             continue;
         /* Once: the first process to reach the count stamps the time; later ones find it stamped. */
         uint64_t never = FG_FAULT_NEVER;
@@ -229,4 +232,32 @@ void fg_fault_ecc_of(unsigned device, fg_fault_ecc *out)
         default: break;
         }
     }
+}
+
+unsigned fg_fault_collective(unsigned rank)
+{
+    unsigned long long n = atomic_fetch_add(&operations, 1) + 1;
+    const fg_fault_board *b = fg_faults();
+    unsigned count = fg_fault_count(b);
+    if (!count)
+        return 0;
+    int rw = atomic_load(&writable);
+    uint64_t first = FG_FAULT_NEVER;
+    unsigned code = 0;
+    for (unsigned i = 0; i < count; i++) {
+        fg_fault_record *r = (fg_fault_record *)&b->rec[i];
+        if (r->kind != FG_FAULT_KIND_NCCL || !(r->flags & FG_FAULT_FLAG_RANK) || r->device != rank)
+            continue;
+        if (rw && (r->flags & FG_FAULT_FLAG_AFTER_COLLECTIVES) && n >= (r->data & 0xFFFFFFFFULL)) {
+            uint64_t never = FG_FAULT_NEVER;
+            __atomic_compare_exchange_n(&r->fire_ns, &never, fg_fault_now_ns(), 0, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED);
+        }
+        uint64_t at = __atomic_load_n(&r->fire_ns, __ATOMIC_ACQUIRE);
+        if (at <= fg_fault_now_ns() && at < first) {
+            first = at;
+            code = r->code;
+        }
+    }
+    return code;
 }

@@ -46,8 +46,10 @@ $(CU_GEN)/cuda12_aliases.h: $(CU12_FLAGS) $(CU_GENPY)
 
 # The shared state's and the fault board's layouts (common/fg_state.h, common/fg_faults.h) come from the generated
 # contract; -I$(GEN) goes last so the CUDA stubs' own generated headers keep precedence over NVML's.
-$(CU_OBJ)/driver/state.o $(CU_OBJ)/driver/init.o $(CU_OBJ)/driver/memory.o: CU_CFLAGS += -I$(GEN)
-$(CU_OBJ)/driver/state.o $(CU_OBJ)/driver/init.o $(CU_OBJ)/driver/memory.o: | $(GEN)/fg_contract.h
+# (libnccl's coll.c only reads the board's constants: the driver answers its questions.)
+CU_CONTRACT_OBJ := $(addprefix $(CU_OBJ)/,driver/state.o driver/init.o driver/memory.o driver/private.o nccl/coll.o)
+$(CU_CONTRACT_OBJ): CU_CFLAGS += -I$(GEN)
+$(CU_CONTRACT_OBJ): | $(GEN)/fg_contract.h
 
 $(CU_OBJ)/%.o: $(CU)/%.c $(CU_FLAGS) | $(CU_GEN)/cuda_aliases.h $(CU_GEN)/cuda12_aliases.h
 	@mkdir -p $(dir $@)

@@ -103,3 +103,45 @@ def test_ddp_nccl_two_ranks_under_torchrun(cuda_build, torch_python, tmp_path: P
     for c in workers:
         assert c["exchanged_calls"] == c["calls"] and c["rank_local_calls"] == c["degraded_communicators"] == 0
         assert {"all_reduce", "broadcast"} <= set(c["ops"])  # torch all-gathers a list by broadcasts
+
+
+def fault_peers(env: dict[str, str], plan: str, ops: int) -> list[list[list[str]]]:
+    """Two ranks of one communicator (nccl_fault_peer.py) under the fault plan `plan` (one --fault flag's text);
+    each rank's printed lines, split."""
+    from fakegpu.faults import board
+    from fakegpu.faults.plan import parse_flag, records
+
+    board.append(env["FAKEGPU_STATE_DIR"], records([parse_flag(plan)], ["GPU-0", "GPU-1"], 0))
+    key = os.urandom(128).hex()
+    procs = [subprocess.Popen([sys.executable, str(SCRIPTS / "nccl_fault_peer.py"), str(r), "2", key, str(ops)],
+                              env={**env, "RANK": str(r), "FAKEGPU_NCCL_TIMEOUT_S": "3"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+        outs.append([ln.split(maxsplit=3) for ln in out.splitlines()])
+    return outs
+
+
+def test_an_injected_nccl_hang_hangs_the_rank_and_the_peers_waiting_for_it(cuda_env: dict[str, str]) -> None:
+    start = time.monotonic()
+    rank0, rank1 = fault_peers(cuda_env, "nccl=hang,rank=1,after_collectives=3", 4)
+    # ops 1 and 2 move data and complete; at op 3 rank 1 hangs, and rank 0, waiting for it in the same
+    # collective, hangs with it: each call returns (its kernel is queued), and nothing after it completes
+    for out in (rank0, rank1):
+        assert out[:2] == [["op", "1", "0", "0 0 3.0"], ["op", "2", "0", "0 0 3.0"]], out
+        assert [ln[:3] for ln in out[2:4]] == [["op", "3", "0"], ["op", "4", "0"]]
+        assert all(ln[3].split()[:2] == ["600", "600"] for ln in out[2:4]), out
+        assert out[4] == ["async", "0"], out  # a hang is no error NCCL reports: only a watchdog can tell
+    assert time.monotonic() - start < 30  # rank 0 saw the hang; it did not wait out FAKEGPU_NCCL_TIMEOUT_S
+
+
+def test_an_injected_nccl_error_fails_the_rank_s_operations_from_then_on(cuda_env: dict[str, str]) -> None:
+    rank0, rank1 = fault_peers(cuda_env, "nccl=error,rank=1,after_collectives=2", 3)
+    assert [ln[:3] for ln in rank1[:3]] == [["op", "1", "0"], ["op", "2", "6"], ["op", "3", "6"]]  # ncclRemoteError
+    assert rank1[3][:2] == ["async", "6"] and "rank 1's connection to its peers failed" in " ".join(rank1[3][2:])
+    # rank 0 loses its peer in op 2 (after FAKEGPU_NCCL_TIMEOUT_S, or its exit) and goes on rank-locally
+    assert [ln[:3] for ln in rank0[:3]] == [["op", "1", "0"], ["op", "2", "0"], ["op", "3", "0"]]
+    assert rank0[0][3] == "0 0 3.0" and rank0[2][3] == "0 0 1.0" and rank0[3] == ["async", "0"]

@@ -37,17 +37,30 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
 
 @pytest.mark.parametrize("value, expected", [
     ("xid=79,device=1,att=2", "unknown key 'att' (did you mean 'at'?); accepted: kind, xid, corrected_ecc, "
-                              "memory_pressure, throttle, clock, device, at"),
+                              "memory_pressure, throttle, nccl, clock, device, rank, at, for, after_allocations, "
+                              "after_collectives"),
     ("xid=80,device=1", "faults[0].xid: 80 is not accepted; expected one of: 13, 31, 43, 48, 63, 64, 74, 79, 94, 95"),
     ("xid=79,device=GPU-zz", "faults[0].device: 'GPU-zz' is not a GPU; expected its index (0, 1) or UUID"),
     ("xid=79,device=1,at=soon", "faults[0].at: 'soon' is not a duration"),
-    ("xid=79", "faults[0]: 'device' is a required property"),
+    ("xid=79", "faults[0]: give device: the GPU, its index in the run or its UUID"),
     ("xid=79,device", "'device' is not KEY=VALUE; expected e.g. xid=79,device=1,at=20s"),
     ("xid=79,device=1,kind=ecc", "faults[0].kind: 'ecc' is not accepted; expected one of: xid, corrected_ecc, "
-                                 "memory_pressure, throttle"),
+                                 "memory_pressure, throttle, nccl"),
     ("device=1,at=2", "faults[0]: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable"),
-    ("xid=48,corrected_ecc=2,device=1", "faults[0]: give one of xid, corrected_ecc, memory_pressure, throttle, not "
-                                        "xid and corrected_ecc"),
+    ("xid=48,corrected_ecc=2,device=1", "faults[0]: give one of xid, corrected_ecc, memory_pressure, throttle, nccl, "
+                                        "not xid and corrected_ecc"),
+    ("nccl=hung,rank=1", "faults[0].nccl: 'hung' is not accepted; expected one of: hang, error"),
+    ("nccl=hang,device=1", "faults[0]: an NCCL fault needs rank: N (the global rank, $RANK, whose NCCL operations "
+                           "it hits); faults[0].device: an NCCL fault hits a rank, not a GPU; give rank: N instead"),
+    ("nccl=error,rank=1,after_allocations=3", "faults[0].after_allocations: an NCCL fault fires at a time (at) or "
+                                              "at the rank's Nth NCCL operation (after_collectives)"),
+    ("nccl=error,rank=1,for=3s", "faults[0].for: only memory_pressure and throttle end again; an NCCL fault lasts"),
+    ("nccl=error,rank=-1", "faults[0].rank: '-1' is not of type 'integer'"),
+    ("nccl=hang,rank=1,at=2s,after_collectives=3", "faults[0]: give one trigger: at, after_allocations or "
+                                                   "after_collectives"),
+    ("xid=79,device=0,rank=1", "faults[0].rank: only an NCCL fault (nccl: hang or error) hits a rank; give device"),
+    ("xid=79,device=0,after_collectives=5", "faults[0].after_collectives: only an NCCL fault fires at a rank's Nth "
+                                            "NCCL operation; use at or after_allocations"),
     ("corrected_ecc=0,device=1", "faults[0].corrected_ecc: 0 is less than the minimum of 1"),
     ("corrected_ecc=2,device=1,kind=xid", "faults[0].kind: 'xid' does not go with corrected_ecc"),
 ])
@@ -102,8 +115,8 @@ def test_memory_pressure_is_a_size_held_in_whole_mib():
                             ("5000TiB", "'5000TiB' is more than any GPU has")):
         with pytest.raises(InvalidFaultPlan, match=re.escape(f"faults[0].memory_pressure: {expected}")):
             parse_flag(f"memory_pressure={value},device=0")
-    with pytest.raises(InvalidFaultPlan, match="give one of xid, corrected_ecc, memory_pressure, throttle, not xid "
-                                               "and memory_pressure"):
+    with pytest.raises(InvalidFaultPlan, match="give one of xid, corrected_ecc, memory_pressure, throttle, nccl, not "
+                                               "xid and memory_pressure"):
         parse_flag("memory_pressure=1GiB,xid=79,device=0")
 
 
@@ -202,7 +215,7 @@ def test_an_allocation_trigger_waits_on_the_board_until_it_fires():
     (r,) = records([fault], UUIDS, start_ns=5)
     assert (r.fire_ns, r.data, r.flags) == (board.NEVER, 20, board.FLAG_LOST | board.FLAG_AFTER_ALLOCATIONS)
     assert board.fired([r]) == []
-    with pytest.raises(InvalidFaultPlan, match="give either at or after_allocations, not both"):
+    with pytest.raises(InvalidFaultPlan, match="give one trigger: at, after_allocations or after_collectives"):
         parse_flag("xid=79,device=1,at=2s,after_allocations=20")
     with pytest.raises(InvalidFaultPlan, match="after_allocations: 0 is less than the minimum of 1"):
         parse_flag("xid=79,device=1,after_allocations=0")
@@ -234,3 +247,34 @@ def test_a_huge_plan_is_refused_without_being_echoed_back():
         from_environment(many)
     assert "faults: 5000 faults; a run's board holds at most 64" in err.value.message
     assert len(err.value.message) < 400
+
+
+def test_an_nccl_fault_is_a_rank_s_and_may_wait_for_its_nth_operation():
+    hang = parse_flag("nccl=hang,rank=1,after_collectives=4")
+    assert hang == Fault(None, None, 0.0, nccl="hang", rank=1, after_collectives=4) and not hang.lost
+    assert hang.describe() == ("NCCL operations that hang until the watchdog's timeout on rank 1 from its NCCL "
+                               "operation 4")
+    error = load_text("faults: [{nccl: error, rank: 3, at: 2s}]", "plan")[0]
+    # a rank is no GPU of the run: rank 3 of a run with two GPUs is fine, and names the rank on the board
+    hang_r, error_r = records([hang, error], UUIDS, start_ns=7)
+    assert hang_r == board.Record(board.NEVER, 1, board.NCCL_HANG, board.KIND_NCCL,
+                                  board.FLAG_RANK | board.FLAG_AFTER_COLLECTIVES, 4)
+    assert error_r == board.Record(2_000_000_007, 3, board.NCCL_REMOTE_ERROR, board.KIND_NCCL, board.FLAG_RANK, 0)
+    assert hang_r.for_rank and hang_r.allocations == 4
+
+
+def test_a_watch_fires_a_rank_s_nccl_fault_at_its_nth_operation_and_only_for_that_rank(tmp_path):
+    state = str(tmp_path)
+    board.append(state, records([parse_flag("nccl=hang,rank=1,after_collectives=3"),
+                                 parse_flag("nccl=error,rank=1,after_collectives=5"),
+                                 parse_flag("xid=79,device=1,after_allocations=1")], UUIDS, 0))
+    rank0, rank1 = board.Watch(state), board.Watch(state)
+    assert [rank0.collective(0) for _ in range(6)] == [0] * 6  # rank 0's operations fire nothing of rank 1's
+    assert [rank1.collective(1) for _ in range(2)] == [0, 0]
+    assert rank1.collective(1) == board.NCCL_HANG  # the 3rd
+    assert [rank1.collective(1) for _ in range(3)] == [board.NCCL_HANG] * 3  # the hang came first, and stays
+    hang, error, lost = board.read(state)
+    assert hang.fire_ns < error.fire_ns < board.NEVER and lost.fire_ns == board.NEVER
+    # the device-keyed readers take no rank's record for a GPU's: GPU 1 is not lost, nor its allocations counted
+    assert not rank1.lost(1) and rank1.pressure(1) == 0 and rank1.slowdown(1, 1410) == 1.0
+    assert board.Watch(state).collective(1) == board.NCCL_HANG  # fired for good: another process of rank 1 meets it

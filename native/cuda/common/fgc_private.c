@@ -40,3 +40,19 @@ void fgc_library_loaded(const char *library)
         table->library_loaded(library);
     atomic_fetch_or(&told, bit);
 }
+
+/* Whether the driver's table is recent enough to hold `field`. */
+#define HAS(field) (table && table->size >= offsetof(fgc_private_table, field) + sizeof(void *))
+
+unsigned fgc_nccl_operation(int rank, int device)
+{
+    pthread_once(&once, find_table);
+    return HAS(nccl_operation) ? table->nccl_operation(rank, device) : 0;
+}
+
+void fgc_device_hung(int device)
+{
+    pthread_once(&once, find_table);
+    if (HAS(device_hung))
+        table->device_hung(device);
+}

@@ -13,6 +13,12 @@ typedef struct {
     size_t size; /* of this struct: fields are only ever appended */
     /* "cublas" or "cudnn": grow the current context by that library's kernels, once per context. */
     void (*library_loaded)(const char *library);
+    /* FakeGPU's NCCL starts an operation of global rank `rank` on CUDA device `device`: the fault board's answer
+     * (common/fg_faults.h, fg_fault_collective); on FG_FAULT_NCCL_HANG the device is hung from now on. */
+    unsigned (*nccl_operation)(int rank, int device);
+    /* A peer of this process hangs in the collective it is in: the device is hung from now on, as a GPU whose
+     * NCCL kernel waits forever for a peer is. */
+    void (*device_hung)(int device);
 } fgc_private_table;
 
 /* The table's id, 16 bytes as a CUuuid holds them. */
@@ -21,5 +27,8 @@ FG_HIDDEN extern const unsigned char fgc_private_table_id[16];
 /* For FakeGPU's libraries: tell the driver `library` runs in the current context (cheap after the first call
  * per device; nothing happens under a driver that is not FakeGPU's). */
 FG_HIDDEN void fgc_library_loaded(const char *library);
+/* The table's nccl_operation and device_hung, or 0 and nothing under a driver that is not FakeGPU's. */
+FG_HIDDEN unsigned fgc_nccl_operation(int rank, int device);
+FG_HIDDEN void fgc_device_hung(int device);
 
 #endif

@@ -51,6 +51,7 @@ struct CUevent_st {
     int device;
     unsigned flags;
     atomic_llong t_ns; /* host CLOCK_MONOTONIC time of the last record; 0: never recorded */
+    atomic_int hung;   /* 1 + the device it was last recorded on, if that was hung (fgd_hang): it never completes */
 };
 
 /* What grows a context after its creation, as lazy module loading makes a real one grow (fgd_load_part). */
@@ -121,6 +122,13 @@ FG_HIDDEN CUresult fgd_init(void);
 FG_HIDDEN CUresult fgd_check_device(CUdevice dev);
 /* CUDA_ERROR_UNKNOWN when the CUDA device's GPU fell off the bus (the run's fault board), else CUDA_SUCCESS. */
 FG_HIDDEN CUresult fgd_lost(int device);
+/* A hung device (an NCCL operation on it waits forever: a fault plan's `nccl: hang`, on this rank or a peer):
+ * from now on nothing recorded on it completes, and synchronising with it waits until the process ends, as it
+ * does on a GPU whose collective kernel never finishes. fgd_hung: whether it is; fgd_wait_if_hung blocks while
+ * it is (forever). */
+FG_HIDDEN void fgd_hang(int device);
+FG_HIDDEN int fgd_hung(int device);
+FG_HIDDEN void fgd_wait_if_hung(int device);
 /* The context of the calling thread (or of device 0 when none is current: the runtime's lazy default). */
 FG_HIDDEN struct CUctx_st *fgd_current(void);
 /* The context is in use: charge its footprint to the device (once). */

@@ -381,6 +381,8 @@ FGC_EXPORT CUresult cuCtxSynchronize(void)
     struct CUctx_st *c = fgd_current();
     if (c && fgd_lost(c->device))
         return CUDA_ERROR_UNKNOWN;
+    if (c)
+        fgd_wait_if_hung(c->device);
     fgd_activity("cuCtxSynchronize", NULL, 0);
     fgd_pools_synced();
     if (c)

@@ -3,6 +3,7 @@
  * undocumented), so any other id is refused as not supported, and counted as such. */
 #include <string.h>
 
+#include "fg_faults.h"
 #include "fgc_private.h"
 #include "fgc_unsup.h"
 #include "fgd.h"
@@ -18,7 +19,15 @@ static void library_loaded(const char *library)
         fgd_load_part(c->device, FGD_PART_CUDNN);
 }
 
-static const fgc_private_table table = {sizeof table, library_loaded};
+static unsigned nccl_operation(int rank, int device)
+{
+    unsigned code = rank >= 0 ? fg_fault_collective((unsigned)rank) : 0;
+    if (code == FG_FAULT_NCCL_HANG)
+        fgd_hang(device);
+    return code;
+}
+
+static const fgc_private_table table = {sizeof table, library_loaded, nccl_operation, fgd_hang};
 
 FGC_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {

@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "fgd.h"
 
@@ -42,6 +43,29 @@ static int stream_device(void)
     return c ? c->device : 0;
 }
 
+/* The device whose work stream `s` (the default stream: the current context's) holds. */
+static int device_of(CUstream s) { return fgd_default_stream(s) ? stream_device() : s->device; }
+
+#define FGD_MAX_HUNG 64
+static atomic_int hung[FGD_MAX_HUNG];
+
+void fgd_hang(int device)
+{
+    if (device >= 0 && device < FGD_MAX_HUNG && !atomic_exchange(&hung[device], 1))
+        fg_warn("CUDA device %d hangs: an NCCL operation on it never completes (fault plan); synchronising with it "
+                "waits until the process ends", device);
+}
+
+int fgd_hung(int device) { return device >= 0 && device < FGD_MAX_HUNG && atomic_load(&hung[device]); }
+
+void fgd_wait_if_hung(int device)
+{
+    while (fgd_hung(device)) {
+        struct timespec ts = {0, 10000000}; /* 10 ms: a waiting host thread, as with cudaDeviceScheduleBlockingSync */
+        nanosleep(&ts, NULL);
+    }
+}
+
 FGC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags, int priority)
 {
     FGD_INIT();
@@ -68,13 +92,18 @@ FGC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
     return CUDA_SUCCESS;
 }
 
-FGC_EXPORT CUresult cuStreamQuery(CUstream s) { (void)s; return fgd_init(); }
+FGC_EXPORT CUresult cuStreamQuery(CUstream s)
+{
+    FGD_INIT();
+    return fgd_hung(device_of(s)) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
 FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     FGD_INIT();
     struct CUctx_st *c = fgd_current();
     if (fgd_lost(fgd_default_stream(s) ? (c ? c->device : 0) : s->device))
         return CUDA_ERROR_UNKNOWN;
+    fgd_wait_if_hung(device_of(s));
     fgd_activity("cuStreamSynchronize", NULL, 0);
     fgd_pools_synced(); /* where pools above their release threshold give memory back */
     fgd_synced(fgd_default_stream(s) ? (c ? c->device : 0) : s->device);
@@ -172,10 +201,11 @@ FGC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 
 FGC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 {
-    (void)s;
     FGD_INIT();
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
+    int dev = device_of(s);
+    atomic_store(&e->hung, fgd_hung(dev) ? dev + 1 : 0);
     atomic_store(&e->t_ns, fgd_now_ns());
     return CUDA_SUCCESS;
 }
@@ -189,12 +219,18 @@ FGC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int f
 FGC_EXPORT CUresult cuEventQuery(CUevent e)
 {
     FGD_INIT();
-    return e ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!e)
+        return CUDA_ERROR_INVALID_HANDLE;
+    return atomic_load(&e->hung) ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
     CUresult rc = cuEventQuery(e);
+    if (rc == CUDA_ERROR_NOT_READY) { /* recorded on a hung device */
+        fgd_wait_if_hung(atomic_load(&e->hung) - 1);
+        rc = CUDA_SUCCESS;
+    }
     if (rc == CUDA_SUCCESS) {
         fgd_activity("cuEventSynchronize", NULL, 0);
         fgd_pools_synced();

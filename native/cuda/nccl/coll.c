@@ -19,7 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fg_faults.h"
 #include "fgc_env.h"
+#include "fgc_private.h"
 #include "fgc_report.h"
 #include "fgn.h"
 
@@ -28,12 +30,66 @@ static atomic_ullong calls[FGN_NCOLL], bytes[FGN_NCOLL];
 static const char *const coll_name[FGN_NCOLL] = {"all_reduce", "broadcast", "reduce",   "all_gather",
                                                  "reduce_scatter", "all_to_all", "send", "recv"};
 
+/* The global rank a fault plan's `rank` names: torchrun's $RANK, else the rank in this communicator. */
+static int global_rank(const struct ncclComm *c)
+{
+    static int env_rank = -2; /* -2: not read yet; -1: no usable $RANK; racing readers compute the same */
+    int r = __atomic_load_n(&env_rank, __ATOMIC_RELAXED);
+    if (r == -2) {
+        const char *v = getenv("RANK");
+        char *end = NULL;
+        long n = v && *v ? strtol(v, &end, 10) : -1;
+        r = end && !*end && n >= 0 && n < 1 << 30 ? (int)n : -1;
+        __atomic_store_n(&env_rank, r, __ATOMIC_RELAXED);
+    }
+    return r >= 0 ? r : c->rank;
+}
+
+/* An operation's start as the run's fault board sees it (through the driver, which counts this process's
+ * operations and fires faults waiting for the Nth). 0: run it. Otherwise *rc is its result and it does not run:
+ * ncclRemoteError from an injected error (from then on, as a real communicator stays broken, and
+ * ncclCommGetAsyncError says so too), or ncclSuccess from a hang: the call returns, as a real one returns once
+ * its kernel is queued, and the device hangs, so nothing recorded after it ever completes (driver/stream.c). */
+static int faulted(fgn_coll k, size_t b, ncclComm_t c, ncclResult_t *rc)
+{
+    if (c->async_error != ncclSuccess) {
+        *rc = c->async_error;
+        return 1;
+    }
+    unsigned code = fgc_nccl_operation(global_rank(c), c->device);
+    if (!code && !c->peer_hung)
+        return 0;
+    atomic_fetch_add_explicit(&calls[k], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&bytes[k], b, memory_order_relaxed);
+    atomic_fetch_add_explicit(&fgn_local, 1, memory_order_relaxed);
+    if (code == FG_FAULT_NCCL_REMOTE_ERROR) {
+        c->async_error = *rc = ncclRemoteError;
+        snprintf(c->last_error, sizeof c->last_error,
+                 "FakeGPU fault plan: rank %d's connection to its peers failed (nccl: error)", global_rank(c));
+        return 1;
+    }
+    fgn_hang(c); /* a hang here, or a peer's seen before: the peers waiting for this rank hang with it */
+    fgc_device_hung(c->device);
+    *rc = ncclSuccess;
+    return 1;
+}
+
 static ncclResult_t done(fgn_coll k, size_t b, int exchanged)
 {
     atomic_fetch_add_explicit(&calls[k], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&bytes[k], b, memory_order_relaxed);
     atomic_fetch_add_explicit(exchanged ? &fgn_exchanged : &fgn_local, 1, memory_order_relaxed);
     return ncclSuccess;
+}
+
+/* The end of an operation during which a peer was seen to hang (fgn_round_*): this rank hangs with it. */
+static ncclResult_t finished(ncclComm_t c, fgn_coll k, size_t b, int exchanged)
+{
+    if (c->peer_hung) {
+        fgn_hang(c);
+        fgc_device_hung(c->device);
+    }
+    return done(k, b, exchanged && !c->peer_hung);
 }
 
 /* Output region dst takes the account of this rank's input src (see the file comment); the bytes it copies are
@@ -85,6 +141,9 @@ static ncclResult_t reduce(fgn_coll k, const void *s, void *r, size_t count, ncc
     size_t ts = fgn_type_size(t);
     if (!c || !ts)
         return ncclInvalidArgument;
+    ncclResult_t rc;
+    if (faulted(k, count * ts, c, &rc))
+        return rc;
     int out = root < 0 || c->rank == root, moved = exchange(c);
     if (out)
         like_input(r, s, count * ts);
@@ -106,7 +165,7 @@ static ncclResult_t reduce(fgn_coll k, const void *s, void *r, size_t count, ncc
     }
     if (off < count && out && !fgc_memory_accounting())
         copy_if(CH(r, off * ts), CCH(s, off * ts), (count - off) * ts);
-    return done(k, count * ts, moved && off >= count);
+    return finished(c, k, count * ts, moved && off >= count);
 }
 
 FGC_EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
@@ -132,6 +191,9 @@ FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, nccl
     size_t ts = fgn_type_size(t), b = count * ts, off = 0;
     if (!c || !ts || root < 0 || root >= c->nranks)
         return ncclInvalidArgument;
+    ncclResult_t rc;
+    if (faulted(FGN_BROADCAST, b, c, &rc))
+        return rc;
     int moved = exchange(c), me = c->rank == root;
     if (me)
         like_input(r, s, b);
@@ -151,7 +213,7 @@ FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, nccl
     }
     if (off < b && me && !fgc_memory_accounting()) /* a non-root's send buffer means nothing: leave r */
         copy_if(CH(r, off), CCH(s, off), b - off);
-    return done(FGN_BROADCAST, b, moved && off >= b);
+    return finished(c, FGN_BROADCAST, b, moved && off >= b);
 }
 
 FGC_EXPORT ncclResult_t ncclBcast(void *buf, size_t n, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t st)
@@ -166,10 +228,13 @@ FGC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t count, nccl
     size_t ts = fgn_type_size(t), b = count * ts;
     if (!c || !ts)
         return ncclInvalidArgument;
+    ncclResult_t rc;
+    if (faulted(FGN_ALLGATHER, b * (size_t)c->nranks, c, &rc))
+        return rc;
     for (int i = 0; i < c->nranks; i++) /* rank-local, that is also the result: this rank's input everywhere */
         like_input(CH(r, (size_t)i * b), s, b);
     int moved = exchange(c) ? fgn_allgather_bytes(c, s, r, b) : 0;
-    return done(FGN_ALLGATHER, b * (size_t)c->nranks, moved);
+    return finished(c, FGN_ALLGATHER, b * (size_t)c->nranks, moved);
 }
 
 /* Reduce-scatter and all-to-all share a shape: the send buffer is nranks blocks of `count`; in each round a
@@ -180,6 +245,9 @@ static ncclResult_t scatter(fgn_coll k, const void *s, void *r, size_t count, nc
     size_t ts = fgn_type_size(t);
     if (!c || !ts)
         return ncclInvalidArgument;
+    ncclResult_t rc;
+    if (faulted(k, count * ts * (size_t)c->nranks, c, &rc))
+        return rc;
     size_t nr = (size_t)c->nranks, per = c->chunk / (ts * nr), off = 0;
     if (k == FGN_ALLTOALL)
         like_input(r, s, count * ts * nr);
@@ -212,7 +280,7 @@ static ncclResult_t scatter(fgn_coll k, const void *s, void *r, size_t count, nc
         else
             copy_if(CH(r, off * ts), CCH(s, ((size_t)c->rank * count + off) * ts), (count - off) * ts);
     }
-    return done(k, count * ts * nr, moved && off >= count);
+    return finished(c, k, count * ts * nr, moved && off >= count);
 }
 
 FGC_EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
@@ -233,13 +301,19 @@ FGC_EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataT
 FGC_EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
 {
     (void)s, (void)peer, (void)st;
-    return comm ? done(FGN_SEND, n * fgn_type_size(t), 0) : ncclInvalidArgument;
+    ncclResult_t rc;
+    if (!comm)
+        return ncclInvalidArgument;
+    return faulted(FGN_SEND, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_SEND, n * fgn_type_size(t), 0);
 }
 
 FGC_EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
 {
     (void)r, (void)peer, (void)st;
-    return comm ? done(FGN_RECV, n * fgn_type_size(t), 0) : ncclInvalidArgument;
+    ncclResult_t rc;
+    if (!comm)
+        return ncclInvalidArgument;
+    return faulted(FGN_RECV, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_RECV, n * fgn_type_size(t), 0);
 }
 
 /* The NCCL part of the process report. */

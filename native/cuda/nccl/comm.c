@@ -37,8 +37,7 @@ FGC_EXPORT const char *ncclGetErrorString(ncclResult_t r)
 
 FGC_EXPORT const char *ncclGetLastError(ncclComm_t comm)
 {
-    (void)comm;
-    return "";
+    return comm ? comm->last_error : "";
 }
 
 /* 128 random bytes: the first FGN_KEY name the communicator's shared segment on this host. */
@@ -201,7 +200,7 @@ FGC_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *err
 {
     if (!comm || !err)
         return ncclInvalidArgument;
-    *err = ncclSuccess; /* collectives complete at the call: nothing is ever pending or failed */
+    *err = comm->async_error; /* collectives complete at the call: only an injected error is ever pending */
     return ncclSuccess;
 }
 

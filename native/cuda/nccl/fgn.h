@@ -34,6 +34,9 @@ struct ncclComm {
     unsigned long long splits;
     const void **ins;     /* nranks slot pointers, for reductions */
     int local;            /* 1: collectives are rank-local (no peers reachable, or they stopped answering) */
+    int peer_hung;        /* a peer hangs in a collective (fault plan): so does this rank, from then on */
+    ncclResult_t async_error; /* what ncclCommGetAsyncError reports: ncclRemoteError after an injected error */
+    char last_error[200];     /* what ncclGetLastError says of it */
 };
 
 /* ---- rendezvous.c: the shared segment and its barriers ---- */
@@ -49,6 +52,9 @@ FG_HIDDEN void fgn_leave(struct ncclComm *c);
 FG_HIDDEN int fgn_round_begin(struct ncclComm *c);
 FG_HIDDEN int fgn_round_post(struct ncclComm *c);
 FG_HIDDEN void fgn_round_end(struct ncclComm *c);
+/* This rank hangs in the collective it is in (fault plan): peers waiting for it in a round see so and hang too,
+ * as every rank of a real communicator waits in a collective one rank never joins. */
+FG_HIDDEN void fgn_hang(struct ncclComm *c);
 FG_HIDDEN void *fgn_slot(struct ncclComm *c, int rank);
 
 /* ---- reduce.c ---- */

@@ -27,7 +27,7 @@
 
 typedef struct {
     atomic_int pid;
-    int pad0;
+    atomic_int hung; /* the rank hangs in a collective (fgn_hang) */
     atomic_ullong posted, consumed;
     char pad1[40];
 } fgn_peer; /* 64 bytes: one cache line each */
@@ -86,7 +86,8 @@ static int multi_host(const struct ncclComm *c)
     return w && lw && atoi(lw) > 0 && atoi(lw) < atoi(w) && c->nranks > atoi(lw);
 }
 
-/* Wait until every peer's counter (posted or consumed) reaches t. 0, or -1 after go_local(). */
+/* Wait until every peer's counter (posted or consumed) reaches t. 0, or -1 after go_local() or when a peer hangs
+ * (c->peer_hung: the communicator stays, and the caller's device hangs). */
 static int wait_all(struct ncclComm *c, size_t field, unsigned long long t, double timeout_s)
 {
     long long start = now_ns(), last_check = start;
@@ -96,6 +97,10 @@ static int wait_all(struct ncclComm *c, size_t field, unsigned long long t, doub
         fgn_peer *p = &c->seg->peer[r];
         atomic_ullong *ctr = (atomic_ullong *)((char *)p + field);
         while (atomic_load_explicit(ctr, memory_order_acquire) < t) {
+            if (atomic_load_explicit(&p->hung, memory_order_relaxed)) {
+                c->peer_hung = 1;
+                return -1;
+            }
             long long now = now_ns();
             if (now > deadline) {
                 go_local(c, "peers did not reach the collective in time (FAKEGPU_NCCL_TIMEOUT_S)");
@@ -190,9 +195,15 @@ void *fgn_slot(struct ncclComm *c, int rank)
     return (char *)c->seg + HDR_BYTES(c->nranks) + (size_t)rank * c->chunk;
 }
 
+void fgn_hang(struct ncclComm *c)
+{
+    if (c->seg)
+        atomic_store(&c->seg->peer[c->rank].hung, 1);
+}
+
 int fgn_round_begin(struct ncclComm *c)
 {
-    if (c->local || !c->seg)
+    if (c->local || !c->seg || c->peer_hung)
         return -1;
     /* My slot may be rewritten once every rank has read the previous round. */
     return wait_all(c, offsetof(fgn_peer, consumed), c->round, env_seconds("FAKEGPU_NCCL_TIMEOUT_S", 300));
