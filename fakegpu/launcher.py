@@ -52,6 +52,7 @@ from fakegpu.driver import default_driver_version, driver_version_problem, is_dr
 from fakegpu.errors import EXIT_TIMEOUT, EXIT_USAGE, FakeGPUError, shorten
 from fakegpu.faults import board as fault_board
 from fakegpu.faults import plan as fault_plan
+from fakegpu.faults import replay
 from fakegpu.faults.plan import Fault
 
 MODES = ("native", "fakecuda")
@@ -280,10 +281,12 @@ def prepare(
     on_device_read: str | None = None,
     record_activity: bool = False,
     faults: Sequence[Fault] | None = None,
+    telemetry_replay: str | os.PathLike[str] | None = None,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
 
-    `faults` (else $FAKEGPU_FAULTS: a plan file or the plan's text) go on the run's fault board, timed from now.
+    `faults` (else $FAKEGPU_FAULTS: a plan file or the plan's text) go on the run's fault board, timed from now;
+    `telemetry_replay` (else $FAKEGPU_TELEMETRY_REPLAY), a recording's path, is played from now (faults/replay.py).
 
     `on_device_read` is native mode's policy for host reads of kernel-written memory (DEVICE_READ_POLICIES);
     `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout).
@@ -308,6 +311,8 @@ def prepare(
         faults = fault_plan.from_environment(env["FAKEGPU_FAULTS"])
     # A fault on a GPU the run lacks is refused before anything is created, too.
     planned = fault_plan.records(faults or (), [d.uuid for d in resolved], time.time_ns())
+    recording = telemetry_replay or env.get("FAKEGPU_TELEMETRY_REPLAY")
+    samples = replay.load(recording, [d.uuid for d in resolved]) if recording else []
     if mode != "native":
         _check_workspace_profiles(env)
     if mode == "native":
@@ -320,6 +325,8 @@ def prepare(
         state.mkdir()
         if planned:
             fault_board.append(str(state), planned)
+        if samples:
+            replay.write(state, samples, time.time_ns())
         table = root / "devices.tbl"
         # The table names the driver too, for the readers that do not see this environment (fakegpu-procfs).
         chosen = driver or env.get("FAKEGPU_DRIVER_VERSION") or ""
@@ -394,6 +401,7 @@ def run(
     on_device_read: str | None = None,
     timeout: str | float | None = None,
     faults: Sequence[Fault] | None = None,
+    telemetry_replay: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do).
 
@@ -404,7 +412,7 @@ def run(
     limit = None if timeout is None else parse_timeout(str(timeout))
     launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver,
                      on_device_read=on_device_read, record_activity=limit is not None and mode == "native",
-                     faults=faults)
+                     faults=faults, telemetry_replay=telemetry_replay)
     try:
         argv = child_argv(command, launch, mode, lib_dir)
         try:

@@ -25,7 +25,7 @@ sys.path[:0] = [str(ROOT / "hook"), str(ROOT)]
 from fakegpu_hook import contract  # noqa: E402
 
 from fakegpu import locations, shared_state  # noqa: E402
-from fakegpu.faults import board  # noqa: E402
+from fakegpu.faults import board, replay  # noqa: E402
 
 
 def _c(value: str) -> str:
@@ -192,6 +192,16 @@ def header() -> str:
         f"#define FG_FAULT_FLAG_RANK {board.FLAG_RANK}",
         f"#define FG_FAULT_FLAG_AFTER_COLLECTIVES {board.FLAG_AFTER_COLLECTIVES}",
         f"#define FG_FAULT_NEVER {board.NEVER}ULL",
+        "",
+        "/* A run's telemetry recording (fakegpu/faults/replay.py). */",
+        f"#define FG_REPLAY_MAGIC {_c(replay.MAGIC.decode('ascii'))}",
+        f"#define FG_REPLAY_FILE {_c(replay.FILE_NAME)}",
+        f"#define FG_REPLAY_SAMPLE_SIZE {replay.SAMPLE_SIZE}",
+        f"#define FG_REPLAY_METRIC_GPU_UTIL {replay.METRIC_GPU_UTIL}",
+        f"#define FG_REPLAY_METRIC_MEM_UTIL {replay.METRIC_MEM_UTIL}",
+        f"#define FG_REPLAY_METRIC_POWER_W {replay.METRIC_POWER_W}",
+        f"#define FG_REPLAY_METRIC_TEMPERATURE_C {replay.METRIC_TEMPERATURE_C}",
+        f"#define FG_REPLAY_METRIC_SM_CLOCK_MHZ {replay.METRIC_SM_CLOCK_MHZ}",
         "",
         "#endif",
         "",

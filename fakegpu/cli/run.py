@@ -1,5 +1,5 @@
 """`fakegpu run [--devices SPEC] [--mode native|fakecuda] [--memory full|accounting] [--on-device-read POLICY]
-[--fault KEY=VALUE,...] [--faults PLAN] [--timeout DURATION] -- CMD ...`."""
+[--fault KEY=VALUE,...] [--faults PLAN] [--telemetry-replay FILE] [--timeout DURATION] -- CMD ...`."""
 
 from __future__ import annotations
 
@@ -59,6 +59,12 @@ def run(
         None, "--faults", metavar="PLAN",
         help="A fault plan (YAML or JSON: {faults: [{xid, corrected_ecc, memory_pressure, throttle or nccl, device "
         "or rank, at, after_allocations or after_collectives}, ...]}; default $FAKEGPU_FAULTS)."),
+    telemetry_replay: str | None = typer.Option(
+        None, "--telemetry-replay", metavar="FILE",
+        help="Play utilization, power, temperature and SM clock from a recording instead of the load model: CSV "
+        "with header time,device,metric,value (or JSON of such samples); metric an nvidia-smi query name "
+        "(utilization.gpu, utilization.memory, power.draw, temperature.gpu, clocks.sm) or its DCGM_FI_DEV_ name; "
+        "default $FAKEGPU_TELEMETRY_REPLAY."),
     timeout: str | None = typer.Option(
         None,
         "--timeout",
@@ -76,7 +82,7 @@ def run(
         if faults is not None or fault:
             chosen = [*(plan.load_file(faults) if faults is not None else ()), *(plan.parse_flag(f) for f in fault)]
         rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver,
-                    on_device_read=on_device_read, timeout=timeout, faults=chosen)
+                    on_device_read=on_device_read, timeout=timeout, faults=chosen, telemetry_replay=telemetry_replay)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     raise typer.Exit(rc)

@@ -51,6 +51,10 @@ typedef struct {
     int active; /* a context is on the board, or work ran lately */
 } fg_load;
 
+/* replay.c: the value a run's telemetry recording gives the device's metric (FG_REPLAY_METRIC_*) now: 1 and *out,
+ * or 0 where the model answers (no recording, before the metric's first sample, a metric it does not name). */
+FG_HIDDEN int fg_replay_value(unsigned device, unsigned metric, double *out);
+
 FG_HIDDEN extern fg_devset fg_devs;
 FG_HIDDEN extern fg_config fg_cfg;
 FG_HIDDEN extern struct nvmlDevice_st fg_handles[FG_MAX_DEVICES];

@@ -230,6 +230,31 @@ static unsigned percent(double share)
     return v < 0 ? 0u : v > 100 ? 100u : (unsigned)v;
 }
 
+/* A run's telemetry recording (replay.c) in place of the model, for what it covers now. Pins (FAKEGPU_POWER_W, ...)
+ * still win: they are the caller's own. A replayed busy board is active (boost clocks, P0) unless its clock is
+ * replayed too. */
+static void replayed(const fg_device *d, fg_load *out)
+{
+    double v;
+    if (fg_replay_value(d->index, FG_REPLAY_METRIC_GPU_UTIL, &v) && fg_cfg.pin_gpu_util < 0) {
+        out->gpu_util = percent(v / 100);
+        if (out->gpu_util && !out->active) {
+            out->active = 1;
+            out->sm_mhz = d->clock_boost_mhz;
+            out->event_reasons &= ~(unsigned long long)nvmlClocksEventReasonGpuIdle;
+            out->pstate = NVML_PSTATE_0;
+        }
+    }
+    if (fg_replay_value(d->index, FG_REPLAY_METRIC_MEM_UTIL, &v) && fg_cfg.pin_mem_util < 0)
+        out->mem_util = percent(v / 100);
+    if (fg_replay_value(d->index, FG_REPLAY_METRIC_POWER_W, &v) && fg_cfg.pin_power_mw < 0)
+        out->power_mw = (unsigned)rounded(v * 1000);
+    if (fg_replay_value(d->index, FG_REPLAY_METRIC_TEMPERATURE_C, &v) && fg_cfg.pin_temperature < 0)
+        out->temperature_c = (unsigned)rounded(v);
+    if (fg_replay_value(d->index, FG_REPLAY_METRIC_SM_CLOCK_MHZ, &v))
+        out->sm_mhz = (unsigned)rounded(v);
+}
+
 void fg_load_of(const fg_device *d, fg_load *out)
 {
     const fg_load_params *p = &d->load;
@@ -298,4 +323,5 @@ void fg_load_of(const fg_device *d, fg_load *out)
     /* Datacenter boards with persistence on sit in P0 (the H200 did in every state captured); desktop cards drop to
      * P8 when idle. */
     out->pstate = fg_is_datacenter(d) || s.busy || period_busy > 0 ? NVML_PSTATE_0 : NVML_PSTATE_8;
+    replayed(d, out);
 }
