@@ -311,6 +311,10 @@ def prepare(
         faults = fault_plan.from_environment(env["FAKEGPU_FAULTS"])
     # A fault on a GPU the run lacks is refused before anything is created, too.
     planned = fault_plan.records(faults or (), [d.uuid for d in resolved], time.time_ns())
+    if mode == "native" and any(f.after_steps is not None for f in faults or ()):
+        raise LaunchUsageError("a fault's after_steps: native mode cannot see training steps (it runs no code of "
+                               "its own in the program's Python); use at, after_allocations or after_collectives, "
+                               "or --mode fakecuda")
     recording = telemetry_replay or env.get("FAKEGPU_TELEMETRY_REPLAY")
     samples = replay.load(recording, [d.uuid for d in resolved]) if recording else []
     if mode != "native":

@@ -42,8 +42,27 @@ def activate(devices: str | None = None) -> Runtime:
 
     distributed.install(runtime.faults)  # backend "nccl" -> gloo on the CPU tensors
     dtensor.install()  # DTensors on a cuda mesh (FSDP2) report their fake device
-    _active.update(runtime=runtime, mode=mode, api=api, charges=charges)
+    _active.update(runtime=runtime, mode=mode, api=api, charges=charges, steps=_count_steps(runtime))
     return runtime
+
+
+def _count_steps(runtime: Runtime) -> Any:
+    """A plan's `after_steps` faults see this process's training steps: torch.optim's global hook, after every
+    optimizer's step. The hook's handle, or None without a board to tell."""
+    if runtime.faults is None:
+        return None
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    rank = os.environ.get("RANK", "")
+    watch, who = runtime.faults, int(rank) if rank.isdigit() else None
+
+    def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+        try:
+            watch.stepped(who)
+        except Exception:  # a board that cannot be written must not fail the training step
+            pass
+
+    return register_optimizer_step_post_hook(stepped)
 
 
 def deactivate() -> None:
@@ -52,6 +71,8 @@ def deactivate() -> None:
         return
     from fakegpu.fakecuda import distributed, dtensor
 
+    if _active.get("steps") is not None:
+        _active["steps"].remove()
     dtensor.uninstall()
     distributed.uninstall()
     _active["charges"].__exit__(None, None, None)

@@ -25,10 +25,11 @@ The file is `faults.board` in the state folder (fakegpu/shared_state.py). Layout
                           (NVML's, low 8 bits) and the SM clock it holds to above them (MHz, or with
                           FLAG_CLOCK_PERCENT a percentage of the board's boost clock); KIND_NCCL: NCCL_HANG or
                           NCCL_REMOTE_ERROR
-        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS and
-                          FLAG_AFTER_COLLECTIVES: see below; FLAG_CLOCK_PERCENT: see code; FLAG_RANK: see device
-        24  data     u64  low 32 bits: with FLAG_AFTER_ALLOCATIONS (FLAG_AFTER_COLLECTIVES) the allocation
-                          (NCCL operation) count that fires it, else 0;
+        20  flags    u32  FLAG_LOST: the device is lost from fire_ns on; FLAG_AFTER_ALLOCATIONS,
+                          FLAG_AFTER_COLLECTIVES and FLAG_AFTER_STEPS: see below; FLAG_CLOCK_PERCENT: see code;
+                          FLAG_RANK: see device
+        24  data     u64  low 32 bits: with FLAG_AFTER_ALLOCATIONS (FLAG_AFTER_COLLECTIVES, FLAG_AFTER_STEPS) the
+                          allocation (NCCL operation, training step) count that fires it, else 0;
                           high 32 bits: how many ms a memory pressure or throttle lasts once fired (0: until
                           the run ends)
 
@@ -37,7 +38,9 @@ allocations on that GPU reaches `data` (native mode's libcuda counts them); that
 into fire_ns (a compare-and-swap, so it fires once), and from then on it is a fault like any other. A record
 with FLAG_AFTER_COLLECTIVES (always a FLAG_RANK one) waits the same way for the process of its rank to start its
 Nth NCCL operation (a collective, a send or a receive: what its process report counts), in native mode's libnccl
-and in fakecuda's "nccl" backend alike.
+and in fakecuda's "nccl" backend alike. One with FLAG_AFTER_STEPS waits for a process of the run (of its rank,
+with FLAG_RANK) to finish its Nth training step: an optimizer step, which only fakecuda sees (torch.optim's
+global step hook); native mode runs no Python of its own in the program.
 
 Standard library only: tools/gen_contract.py reads these constants into the C readers' header.
 """
@@ -76,6 +79,7 @@ FLAG_AFTER_ALLOCATIONS = 2
 FLAG_CLOCK_PERCENT = 4
 FLAG_RANK = 8
 FLAG_AFTER_COLLECTIVES = 16
+FLAG_AFTER_STEPS = 32
 NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened
 _RECORD = struct.Struct("=QIIIIQ")
 assert _RECORD.size == RECORD_SIZE
@@ -100,7 +104,8 @@ class Record:
 
     @property
     def allocations(self) -> int:
-        """The allocation (or NCCL operation) count that fires it (FLAG_AFTER_ALLOCATIONS, _COLLECTIVES)."""
+        """The allocation (NCCL operation, training step) count that fires it (FLAG_AFTER_ALLOCATIONS,
+        _COLLECTIVES, _STEPS)."""
         return self.data & 0xFFFF_FFFF
 
     @property
@@ -257,6 +262,7 @@ class Watch:
         self._writable = False
         self._allocations: dict[int, int] = {}
         self._collectives = 0
+        self._steps = 0
 
     def _board(self) -> mmap.mmap | None:
         if self._map is not None:
@@ -344,6 +350,17 @@ class Watch:
         now = time.time_ns()
         fired = sorted((r.fire_ns, r.code) for _, r in mine if r.fire_ns <= now)
         return fired[0][1] if fired else 0
+
+    def stepped(self, rank: int | None) -> None:
+        """This process (rank `rank`, None outside a distributed job) finished a training step: faults waiting
+        for the Nth step of a process of the run, or of this rank, fire."""
+        self._steps += 1
+        m = self._board()
+        if m is None or not self._writable or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
+            return
+        self._stamp(m, [i for i, r in enumerate(self._records()) if r.flags & FLAG_AFTER_STEPS
+                        and r.fire_ns == NEVER and self._steps >= r.allocations
+                        and (not r.for_rank or r.device == rank)])
 
     def _stamp(self, m: mmap.mmap, due: list[int]) -> None:
         """Fire the waiting records `due` (indexes) now, each once."""

@@ -11,7 +11,9 @@ then on, so it is a straggler: NVML's clock-event reasons, clocks and violation 
 boost/clock times as long, in fakecuda's wall time and in the busy time telemetry follows) or an NCCL fault on a
 rank (`nccl: hang`: its operation never completes, so torch's watchdog times it out and takes the process down, as
 with a rank stuck in a collective; `nccl: error`: its operations fail with ncclRemoteError from then on), fired at
-a time or at the rank's Nth NCCL operation (`after_collectives: N`).
+a time or at the rank's Nth NCCL operation (`after_collectives: N`). Any fault may instead wait for a training
+step (`after_steps: N`: a process of the run, or an NCCL fault's rank, finishing its Nth optimizer step, which
+fakecuda sees and native mode does not).
 
 What an Xid does is decided here, once: the readers in C only see the record's flags.
 """
@@ -30,6 +32,7 @@ from fakegpu.errors import UsageError, clip, shorten
 from fakegpu.faults.board import (
     FLAG_AFTER_ALLOCATIONS,
     FLAG_AFTER_COLLECTIVES,
+    FLAG_AFTER_STEPS,
     FLAG_CLOCK_PERCENT,
     FLAG_LOST,
     FLAG_RANK,
@@ -61,7 +64,10 @@ XIDS: dict[int, tuple[str, bool]] = {
     95: ("Uncontained ECC error", False),
 }
 FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "throttle", "nccl", "clock", "device", "rank",
-              "at", "after_allocations", "after_collectives", "for")
+              "at", "after_allocations", "after_collectives", "after_steps", "for")
+# The keys a --fault flag's digits are a number for.
+NUMBER_KEYS = ("xid", "corrected_ecc", "memory_pressure", "clock", "device", "rank", "after_allocations",
+               "after_collectives", "after_steps")
 # What may end again (`for`): memory pressure and throttles; an Xid happened, and a lost GPU stays lost.
 LASTING = ("memory_pressure", "throttle")
 MAX_LASTS_S = ((1 << 32) - 1) / 1000  # the board holds the length in ms in 32 bits: about 49 days
@@ -102,6 +108,7 @@ class Fault:
     nccl: str | None = None  # instead of xid: an NCCL_FAULTS key
     rank: int | None = None  # an NCCL fault's target: the global rank ($RANK) whose operations it hits
     after_collectives: int | None = None  # instead of at_s: the rank's Nth NCCL operation fires it
+    after_steps: int | None = None  # instead of at_s: a process's (the rank's) Nth optimizer step fires it
 
     @property
     def lost(self) -> bool:
@@ -110,7 +117,8 @@ class Fault:
     def describe(self) -> str:
         """Xid 79 (GPU has fallen off the bus), 3 corrected ECC errors, or 20480 MiB held outside the run."""
         if self.nccl is not None:
-            when = f" from its NCCL operation {self.after_collectives}" if self.after_collectives else ""
+            when = (f" from its NCCL operation {self.after_collectives}" if self.after_collectives else
+                    f" from its training step {self.after_steps}" if self.after_steps else "")
             return f"{NCCL_FAULTS[self.nccl][1]} on rank {self.rank}{when}"
         if self.memory_pressure is not None:
             return (f"{self.memory_pressure // MIB} MiB held outside the run"
@@ -169,7 +177,7 @@ def _problem(error: Any) -> str:
     if error.validator == "maxItems":
         return f"{where}: {len(error.instance)} faults; a run's board holds at most {error.validator_value}"
     if error.validator == "not":
-        return f"{where}: give one trigger: at, after_allocations or after_collectives"
+        return f"{where}: give one trigger: at, after_allocations, after_collectives or after_steps"
     if error.validator == "oneOf" and "xid" in error.schema.get("oneOf", [{}])[0].get("required", []):
         given = [k for k in KINDS if isinstance(error.instance, dict) and k in error.instance]
         return (f"{where}: give one of {', '.join(KINDS)}, not {' and '.join(given)}" if given else
@@ -227,7 +235,7 @@ def check(doc: Any, source: str) -> list[Fault]:
                   parse_duration(f.get("at", 0), f"{source}: at"), f.get("after_allocations"),
                   f.get("corrected_ecc"), pressures.get(i), f.get("throttle"), clocks.get(i, DEFAULT_CLOCK),
                   parse_duration(f["for"], f"{source}: for") if "for" in f else 0.0,
-                  f.get("nccl"), f.get("rank"), f.get("after_collectives"))
+                  f.get("nccl"), f.get("rank"), f.get("after_collectives"), f.get("after_steps"))
             for i, f in enumerate(doc["faults"])]
 
 
@@ -241,15 +249,15 @@ def _target_problems(i: int, f: dict[str, Any], given: str) -> list[str]:
         if "device" in f:
             out.append(f"{where}.device: an NCCL fault hits a rank, not a GPU; give rank: N instead")
         if "after_allocations" in f:
-            out.append(f"{where}.after_allocations: an NCCL fault fires at a time (at) or at the rank's Nth NCCL "
-                       "operation (after_collectives)")
+            out.append(f"{where}.after_allocations: an NCCL fault fires at a time (at), at the rank's Nth NCCL "
+                       "operation (after_collectives) or training step (after_steps)")
         return out
     out = [] if "device" in f else [f"{where}: give device: the GPU, its index in the run or its UUID"]
     if "rank" in f:
         out.append(f"{where}.rank: only an NCCL fault (nccl: hang or error) hits a rank; give device: GPU")
     if "after_collectives" in f:
-        out.append(f"{where}.after_collectives: only an NCCL fault fires at a rank's Nth NCCL operation; use at "
-                   "or after_allocations")
+        out.append(f"{where}.after_collectives: only an NCCL fault fires at a rank's Nth NCCL operation; use at, "
+                   "after_allocations or after_steps")
     return out
 
 
@@ -317,8 +325,7 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in ("xid", "corrected_ecc", "memory_pressure", "clock", "device", "rank",
-                                       "after_allocations", "after_collectives") and v.isdigit() else v
+        fault[key] = int(v) if key in NUMBER_KEYS and v.isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 
@@ -342,6 +349,8 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
             fire, data, flags = NEVER, f.after_allocations, flags | FLAG_AFTER_ALLOCATIONS
         elif f.after_collectives is not None:
             fire, data, flags = NEVER, f.after_collectives, flags | FLAG_AFTER_COLLECTIVES
+        elif f.after_steps is not None:
+            fire, data, flags = NEVER, f.after_steps, flags | FLAG_AFTER_STEPS
         else:
             fire, data = start_ns + int(f.at_s * 1e9), 0
         if f.nccl is not None:

@@ -5,6 +5,7 @@ cudaErrorUnknown), while cuda:0 keeps working, and nvidia-smi reports the GPU lo
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +70,31 @@ def test_memory_pressure_after_3_allocations_leaves_pytorch_short(cuda_build, to
                                                             "GPU 0 has a total capacity of "), out
     assert "Process " not in out["oom"]  # nothing in the run's process lists holds it
     assert out["cuda1"] == out["free0"]  # a fresh context on cuda:1, as cuda:0's was
+
+
+TRAIN = """
+import torch
+m = torch.nn.Linear(8, 8).cuda(1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(1, 7):
+    try:
+        m(torch.randn(4, 8, device="cuda:1")).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    except RuntimeError as exc:
+        print("step", step, str(exc).splitlines()[0], flush=True)
+        break
+    print("step", step, "ok", flush=True)
+print("cuda0", torch.ones(2, device="cuda:0").sum().item())
+"""
+
+
+def test_gpu_lost_after_3_training_steps_under_fakecuda(cuda_build, tmp_path: Path) -> None:
+    """`after_steps: 3`: fakecuda sees torch.optim's steps, so cuda:1 is lost from the end of the third on."""
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN)
+    proc = run_fakegpu(["--devices", "a100:2", "--mode", "fakecuda", "--fault", "xid=79,device=1,after_steps=3",
+                        "--", sys.executable, str(script)], complete=lambda p: "cuda0" in p.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines() == ["step 1 ok", "step 2 ok", "step 3 ok", "step 4 CUDA error: unknown error",
+                                        "cuda0 2.0"], proc.stdout

@@ -52,15 +52,15 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
     ("nccl=hung,rank=1", "faults[0].nccl: 'hung' is not accepted; expected one of: hang, error"),
     ("nccl=hang,device=1", "faults[0]: an NCCL fault needs rank: N (the global rank, $RANK, whose NCCL operations "
                            "it hits); faults[0].device: an NCCL fault hits a rank, not a GPU; give rank: N instead"),
-    ("nccl=error,rank=1,after_allocations=3", "faults[0].after_allocations: an NCCL fault fires at a time (at) or "
-                                              "at the rank's Nth NCCL operation (after_collectives)"),
+    ("nccl=error,rank=1,after_allocations=3", "faults[0].after_allocations: an NCCL fault fires at a time (at), at "
+                                              "the rank's Nth NCCL operation (after_collectives) or training step"),
     ("nccl=error,rank=1,for=3s", "faults[0].for: only memory_pressure and throttle end again; an NCCL fault lasts"),
     ("nccl=error,rank=-1", "faults[0].rank: '-1' is not of type 'integer'"),
-    ("nccl=hang,rank=1,at=2s,after_collectives=3", "faults[0]: give one trigger: at, after_allocations or "
-                                                   "after_collectives"),
+    ("nccl=hang,rank=1,at=2s,after_collectives=3", "faults[0]: give one trigger: at, after_allocations, "
+                                                   "after_collectives or after_steps"),
     ("xid=79,device=0,rank=1", "faults[0].rank: only an NCCL fault (nccl: hang or error) hits a rank; give device"),
     ("xid=79,device=0,after_collectives=5", "faults[0].after_collectives: only an NCCL fault fires at a rank's Nth "
-                                            "NCCL operation; use at or after_allocations"),
+                                            "NCCL operation; use at, after_allocations or after_steps"),
     ("corrected_ecc=0,device=1", "faults[0].corrected_ecc: 0 is less than the minimum of 1"),
     ("corrected_ecc=2,device=1,kind=xid", "faults[0].kind: 'xid' does not go with corrected_ecc"),
 ])
@@ -215,7 +215,8 @@ def test_an_allocation_trigger_waits_on_the_board_until_it_fires():
     (r,) = records([fault], UUIDS, start_ns=5)
     assert (r.fire_ns, r.data, r.flags) == (board.NEVER, 20, board.FLAG_LOST | board.FLAG_AFTER_ALLOCATIONS)
     assert board.fired([r]) == []
-    with pytest.raises(InvalidFaultPlan, match="give one trigger: at, after_allocations or after_collectives"):
+    with pytest.raises(InvalidFaultPlan, match="give one trigger: at, after_allocations, after_collectives or "
+                                               "after_steps"):
         parse_flag("xid=79,device=1,at=2s,after_allocations=20")
     with pytest.raises(InvalidFaultPlan, match="after_allocations: 0 is less than the minimum of 1"):
         parse_flag("xid=79,device=1,after_allocations=0")
@@ -278,3 +279,30 @@ def test_a_watch_fires_a_rank_s_nccl_fault_at_its_nth_operation_and_only_for_tha
     # the device-keyed readers take no rank's record for a GPU's: GPU 1 is not lost, nor its allocations counted
     assert not rank1.lost(1) and rank1.pressure(1) == 0 and rank1.slowdown(1, 1410) == 1.0
     assert board.Watch(state).collective(1) == board.NCCL_HANG  # fired for good: another process of rank 1 meets it
+
+
+def test_a_training_step_trigger_fires_at_a_process_s_nth_step_or_its_rank_s(tmp_path):
+    fault = parse_flag("xid=79,device=1,after_steps=2")
+    assert fault == Fault(79, 1, 0.0, after_steps=2)
+    with pytest.raises(InvalidFaultPlan, match="give one trigger: at, after_allocations, after_collectives or "
+                                               "after_steps"):
+        parse_flag("xid=79,device=1,after_steps=2,after_allocations=3")
+    state = str(tmp_path)
+    board.append(state, records([fault, parse_flag("nccl=error,rank=1,after_steps=1")], UUIDS, 0))
+    lost, error = board.read(state)
+    assert lost.flags == board.FLAG_LOST | board.FLAG_AFTER_STEPS and lost.fire_ns == board.NEVER
+    assert error.flags == board.FLAG_RANK | board.FLAG_AFTER_STEPS and error.device == 1
+    rank0 = board.Watch(state)
+    rank0.stepped(0)  # rank 0's first step: nothing of rank 1's, and one step is not two
+    assert board.fired(board.read(state)) == []
+    rank0.stepped(0)
+    assert [r.code for r in board.fired(board.read(state))] == [79]  # a GPU's fault: any process's 2nd step
+    board.Watch(state).stepped(1)
+    assert [r.code for r in board.fired(board.read(state))] == [79, board.NCCL_REMOTE_ERROR]
+
+
+def test_native_mode_refuses_a_training_step_trigger_it_cannot_see():
+    from fakegpu.launcher import LaunchUsageError
+
+    with pytest.raises(LaunchUsageError, match="native mode cannot see training steps"):
+        prepare("a100:2", "native", faults=[parse_flag("xid=79,device=1,after_steps=2")])
