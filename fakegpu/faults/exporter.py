@@ -139,6 +139,22 @@ def hostname(environ: dict[str, str] | None = None) -> str:
     return env.get("NODE_NAME") or socket.gethostname()
 
 
+# dcgm-exporter's labels for the workload a GPU is assigned to, and the variables a pod spec passes them down in
+# (the downward API: metadata.name, metadata.namespace; the container's name as the spec writes it).
+WORKLOAD_LABELS = (("container", "CONTAINER_NAME"), ("namespace", "POD_NAMESPACE"), ("pod", "POD_NAME"))
+
+
+def workload_labels(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """container/namespace/pod where known: the exporter runs beside the workload (in its container, or as a
+    sidecar of its pod), whose GPUs are all the ones it sees, and the pod spec passes their names down. Outside a
+    pod (no POD_NAME) nothing is known and no such label is made (dcgm-exporter makes them only with its Kubernetes
+    mapping)."""
+    env = os.environ if environ is None else environ
+    if not env.get("POD_NAME"):  # CONTAINER_NAME alone is too common a name to mean a pod's container
+        return {}
+    return {label: env[var] for label, var in WORKLOAD_LABELS if env.get(var)}
+
+
 def load_nvml(lib_dir: str | None = None) -> Any:
     """pynvml, bound to FakeGPU's libnvidia-ml (the checkout's build or $FAKEGPU_NATIVE_DIR) and initialised.
 
@@ -179,6 +195,7 @@ class DcgmCollector:
         self.nvml = nvml
         self.fields = _fields()
         self.host = host or hostname()
+        self.workload = workload_labels()
         self.driver = nvml.nvmlSystemGetDriverVersion()
         self.state_dir = state_dir()
         # Identity does not change while the library is loaded; only the readings are taken per scrape.
@@ -201,7 +218,7 @@ class DcgmCollector:
             "device": f"nvidia{nvml.nvmlDeviceGetMinorNumber(h)}",
             "modelName": nvml.nvmlDeviceGetName(h),
         }
-        host = {"Hostname": self.host, "DCGM_FI_DRIVER_VERSION": self.driver}
+        host = {"Hostname": self.host, "DCGM_FI_DRIVER_VERSION": self.driver, **self.workload}
         try:
             mig = nvml.nvmlDeviceGetMigMode(h)[0] == nvml.NVML_DEVICE_MIG_ENABLE
         except nvml.NVMLError:  # a board without MIG

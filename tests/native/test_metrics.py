@@ -63,6 +63,18 @@ def test_every_device_has_dcgm_names_and_labels_agreeing_with_nvidia_smi(native:
     assert samples["DCGM_FI_DEV_FB_USED"]["0"][0]["modelName"] == "NVIDIA A100-SXM4-80GB"
 
 
+def test_a_pod_s_names_passed_down_label_its_gpus_as_dcgm_exporter_s_kubernetes_mapping_does(native: NativeEnv) -> None:
+    out = native.python(SCRAPE, devices="a100:2", POD_NAME="trainer-0", POD_NAMESPACE="ml", CONTAINER_NAME="worker",
+                        NODE_NAME="gpu-node-3")
+    assert out.returncode == 0, out.stderr
+    samples = [s for f in text_string_to_metric_families(out.stdout) for s in f.samples]
+    assert samples and all(s.labels.keys() == DCGM_LABELS | {"container", "namespace", "pod"} for s in samples)
+    assert {(s.labels["pod"], s.labels["namespace"], s.labels["container"], s.labels["Hostname"])
+            for s in samples} == {("trainer-0", "ml", "worker", "gpu-node-3")}
+    alone = native.python(SCRAPE, devices="a100", CONTAINER_NAME="sandbox")  # a variable that says no pod
+    assert alone.returncode == 0 and "sandbox" not in alone.stdout and 'pod="' not in alone.stdout
+
+
 def test_counters_keep_dcgm_names_and_type(native: NativeEnv) -> None:
     out = native.python(SCRAPE, devices="h100")
     assert "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter" in out.stdout
