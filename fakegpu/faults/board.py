@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import mmap
 import os
 import secrets
@@ -260,9 +261,11 @@ class Watch:
         self._fd = -1
         self._looked = -1.0
         self._writable = False
-        self._allocations: dict[int, int] = {}
-        self._collectives = 0
-        self._steps = 0
+        # This process's counts, which threads bump concurrently (c10d and autograd threads run collectives and
+        # allocate): next() of a C counter is one step under the GIL, where `n += 1` may lose an increment.
+        self._allocations: dict[int, itertools.count] = {}
+        self._collectives = itertools.count(1)
+        self._steps = itertools.count(1)
 
     def _board(self) -> mmap.mmap | None:
         if self._map is not None:
@@ -326,7 +329,7 @@ class Watch:
 
     def allocated(self, device: int) -> None:
         """This process allocated device memory on the GPU: faults waiting for its Nth allocation there fire."""
-        n = self._allocations[device] = self._allocations.get(device, 0) + 1
+        n = next(self._allocations.setdefault(device, itertools.count(1)))
         m = self._board()
         if m is None or not self._writable:
             return
@@ -336,7 +339,7 @@ class Watch:
     def collective(self, rank: int) -> int:
         """This process, rank `rank`, starts an NCCL operation: faults waiting for its Nth one fire, and the
         answer is what the operation meets: NCCL_HANG or NCCL_REMOTE_ERROR (the earliest fired) or 0."""
-        self._collectives += 1
+        n = next(self._collectives)
         m = self._board()
         if m is None or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
             return 0
@@ -344,7 +347,7 @@ class Watch:
                 and r.device == rank]
         if self._writable:
             self._stamp(m, [i for i, r in mine if r.flags & FLAG_AFTER_COLLECTIVES and r.fire_ns == NEVER
-                            and self._collectives >= r.allocations])
+                            and n >= r.allocations])
             mine = [(i, r) for i, r in enumerate(self._records()) if r.kind == KIND_NCCL and r.for_rank
                     and r.device == rank]
         now = time.time_ns()
@@ -354,12 +357,12 @@ class Watch:
     def stepped(self, rank: int | None) -> None:
         """This process (rank `rank`, None outside a distributed job) finished a training step: faults waiting
         for the Nth step of a process of the run, or of this rank, fire."""
-        self._steps += 1
+        n = next(self._steps)
         m = self._board()
         if m is None or not self._writable or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
             return
         self._stamp(m, [i for i, r in enumerate(self._records()) if r.flags & FLAG_AFTER_STEPS
-                        and r.fire_ns == NEVER and self._steps >= r.allocations
+                        and r.fire_ns == NEVER and n >= r.allocations
                         and (not r.for_rank or r.device == rank)])
 
     def _stamp(self, m: mmap.mmap, due: list[int]) -> None:
