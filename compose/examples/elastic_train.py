@@ -1,8 +1,10 @@
 """A small DDP job for elastic rehearsals (`torchrun --max-restarts N --rdzv-backend c10d`): it runs long enough
 to be hit by `fakegpu cluster fault ... kill-workers`, printing one line per step with the worker group's start
 (TORCHELASTIC_RESTART_COUNT), so a restart is visible in the output. It keeps no checkpoint: after a restart it
-starts over, as a job without one would. STEPS (10) and STEP_S (seconds per step, 0.3) resize it."""
+starts over, as a job without one would. STEPS (10) and STEP_S (seconds per step, 0.3) resize it; PG_TIMEOUT_S sets
+the process group's timeout (torch's default otherwise), after which a hung collective meets NCCL's watchdog."""
 
+import datetime
 import os
 import time
 
@@ -12,7 +14,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def main() -> None:
-    dist.init_process_group("nccl")
+    timeout = os.environ.get("PG_TIMEOUT_S")
+    dist.init_process_group("nccl", **({"timeout": datetime.timedelta(seconds=float(timeout))} if timeout else {}))
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)

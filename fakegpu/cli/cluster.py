@@ -153,23 +153,28 @@ def report(
 @app.command()
 def fault(
     name: str = typer.Argument(..., help="Cluster name."),
-    action: str = typer.Argument(..., help="kill, pause, resume, partition, heal, gpu-lost or kill-workers."),
+    action: str = typer.Argument(..., help="kill, pause, resume, partition, heal, gpu-lost, nccl-hang, nccl-error or "
+                                 "kill-workers."),
     node: str = typer.Argument(..., help="The node: node-0, node-1, ..."),
     gpu: int | None = typer.Option(None, "--gpu", help="gpu-lost: the GPU's index in the node."),
+    rank: int | None = typer.Option(None, "--rank", help="nccl-hang, nccl-error: the job's global rank on the node."),
+    lasts: str | None = typer.Option(None, "--for", help="nccl-hang, nccl-error: how long the link stays bad (30s, "
+                                     "2m); the operations that start within it meet it. Default: until the run ends."),
     at: str = typer.Option("0", "--at", help="Delay from now (30, 30s, 2m); the command waits it out."),
     as_json: bool = typer.Option(False, "--json", help="Print the versioned JSON envelope."),
 ) -> None:
     """Fail or recover a node: docker kill, pause/resume, partition/heal (network disconnect/reconnect), Xid 79
-    on one of its GPUs, or SIGKILL to its torchrun agent's workers (the agent lives on to restart them). Recorded
-    in the cluster's fault timeline (`cluster report`)."""
+    on one of its GPUs, a rank's NCCL operations hanging or failing, or SIGKILL to its torchrun agent's workers (the
+    agent lives on to restart them). Recorded in the cluster's fault timeline (`cluster report`)."""
     from fakegpu.cli.faults import container_layout
     from fakegpu.cluster import faults
     from fakegpu.faults.plan import parse_duration
 
     try:
         delay = parse_duration(at, "--at")
+        lasts_s = parse_duration(lasts, "--for") if lasts is not None else 0.0
         controller = _controller()
-        target = faults.check(controller, name, action, node, gpu)
+        target = faults.check(controller, name, action, node, gpu, rank, lasts_s)
         if delay and not as_json:
             print(f"[{name}] {action} {target.node.hostname} in {delay:g} s", file=sys.stderr)
         event = faults.apply(controller, target, delay, layout=container_layout)

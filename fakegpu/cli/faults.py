@@ -1,5 +1,5 @@
 """`fakegpu fault inject --xid N|--corrected-ecc N|--memory-pressure SIZE|--throttle REASON [--clock C]
---device GPU | --nccl hang|error --rank R [--at DURATION] [--pid PID | --container NAME]`
+--device GPU | --nccl hang|error --rank R [--at DURATION] [--for DURATION] [--pid PID | --container NAME]`
 (fakegpu.faults.inject)."""
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ def inject(
     device: str | None = typer.Option(None, "--device", help="The GPU: its index in the run, or its UUID."),
     rank: int | None = typer.Option(None, "--rank", help="With --nccl: the global rank ($RANK) it hits."),
     at: str = typer.Option("0", "--at", help="Delay from now (seconds, or 5s, 1m)."),
+    lasts: str | None = typer.Option(None, "--for", help="How long a memory pressure, throttle or NCCL fault lasts "
+                                     "(seconds, or 30s, 2m; default: until the run ends)."),
     pid: int | None = typer.Option(None, "--pid", help="A process of the target run (default: this shell's run)."),
     container: str | None = typer.Option(None, "--container",
                                          help="A running FakeGPU container (name or id); --device in its numbering."),
@@ -87,6 +89,8 @@ def inject(
             if "," in str(value):
                 raise UsageError(f"--{key.replace('_', '-')} {value!r}: one value, no commas")
         given["rank" if nccl is not None else "device"] = rank if nccl is not None else device
+        if lasts is not None:
+            given["for"] = lasts
         what = ",".join(f"{k}={v}" for k, v in given.items())
         fault = parse_flag(f"{what},at={at}", "fault inject")
         done = inject_container(fault, container, container_layout()) if container is not None else put(fault, pid=pid)

@@ -2,8 +2,10 @@
 
 A fault is one action on one node: kill, pause/resume, partition/heal (disconnect from and reconnect to the
 cluster's network, with the node's hostname as alias again, so its peers resolve it), gpu-lost (Xid 79 on one of
-the node's GPUs) or kill-workers (SIGKILL to the training workers of the node's torchelastic agent, which lives
-on to restart them). Everything is checked before anything is done or waited for.
+the node's GPUs), nccl-hang / nccl-error (a rank of the job on that node: its NCCL operations hang until the
+watchdog, or fail with ncclRemoteError, from then on or for a while: a link that heals, so an elastic restart can
+recover) or kill-workers (SIGKILL to the training workers of the node's torchelastic agent, which lives on to
+restart them). Everything is checked before anything is done or waited for.
 
 A delay (`at_s`) is waited out by the caller's own process: no timer is left behind that could outlive the
 cluster or fire into a later cluster of the same name, at the price of a command that blocks until then.
@@ -38,7 +40,8 @@ from fakegpu.shared_state import CONTAINER_DIR
 if TYPE_CHECKING:
     from fakegpu.cluster.controller import Controller
 
-ACTIONS = ("kill", "pause", "resume", "partition", "heal", "gpu-lost", "kill-workers")
+ACTIONS = ("kill", "pause", "resume", "partition", "heal", "gpu-lost", "nccl-hang", "nccl-error", "kill-workers")
+NCCL_ACTIONS = {"nccl-hang": "hang", "nccl-error": "error"}
 TIMELINE = "faults.json"
 XID_LOST = 79
 # Containers started by the engine's default runtime carry the shims in their image: their board is the node's
@@ -96,6 +99,7 @@ class FaultEvent:
     gpu: int | None
     outcome: str           # ok | failed
     detail: str = ""
+    rank: int | None = None  # nccl-hang, nccl-error: the job's rank it hit
 
 
 def _suggest(value: str, candidates: list[str]) -> str:
@@ -138,40 +142,69 @@ def _check_gpu(action: str, node: m.Node, gpu: int | None) -> None:
         raise m.ClusterUsageError(f"{node.hostname} has no GPU {gpu} (it has GPUs 0-{count - 1})")
 
 
+def _check_rank(action: str, rank: int | None, lasts_s: float) -> None:
+    if action not in NCCL_ACTIONS:
+        if rank is not None or lasts_s:
+            raise m.ClusterUsageError(f"--rank and --for are for nccl-hang and nccl-error only, not {action}")
+        return
+    if rank is None or rank < 0:
+        raise m.ClusterUsageError(f"{action} needs --rank R: the job's global rank (RANK) on that node whose NCCL "
+                                  "operations it hits")
+
+
 @dataclass(frozen=True)
 class Target:
-    """A checked fault: the cluster and node exist, the action and GPU make sense for them."""
+    """A checked fault: the cluster and node exist, the action and GPU (or rank) make sense for them."""
 
     cluster: m.Cluster
     node: m.Node
     action: str
     gpu: int | None
+    rank: int | None = None
+    lasts_s: float = 0.0  # nccl-hang, nccl-error: how long the link stays bad; 0: until the run ends
 
 
-def check(controller: Controller, name: str, action: str, node: str, gpu: int | None = None) -> Target:
+def check(controller: Controller, name: str, action: str, node: str, gpu: int | None = None,
+          rank: int | None = None, lasts_s: float = 0.0) -> Target:
     """Everything a fault needs, looked up and checked; raises ClusterUsageError (exit 2) naming a close match."""
     m.check_name(name)
     _check_action(action)
+    _check_rank(action, rank, lasts_s)
     cluster = _find_cluster(controller, name)
     found = _find_node(cluster, node)
     _check_gpu(action, found, gpu)
-    return Target(cluster, found, action, gpu)
+    return Target(cluster, found, action, gpu, rank, lasts_s)
 
 
-def _lose_gpu(client: Any, container: Any, gpu: int, layout: Callable[[], ContainerLayout] | None) -> str:
+def _inject(client: Any, container: Any, fault: Fault, flags: list[str],
+            layout: Callable[[], ContainerLayout] | None) -> str:
+    """`fault` on the node's board: the host's copy of it under the FakeGPU runtime, else through the node's own
+    `fakegpu fault inject FLAGS` (the same fault, as its command line says it)."""
     runtime = container.attrs.get("HostConfig", {}).get("Runtime")
     if runtime not in _PLAIN_RUNTIMES and layout is not None:
-        done = inject_container(Fault(xid=XID_LOST, device=gpu), container.id, layout(), client)
-        return f"Xid {XID_LOST} on GPU {done.record.device} ({done.uuid})"
+        done = inject_container(fault, container.id, layout(), client)
+        return fault.describe() + (f" on GPU {done.record.device} ({done.uuid})" if fault.device is not None else "")
     # The node's own fakegpu writes the node's board, with the node's device identities (FAKEGPU_SEED).
     code, out = container.exec_run(
-        ["fakegpu", "fault", "inject", "--xid", str(XID_LOST), "--device", str(gpu)],
+        ["fakegpu", "fault", "inject", *flags],
         # no fakecuda start-up hook for a command that imports no torch
         environment={"FAKEGPU_STATE_DIR": CONTAINER_DIR, "FAKEGPU_RUNTIME": ""})
     text = out.decode(errors="replace").strip()
     if code != 0:
         raise m.ClusterError(f"fault inject in the node exited {code}: {text}")
     return text
+
+
+def _lose_gpu(client: Any, container: Any, gpu: int, layout: Callable[[], ContainerLayout] | None) -> str:
+    return _inject(client, container, Fault(xid=XID_LOST, device=gpu), ["--xid", str(XID_LOST), "--device", str(gpu)],
+                   layout)
+
+
+def _nccl_fault(client: Any, container: Any, target: Target, layout: Callable[[], ContainerLayout] | None) -> str:
+    kind = NCCL_ACTIONS[target.action]
+    fault = Fault(None, None, nccl=kind, rank=target.rank, lasts_s=target.lasts_s)
+    flags = ["--nccl", kind, "--rank", str(target.rank)] + (["--for", f"{target.lasts_s:g}"] if target.lasts_s else [])
+    return _inject(client, container, fault, flags, layout)
 
 
 def _kill_workers(container: Any, node: str) -> tuple[str, float]:
@@ -216,6 +249,8 @@ def _engine_act(client: Any, container: Any, target: Target, layout: Callable[[]
         return "container resumed"
     if action == "gpu-lost":
         return _lose_gpu(client, container, target.gpu or 0, layout)
+    if action in NCCL_ACTIONS:
+        return _nccl_fault(client, container, target, layout)
     if not target.cluster.network:
         raise m.ClusterError(f"cluster {target.cluster.name} has no network left")
     network = client.networks.get(target.cluster.network)
@@ -248,7 +283,7 @@ def apply(controller: Controller, target: Target, at_s: float = 0.0,
     except (FakeGPUError, OSError) as exc:  # the fault board's refusals (ContainerNotUsable, ...) among them
         detail, outcome = getattr(exc, "message", None) or str(exc), "failed"
     event = FaultEvent(applied or time.time(), requested, target.action, target.node.hostname, target.gpu, outcome,
-                       detail)
+                       detail, target.rank)
     record(target.cluster.state_dir, event)
     if outcome == "failed":
         raise m.ClusterError(f"{target.action} on {target.node.hostname} failed: {detail}")

@@ -98,7 +98,8 @@ def _timeline_rows(doc: dict) -> list[tuple[float, str, str, str, str]]:
     """(time, source, node, what, detail) of every injected fault and recognised log event, in time order."""
     rows = []
     for f in doc.get("faults", []):
-        what = f["action"] + ("" if f["gpu"] is None else f" GPU {f['gpu']}")
+        what = f["action"] + ("" if f["gpu"] is None else f" GPU {f['gpu']}") + (
+            f" rank {f['rank']}" if f.get("rank") is not None else "")
         rows.append((f["time"], "fault", f["node"], what, f"{f['outcome']}: {f['detail']}"))
     for e in doc.get("elastic", {}).get("events", []):
         rows.append((e["time"], e["source"], e["node"], e["kind"], e["detail"]))

@@ -169,6 +169,7 @@ def summary(doc: dict) -> str:
             f"{doc['rank_count']} ranks, verdict {doc['verdict']}")
     body = table(rows, ["node", "status", "rank", "device", "peak alloc", "peak reserved", "capacity", "verdict"])
     faults = ", ".join(f"{f['action']} {f['node']}" + (f" gpu {f['gpu']}" if f["gpu"] is not None else "")
+                       + (f" rank {f['rank']}" if f.get("rank") is not None else "")
                        + ("" if f["outcome"] == "ok" else " (failed)") for f in doc.get("faults", []))
     text = f"{head}\n{body}\ncollectives: {calls or 'none'}\nfaults: {faults or 'none'}"
     if any(n.get("restarts") for n in doc["nodes"]):

@@ -338,7 +338,8 @@ class Watch:
 
     def collective(self, rank: int) -> int:
         """This process, rank `rank`, starts an NCCL operation: faults waiting for its Nth one fire, and the
-        answer is what the operation meets: NCCL_HANG or NCCL_REMOTE_ERROR (the earliest fired) or 0."""
+        answer is what the operation meets: NCCL_HANG or NCCL_REMOTE_ERROR (the earliest fired and not over) or
+        0."""
         n = next(self._collectives)
         m = self._board()
         if m is None or not struct.unpack_from("=I", m, OFF_COUNT)[0]:
@@ -351,7 +352,7 @@ class Watch:
             mine = [(i, r) for i, r in enumerate(self._records()) if r.kind == KIND_NCCL and r.for_rank
                     and r.device == rank]
         now = time.time_ns()
-        fired = sorted((r.fire_ns, r.code) for _, r in mine if r.fire_ns <= now)
+        fired = sorted((r.fire_ns, r.code) for _, r in mine if r.active(now))
         return fired[0][1] if fired else 0
 
     def stepped(self, rank: int | None) -> None:

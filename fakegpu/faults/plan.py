@@ -68,8 +68,10 @@ FAULT_KEYS = ("kind", "xid", "corrected_ecc", "memory_pressure", "throttle", "nc
 # The keys a --fault flag's digits are a number for.
 NUMBER_KEYS = ("xid", "corrected_ecc", "memory_pressure", "clock", "device", "rank", "after_allocations",
                "after_collectives", "after_steps")
-# What may end again (`for`): memory pressure and throttles; an Xid happened, and a lost GPU stays lost.
-LASTING = ("memory_pressure", "throttle")
+# What may end again (`for`): memory pressure, throttles and an NCCL fault (a link that heals: the operations that
+# start within it meet it; a process it hung or broke stays so, a restarted one is fine); an Xid happened, and a
+# lost GPU stays lost.
+LASTING = ("memory_pressure", "throttle", "nccl")
 MAX_LASTS_S = ((1 << 32) - 1) / 1000  # the board holds the length in ms in 32 bits: about 49 days
 KINDS = ("xid", "corrected_ecc", "memory_pressure", "throttle", "nccl")  # each also the key that gives the fault
 # What an NCCL fault does to its rank's operations, as the board codes it, and how it reads.
@@ -104,7 +106,7 @@ class Fault:
     memory_pressure: int | None = None  # instead of xid: bytes held outside the run (whole MiB)
     throttle: str | None = None  # instead of xid: a THROTTLES reason
     clock: tuple[int, bool] = DEFAULT_CLOCK  # a throttle's SM clock: (MHz, False) or (percent of boost, True)
-    lasts_s: float = 0.0  # how long a memory pressure or throttle lasts once fired; 0: until the run ends
+    lasts_s: float = 0.0  # how long a memory pressure, throttle or NCCL fault lasts once fired; 0: until the run ends
     nccl: str | None = None  # instead of xid: an NCCL_FAULTS key
     rank: int | None = None  # an NCCL fault's target: the global rank ($RANK) whose operations it hits
     after_collectives: int | None = None  # instead of at_s: the rank's Nth NCCL operation fires it
@@ -119,7 +121,8 @@ class Fault:
         if self.nccl is not None:
             when = (f" from its NCCL operation {self.after_collectives}" if self.after_collectives else
                     f" from its training step {self.after_steps}" if self.after_steps else "")
-            return f"{NCCL_FAULTS[self.nccl][1]} on rank {self.rank}{when}"
+            return (f"{NCCL_FAULTS[self.nccl][1]} on rank {self.rank}{when}"
+                    + (f" for {self.lasts_s:g} s" if self.lasts_s else ""))
         if self.memory_pressure is not None:
             return (f"{self.memory_pressure // MIB} MiB held outside the run"
                     + (f" for {self.lasts_s:g} s" if self.lasts_s else ""))
@@ -216,9 +219,8 @@ def check(doc: Any, source: str) -> list[Fault]:
             except ValueError as exc:
                 problems.append(f"faults[{i}].memory_pressure: {exc}")
         if "for" in f and given not in LASTING:
-            problems.append(f"faults[{i}].for: only {' and '.join(LASTING)} end again; "
-                            + ("an NCCL fault lasts until the rank's process ends" if given == "nccl"
-                               else "an Xid has happened"))
+            problems.append(f"faults[{i}].for: only {', '.join(LASTING[:-1])} and {LASTING[-1]} faults end again; "
+                            "an Xid has happened")
         elif "for" in f and not 0.001 <= parse_duration(f["for"], f"{source}: faults[{i}].for") <= MAX_LASTS_S:
             problems.append(f"faults[{i}].for: {_shown(f['for'])}: give a length of at least 1 ms (the board "
                             f"counts whole ms) and at most {MAX_LASTS_S:.0f} s")

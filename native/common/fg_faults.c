@@ -254,7 +254,7 @@ unsigned fg_fault_collective(unsigned rank)
                                         __ATOMIC_RELAXED);
         }
         uint64_t at = __atomic_load_n(&r->fire_ns, __ATOMIC_ACQUIRE);
-        if (at <= fg_fault_now_ns() && at < first) {
+        if (active(r, fg_fault_now_ns()) && at < first) {
             first = at;
             code = r->code;
         }

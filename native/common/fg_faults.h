@@ -67,7 +67,7 @@ FG_HIDDEN void fg_fault_throttle_of(unsigned device, unsigned boost_mhz, fg_faul
 FG_HIDDEN unsigned long long fg_fault_pressure(unsigned device);
 /* This process, global rank `rank`, starts an NCCL operation (a collective, a send or a receive): NCCL faults
  * waiting for this process's Nth one fire, and the answer is what the operation meets now: FG_FAULT_NCCL_HANG or
- * FG_FAULT_NCCL_REMOTE_ERROR (the earliest fired NCCL fault of the rank), or 0. */
+ * FG_FAULT_NCCL_REMOTE_ERROR (the earliest fired NCCL fault of the rank not over yet), or 0. */
 FG_HIDDEN unsigned fg_fault_collective(unsigned rank);
 /* The device (its table index) is lost now: a fired record with FG_FAULT_FLAG_LOST names it. */
 FG_HIDDEN int fg_fault_lost(unsigned device);

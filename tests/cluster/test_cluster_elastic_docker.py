@@ -121,3 +121,42 @@ def test_killed_workers_restart_once_on_each_agent_and_the_job_finishes(docker_c
             job.kill()
         assert run_cli("cluster", "down", name).returncode == 0
     print(f"elastic rehearsal: {time.monotonic() - began:.1f} s")
+
+
+def test_an_nccl_hang_meets_the_watchdog_and_the_job_recovers_by_restarting(docker_client, node_image, labelled,
+                                                                           tmp_path):
+    """`cluster fault nccl-hang node-1 --rank 1 --for 3s` mid-run: rank 1's next collective hangs, fakecuda's
+    watchdog takes its process down after the group's 5 s timeout (its peer fails on gloo's timeout or the closed
+    connection), both agents restart their groups, and the link has healed by then: the job finishes."""
+    name = cluster_name("ncclhang")
+    result = run_cli("cluster", "up", name, "--label", LABEL, "--nodes", "2", "--devices", "a100:1",
+                     "--workdir", str(EXAMPLES))
+    assert result.returncode == 0, result.stderr
+    exe = Path(sys.executable).with_name("fakegpu")
+    job = subprocess.Popen([str(exe), "cluster", "run", name, f"PG_TIMEOUT_S=5 {JOB}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        out = Output(job)
+        assert out.first_step.wait(timeout=240), "".join(out.lines)[-4000:]
+        fault = run_cli("cluster", "fault", name, "nccl-hang", "node-1", "--rank", "1", "--for", "3s")
+        assert fault.returncode == 0, fault.stderr
+        assert "NCCL operations that hang until the watchdog's timeout on rank 1 for 3 s" in fault.stdout
+        assert job.wait(timeout=300) == 0, out.text()[-6000:]
+        text = out.text()
+        assert "[Rank 1] Watchdog caught collective operation timeout" in text or \
+            "Timed out waiting 5000ms" in text, text[-6000:]  # whichever of the two came first
+        assert "[node-1] rank 1/2 restart 1 step 10/10" in text, text[-6000:]
+
+        report = tmp_path / "report.json"
+        assert run_cli("cluster", "report", name, "--json", str(report)).returncode == 0
+        doc = json.loads(report.read_text())
+        validate(doc)
+        (hang,) = doc["faults"]
+        assert (hang["action"], hang["node"], hang["rank"], hang["outcome"]) == ("nccl-hang", "node-1", 1, "ok")
+        assert [n["restarts"] for n in doc["nodes"]] == [1, 1] and doc["job"]["exit_code"] == 0
+        (recovery,) = doc["elastic"]["recoveries"]
+        assert recovery["recovered"]
+    finally:
+        if job.poll() is None:
+            job.kill()
+        assert run_cli("cluster", "down", name).returncode == 0

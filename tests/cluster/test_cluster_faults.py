@@ -101,6 +101,10 @@ def ctl(tmp_path) -> FakeController:
     (("c", "kill", "node-1", 0), "--gpu is for gpu-lost only"),
     (("c", "gpu-lost", "node-1"), "gpu-lost needs --gpu N (node-1 has GPUs 0-1)"),
     (("c", "gpu-lost", "node-1", 2), "node-1 has no GPU 2"),
+    (("c", "nccl-hang", "node-1"), "nccl-hang needs --rank R: the job's global rank (RANK) on that node"),
+    (("c", "kill", "node-1", None, 1), "--rank and --for are for nccl-hang and nccl-error only, not kill"),
+    (("c", "gpu-lost", "node-1", 0, None, 30.0), "--rank and --for are for nccl-hang and nccl-error only"),
+    (("c", "nccl-eror", "node-1"), "did you mean nccl-error?"),
 ])
 def test_bad_faults_are_refused_with_a_close_match_and_nothing_is_done(ctl, args, message):
     with pytest.raises(ClusterUsageError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
@@ -165,6 +169,16 @@ def test_gpu_lost_on_an_image_node_runs_the_nodes_own_fault_inject(ctl):
     assert event.gpu == 1 and event.outcome == "ok"
 
 
+def test_an_nccl_fault_runs_the_nodes_own_fault_inject_for_that_rank(ctl):
+    event = faults.apply(ctl, faults.check(ctl, "c", "nccl-hang", "node-1", rank=3, lasts_s=20.0))
+    ((_, cmd, env),) = ctl.node(1).calls
+    assert cmd == ["fakegpu", "fault", "inject", "--nccl", "hang", "--rank", "3", "--for", "20"]
+    assert env["FAKEGPU_STATE_DIR"] == "/run/fakegpu"
+    assert (event.rank, event.gpu, event.outcome) == (3, None, "ok")
+    (row,) = faults.timeline(ctl.cluster.state_dir)
+    assert (row["action"], row["rank"]) == ("nccl-hang", 3)
+
+
 def test_a_failed_action_is_recorded_as_failed_and_raised(ctl):
     ctl.node(1).exec_result = (2, b"no such device")
 
@@ -196,6 +210,10 @@ def test_gpu_lost_on_a_runtime_node_writes_its_board_on_the_host(tmp_path):
     (record,) = board.read(str(host_dir / "state"))
     assert (record.code, record.device, record.lost) == (79, 1, True)
     assert devices[1].uuid in event.detail and ctl.node(1).calls == []
+    error = faults.apply(ctl, faults.check(ctl, "c", "nccl-error", "node-1", rank=1), layout=lambda: layout)
+    _, nccl = board.read(str(host_dir / "state"))
+    assert (nccl.kind, nccl.code, nccl.device, nccl.for_rank) == (board.KIND_NCCL, board.NCCL_REMOTE_ERROR, 1, True)
+    assert error.detail == "NCCL operations failing with ncclRemoteError on rank 1" and ctl.node(1).calls == []
 
 
 def test_concurrent_records_all_land(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import re
+import time
 
 import pytest
 
@@ -54,7 +55,8 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
                            "it hits); faults[0].device: an NCCL fault hits a rank, not a GPU; give rank: N instead"),
     ("nccl=error,rank=1,after_allocations=3", "faults[0].after_allocations: an NCCL fault fires at a time (at), at "
                                               "the rank's Nth NCCL operation (after_collectives) or training step"),
-    ("nccl=error,rank=1,for=3s", "faults[0].for: only memory_pressure and throttle end again; an NCCL fault lasts"),
+    ("xid=48,device=1,for=3s", "faults[0].for: only memory_pressure, throttle and nccl faults end again; an Xid has "
+                               "happened"),
     ("nccl=error,rank=-1", "faults[0].rank: '-1' is not of type 'integer'"),
     ("nccl=hang,rank=1,at=2s,after_collectives=3", "faults[0]: give one trigger: at, after_allocations, "
                                                    "after_collectives or after_steps"),
@@ -150,8 +152,8 @@ def test_memory_pressure_and_throttles_may_end_again():
     assert not t.active(9 * 10**9) and t.active(10 * 10**9) and t.active(11_499_999_999)
     assert not t.active(11_500_000_000)  # over
     assert records([parse_flag("throttle=power,device=0")], UUIDS, 0)[0].active(10**18)  # until the run ends
-    for value, expected in (("xid=79,device=0,for=3s", "faults[0].for: only memory_pressure and throttle end "
-                                                       "again"),
+    for value, expected in (("xid=79,device=0,for=3s", "faults[0].for: only memory_pressure, throttle and nccl "
+                                                       "faults end again"),
                             ("throttle=power,device=0,for=0", "faults[0].for: '0': give a length of at least 1 ms"),
                             ("throttle=power,device=0,for=0.0004", "faults[0].for: '0.0004': give a length of at "
                                                                    "least 1 ms")):
@@ -279,6 +281,15 @@ def test_a_watch_fires_a_rank_s_nccl_fault_at_its_nth_operation_and_only_for_tha
     # the device-keyed readers take no rank's record for a GPU's: GPU 1 is not lost, nor its allocations counted
     assert not rank1.lost(1) and rank1.pressure(1) == 0 and rank1.slowdown(1, 1410) == 1.0
     assert board.Watch(state).collective(1) == board.NCCL_HANG  # fired for good: another process of rank 1 meets it
+
+
+def test_an_nccl_fault_with_a_length_hits_only_the_operations_that_start_within_it(tmp_path):
+    fault = parse_flag("nccl=hang,rank=0,for=2s")
+    assert fault.describe() == "NCCL operations that hang until the watchdog's timeout on rank 0 for 2 s"
+    board.append(str(tmp_path), records([fault], UUIDS, start_ns=time.time_ns() - 3 * 10**9))  # fired 3 s ago
+    assert board.Watch(str(tmp_path)).collective(0) == 0  # over: a worker restarted after it runs
+    board.append(str(tmp_path), records([fault], UUIDS, start_ns=time.time_ns()))
+    assert board.Watch(str(tmp_path)).collective(0) == board.NCCL_HANG
 
 
 def test_a_training_step_trigger_fires_at_a_process_s_nth_step_or_its_rank_s(tmp_path):
