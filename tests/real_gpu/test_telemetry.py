@@ -62,6 +62,8 @@ def twin(native_libs, torch211) -> dict:
 # host (a sleep overshoots by about 0.1 ms); the fake's run achieves 0.498 on an idle 2-core machine.
 REAL_DUTY = 0.5
 DUTY_TOLERANCE = 0.05
+# The share of a CPU the duty loop's launching got (an idle host: all of it, as the capture's had).
+MIN_LAUNCH_CPU = 0.85
 
 
 @pytest.mark.parametrize("phase", list(TOLERANCE))
@@ -75,6 +77,11 @@ def test_each_phase_reads_as_on_the_real_board(twin: dict, phase: str) -> None:
         if abs(p["duty"] - REAL_DUTY) > DUTY_TOLERANCE:
             pytest.skip(f"the duty cycle ran at {p['duty']:.3f}, not the capture's {REAL_DUTY}: this host's CPU "
                         "was contended, and the capture's was not")
+        # The duty can come out right while the launching still waited for a CPU (two burners beside the suite: a
+        # duty of 0.5, utilization 36 against 48, 439 W against 536): fewer launches, a GPU idle between them
+        if p["on_cpu_share"] < MIN_LAUNCH_CPU:
+            pytest.skip(f"the duty loop's launching got {p['on_cpu_share']:.2f} of a CPU, the capture's all of "
+                        "one: this host's CPU was contended, and the capture's was not")
     for field, tol in TOLERANCE[phase].items():
         if tol is None:
             assert got[field] == want[field], (phase, field, got, want)

@@ -63,8 +63,11 @@ def main() -> int:
         phases.append({"name": name, "start": round(start, 3), "end": round(time.monotonic() - t0, 3)})
 
     # The duty cycle's share of time in its GEMM loop, as it came out: a loaded CPU stretches the sleeps (and the
-    # fake's busy time follows the loop's wall time), so a reader compares at the duty achieved.
-    duty = {"on": 0.0, "off": 0.0}
+    # fake's busy time follows the loop's wall time), so a reader compares at the duty achieved. And the share of a
+    # CPU the loop got while launching (its thread's CPU time over the wall time): the loop only launches and waits,
+    # so on a CPU other work contends for, launches wait for a CPU and the GPU idles between them, on a real board
+    # as on the fake, which a capture on an idle host does not describe.
+    duty = {"on": 0.0, "off": 0.0, "cpu": 0.0}
 
     def gemm_burst():
         for _ in range(20):
@@ -77,11 +80,12 @@ def main() -> int:
         torch.cuda.synchronize()
 
     def duty_50():  # ~10 ms of GEMMs, then ~10 ms asleep
-        t = time.monotonic()
+        t, cpu = time.monotonic(), time.thread_time()
         while time.monotonic() - t < 0.01:
             a @ a
             torch.cuda.synchronize()
         slept = time.monotonic()
+        duty["cpu"] += time.thread_time() - cpu
         time.sleep(0.01)
         duty["on"] += slept - t
         duty["off"] += time.monotonic() - slept
@@ -92,6 +96,7 @@ def main() -> int:
     phase("copy_hbm", 4, copy_burst)
     phase("duty_50", 4, duty_50)
     phases[-1]["duty"] = round(duty["on"] / (duty["on"] + duty["off"]), 4)
+    phases[-1]["on_cpu_share"] = round(duty["cpu"] / duty["on"], 4)
     phase("idle_after", 6, lambda: time.sleep(0.05))
     stop.set()
     th.join()
