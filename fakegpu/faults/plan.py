@@ -308,11 +308,17 @@ def load_text(text: str, source: str) -> list[Fault]:
     return check(doc, source)
 
 
+# A plan holds at most 64 faults: a few KiB of YAML. A larger file is refused before it is read.
+MAX_PLAN_FILE_BYTES = 1 << 20
+
+
 def load_file(path: str | os.PathLike[str]) -> list[Fault]:
+    from fakegpu.user_files import UnreadableFile, read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidFaultPlan(f"fault plan {shorten(str(path))}: {exc.strerror or exc}") from exc
+        text = read_text(path, MAX_PLAN_FILE_BYTES)
+    except UnreadableFile as exc:
+        raise InvalidFaultPlan(f"fault plan {shorten(str(path))}: {exc}") from exc
     return load_text(text, str(path))
 
 

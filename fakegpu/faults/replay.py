@@ -45,6 +45,7 @@ HEADER = struct.Struct("=8sIIQ")
 SAMPLE = struct.Struct("=IHHd")
 SAMPLE_SIZE = SAMPLE.size
 MAX_SAMPLES = 4_000_000  # 64 MB of samples: hours of a busy cluster at one sample a second per metric
+MAX_FILE_BYTES = 512 << 20  # far more text than MAX_SAMPLES take; a larger file is refused before it is read
 MAX_T_MS = (1 << 32) - 1
 
 METRIC_GPU_UTIL = 1
@@ -164,10 +165,14 @@ def parse(text: str, source: str, uuids: Sequence[str]) -> list[Sample]:
 
 
 def load(path: str | os.PathLike[str], uuids: Sequence[str]) -> list[Sample]:
+    from fakegpu.user_files import UnreadableFile, read_text
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidReplay(f"telemetry replay {shorten(str(path))}: {getattr(exc, 'strerror', None) or exc}") from exc
+        text = read_text(path, MAX_FILE_BYTES)
+    except UnreadableFile as exc:
+        raise InvalidReplay(f"telemetry replay {shorten(str(path))}: {exc}"
+                            + ("; a recording is at most that: resample it coarser" if "more than" in str(exc)
+                               else "")) from exc
     return parse(text, str(path), uuids)
 
 

@@ -82,6 +82,14 @@ def test_a_yaml_error_names_its_line(tmp_path):
         load_text("{}", "x")
     with pytest.raises(InvalidFaultPlan, match="No such file"):
         load_file(tmp_path / "missing.yaml")
+    # what is not a plan file costs a bounded read: a device that never ends, a runaway file
+    with pytest.raises(InvalidFaultPlan, match="fault plan '/dev/urandom': not a regular file"):
+        load_file("/dev/urandom")
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "wb") as f:
+        f.truncate((1 << 20) + 1)
+    with pytest.raises(InvalidFaultPlan, match=r"huge\.yaml': more than 1 MiB"):
+        load_file(huge)
 
 
 def test_records_name_each_gpu_by_its_index_in_the_run():

@@ -56,6 +56,17 @@ def test_a_bad_recording_says_where_and_what_is_accepted(text: str, expected: st
     assert expected in err.value.message and err.value.exit_code == 2
 
 
-def test_a_missing_file_is_named(tmp_path) -> None:
+def test_a_missing_huge_binary_or_endless_file_is_named(tmp_path) -> None:
     with pytest.raises(InvalidReplay, match=r"telemetry replay '.*missing\.csv': No such file"):
         replay.load(tmp_path / "missing.csv", UUIDS)
+    huge = tmp_path / "huge.csv"
+    with open(huge, "wb") as f:
+        f.truncate(replay.MAX_FILE_BYTES + 1)  # sparse
+    with pytest.raises(InvalidReplay, match=r"huge\.csv': more than 512 MiB; a recording is at most that"):
+        replay.load(huge, UUIDS)
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(b"\xff\xfe" + bytes(range(256)) * 4096)  # 1 MiB of garbage
+    with pytest.raises(InvalidReplay, match=r"binary\.csv': 'utf-8' codec can't decode"):
+        replay.load(binary, UUIDS)
+    with pytest.raises(InvalidReplay, match="'/dev/urandom': not a regular file"):
+        replay.load("/dev/urandom", UUIDS)
