@@ -142,6 +142,8 @@ def hostname(environ: dict[str, str] | None = None) -> str:
 # dcgm-exporter's labels for the workload a GPU is assigned to, and the variables a pod spec passes them down in
 # (the downward API: metadata.name, metadata.namespace; the container's name as the spec writes it).
 WORKLOAD_LABELS = (("container", "CONTAINER_NAME"), ("namespace", "POD_NAMESPACE"), ("pod", "POD_NAME"))
+# Kubernetes' longest object name (a DNS subdomain); a longer value names no pod, and would repeat on every series.
+MAX_NAME = 253
 
 
 def workload_labels(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -152,7 +154,7 @@ def workload_labels(environ: dict[str, str] | None = None) -> dict[str, str]:
     env = os.environ if environ is None else environ
     if not env.get("POD_NAME"):  # CONTAINER_NAME alone is too common a name to mean a pod's container
         return {}
-    return {label: env[var] for label, var in WORKLOAD_LABELS if env.get(var)}
+    return {label: env[var] for label, var in WORKLOAD_LABELS if env.get(var) and len(env[var]) <= MAX_NAME}
 
 
 def load_nvml(lib_dir: str | None = None) -> Any:

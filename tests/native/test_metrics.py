@@ -73,6 +73,10 @@ def test_a_pod_s_names_passed_down_label_its_gpus_as_dcgm_exporter_s_kubernetes_
             for s in samples} == {("trainer-0", "ml", "worker", "gpu-node-3")}
     alone = native.python(SCRAPE, devices="a100", CONTAINER_NAME="sandbox")  # a variable that says no pod
     assert alone.returncode == 0 and "sandbox" not in alone.stdout and 'pod="' not in alone.stdout
+    # 100 KiB (near the most one variable may hold) is no Kubernetes name (at most 253 characters), and would
+    # repeat on every series: left out
+    big = native.python(SCRAPE, devices="a100", POD_NAME="p", POD_NAMESPACE="n" * (100 << 10))
+    assert big.returncode == 0 and 'pod="p"' in big.stdout and "namespace=" not in big.stdout
 
 
 def test_counters_keep_dcgm_names_and_type(native: NativeEnv) -> None:
