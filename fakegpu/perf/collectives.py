@@ -1,0 +1,289 @@
+"""Collectives on a fabric: each algorithm as the flows it puts on the links, priced in closed form per size.
+
+An algorithm becomes a Plan: the load it puts on every link (bytes crossing that link per byte of the collective's
+size, all channels and phases together) and its sequence of steps (how many, each with the latency of its longest
+path: per-hop latencies summed along the path). Data is pipelined through the steps in chunks, so for a size S
+
+    time(S) = base + sum over steps (protocol step cost + path latency) + S * max over links (load / bandwidth)
+
+where a link's bandwidth is its line rate per direction times the share NCCL reaches on that kind of link, times
+the protocol's share. Flows that share a link add their loads on it, so two flows on one link each get half. The
+link that sets the max is the critical link. Plans do not depend on S, so a sweep prices every size at once.
+
+busbw follows nccl-tests (doc/PERFORMANCE.md): algbw x 2(n-1)/n for all-reduce, x (n-1)/n for all-gather,
+reduce-scatter and all-to-all, x 1 for broadcast, reduce and send/recv.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fakegpu.errors import UsageError
+from fakegpu.perf.fabric_kinds import PROTOCOLS
+from fakegpu.perf.topology import CLASSES, NETWORK, NVLINK, Fabric
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all", "send-recv")
+ALGORITHMS = ("ring", "tree", "nvls", "hierarchical", "p2p")
+# Which algorithms can run each collective (NCCL runs tree, NVLS and the two-level scheme for all-reduce only;
+# all-to-all and send/recv are point-to-point).
+CAN_RUN = {
+    "all-reduce": ("ring", "tree", "nvls", "hierarchical"),
+    "all-gather": ("ring",), "reduce-scatter": ("ring",), "broadcast": ("ring",), "reduce": ("ring",),
+    "all-to-all": ("p2p",), "send-recv": ("p2p",),
+}
+_ALL_PAIRS_BLOCK = 1 << 18  # flows routed at once for all-to-all: bounds memory at 1,024+ GPUs
+
+
+def busbw_factor(collective: str, n: int) -> float:
+    """nccl-tests' busbw / algbw for `collective` on n ranks."""
+    if n <= 1:
+        return 0.0 if collective not in ("broadcast", "reduce", "send-recv") else 1.0
+    if collective == "all-reduce":
+        return 2 * (n - 1) / n
+    if collective in ("all-gather", "reduce-scatter", "all-to-all"):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass
+class Plan:
+    algorithm: str
+    load: np.ndarray  # bytes per link per byte of size
+    steps: list[tuple[int, float, int]]  # (count, path latency s, hop class)
+    nvls: bool = False  # the switch reduces: NVLink moves data at the NVLS share, one fixed cost, Simple only
+    notes: list[str] = field(default_factory=list)
+
+    def seconds_per_byte(self, fabric: Fabric) -> tuple[float, np.ndarray]:
+        """S-coefficient at the Simple protocol, and each link's share of it (1.0 for the critical link)."""
+        shares = fabric.kinds.shares
+        eff = np.array([shares["nvls" if self.nvls else "nvlink"], shares["pcie"], shares["network"]])
+        bw = fabric.capacity * eff[fabric.link_class]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(self.load > 0, self.load / bw, 0.0)
+        if np.isinf(per).any():  # a load on a link of no capacity: a route the fabric lacks
+            raise UsageError(f"{self.algorithm}: a flow crosses a link of no bandwidth "
+                             f"({fabric.link_name(int(np.argmax(np.isinf(per))))})")
+        worst = float(per.max(initial=0.0))
+        return worst, per / worst if worst else per
+
+    def times(self, fabric: Fabric, sizes: np.ndarray, protocol: str) -> np.ndarray:
+        kinds = fabric.kinds
+        per_byte, _ = self.seconds_per_byte(fabric)
+        if self.nvls:
+            lat = kinds.nvls_base_s + sum(c * lat for c, lat, _ in self.steps)
+            return lat + sizes * per_byte
+        p = kinds.protocols[protocol]
+        lat = p.base_s + sum(c * (p.step_s[CLASSES[cls]] + path) for c, path, cls in self.steps)
+        return lat + sizes * per_byte / p.bandwidth
+
+
+# ---------------------------------------------------------------------- orders
+
+
+def ring_order(fabric: Fabric, channel: int = 0) -> np.ndarray:
+    """One ring through every GPU, topology-aware: a node's GPUs contiguous, and rails aligned: channel c enters
+    node k at local GPU (c - k) mod g and leaves it from the GPU just before, which is the GPU node k+1 is entered
+    at, so each network hop joins two NICs of the same rail."""
+    parts = []
+    for node in range(fabric.nodes):
+        gpus = fabric.gpus_in(node)
+        start = (channel - node) % len(gpus)
+        parts.append(np.roll(gpus, -start))
+    return np.concatenate(parts)
+
+
+def channels(fabric: Fabric) -> int:
+    """Rings NCCL spreads a collective over: one per rail across nodes (each rail's NIC then carries one ring's
+    exit per node); within one node every ring loads the links the same, so one stands for all."""
+    if fabric.nodes == 1:
+        return 1
+    return max(1, min(n.nics for n in fabric.spec.nodes))
+
+
+def _edges(order: np.ndarray, wrap: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    nxt = np.roll(order, -1)
+    return (order, nxt) if wrap else (order[:-1], order[1:])
+
+
+# ---------------------------------------------------------------------- plans
+
+
+def plan(fabric: Fabric, collective: str, algorithm: str, root: int = 0) -> Plan:
+    """How `algorithm` runs `collective` on the whole fabric; UsageError when it cannot."""
+    n = fabric.gpu_count
+    if algorithm not in CAN_RUN[collective]:
+        raise UsageError(f"{algorithm} does not run {collective} (it runs with: {', '.join(CAN_RUN[collective])})")
+    if algorithm == "ring":
+        return _ring(fabric, collective, root)
+    if algorithm == "tree":
+        return _tree(fabric)
+    if algorithm == "nvls":
+        if fabric.nodes != 1 or not fabric.nvls_node(0):
+            raise UsageError("nvls needs every GPU in one NVSwitch node whose switches reduce (NVLink SHARP: "
+                             "H100/H200/B200-class HGX boards); use hierarchical across nodes")
+        return _nvls(fabric)
+    if algorithm == "hierarchical":
+        return _hierarchical(fabric)
+    if n < 2:
+        raise UsageError(f"{collective} needs at least 2 GPUs")
+    return _p2p(fabric, collective)
+
+
+def _ring(fabric: Fabric, collective: str, root: int) -> Plan:
+    n = fabric.gpu_count
+    c = channels(fabric)
+    if collective == "all-reduce":
+        per, count = 2 * (n - 1) / n, 2 * (n - 1)
+    elif collective in ("all-gather", "reduce-scatter"):
+        per, count = (n - 1) / n, n - 1
+    else:  # broadcast, reduce: a pipelined chain from (or to) the root
+        per, count = 1.0, n - 1
+    src_l, dst_l = [], []
+    for ch in range(c):
+        order = ring_order(fabric, ch)
+        if collective in ("broadcast", "reduce"):
+            order = np.roll(order, -int(np.nonzero(order == root % n)[0][0]))
+            s, d = _edges(order, wrap=False)
+            if collective == "reduce":
+                s, d = d[::-1], s[::-1]
+        else:
+            s, d = _edges(order)
+        src_l.append(s)
+        dst_l.append(d)
+    load, lat, cls = fabric.loads(np.concatenate(src_l), np.concatenate(dst_l), per / c)
+    return Plan("ring", load, [(count, lat, cls)] if n > 1 else [])
+
+
+def _binary_parents(count: int, mirrored: bool) -> np.ndarray:
+    """Parent of each of `count` nodes in a balanced binary tree (heap order), -1 for the root; the mirrored tree
+    numbers nodes from the other end, so most leaves of one are inner nodes of the other (NCCL's double tree)."""
+    k = np.arange(count)
+    idx = count - 1 - k if mirrored else k
+    parent_idx = (idx - 1) // 2
+    parent = np.where(idx > 0, count - 1 - parent_idx if mirrored else parent_idx, -1)
+    return parent
+
+
+def _tree(fabric: Fabric) -> Plan:
+    """NCCL's all-reduce tree: a chain through each node's GPUs, and two binary trees across nodes, each taking
+    half the data, reduced up and broadcast down."""
+    c = channels(fabric)
+    src_l, dst_l = [], []
+    for ch in range(c):
+        heads = []
+        for node in range(fabric.nodes):
+            gpus = fabric.gpus_in(node)
+            chain = np.roll(gpus, -(ch % len(gpus)))
+            heads.append(chain[0])
+            # up the chain toward the head, and back down, once per tree
+            for _ in range(2):
+                src_l += [chain[1:], chain[:-1]]
+                dst_l += [chain[:-1], chain[1:]]
+        heads_a = np.array(heads)
+        for mirrored in (False, True):
+            parent = _binary_parents(fabric.nodes, mirrored)
+            child = np.nonzero(parent >= 0)[0]
+            src_l += [heads_a[child], heads_a[parent[child]]]
+            dst_l += [heads_a[parent[child]], heads_a[child]]
+    src, dst = np.concatenate(src_l), np.concatenate(dst_l)
+    load, lat_all, _ = fabric.loads(src, dst, 1 / (2 * c))
+    intra = fabric.node_of[src] == fabric.node_of[dst]
+    _, lat_in, cls_in = fabric.loads(src[intra], dst[intra], 0.0) if intra.any() else (None, 0.0, NVLINK)
+    g = max(n.gpus for n in fabric.spec.nodes)
+    depth = int(np.ceil(np.log2(fabric.nodes + 1))) if fabric.nodes > 1 else 0
+    steps = [(2 * (g - 1), lat_in, cls_in)]
+    if depth:
+        steps.append((2 * depth, lat_all, NETWORK))
+    return Plan("tree", load, steps)
+
+
+def _nvls_load(fabric: Fabric, gpus: np.ndarray, weight: float, load: np.ndarray) -> None:
+    # Each GPU's port carries (1 + 1/n) S each way: the switch reads every GPU's data and returns each reduced
+    # slice to its owner (S out, S/n in), then the owner multicasts it to all (S/n out, S in).
+    load[fabric.b_nvl_tx + gpus] += weight
+    load[fabric.b_nvl_rx + gpus] += weight
+
+
+def _nvls(fabric: Fabric) -> Plan:
+    n = fabric.gpu_count
+    load = np.zeros(fabric.link_count)
+    gpus = np.arange(n)
+    _nvls_load(fabric, gpus, 1 + 1 / n, load)
+    # reduce and multicast each cross the switch: two hops
+    return Plan("nvls", load, [(2, fabric.kinds.hops["nvswitch"], NVLINK)], nvls=True)
+
+
+def _hierarchical(fabric: Fabric) -> Plan:
+    """Reduce-scatter inside each node, all-reduce each GPU's 1/g share across nodes on its rail, all-gather inside
+    each node; the phases stream through different links, so they overlap as NCCL's NVLS-tree pipeline does."""
+    sizes = {n.gpus for n in fabric.spec.nodes}
+    if fabric.nodes < 2 or len(sizes) != 1:
+        raise UsageError("hierarchical needs two or more nodes with the same number of GPUs")
+    g, nodes = sizes.pop(), fabric.nodes
+    load = np.zeros(fabric.link_count)
+    steps: list[tuple[int, float, int]] = []
+    nvls = all(fabric.nvls_node(k) for k in range(nodes))
+    if nvls:
+        _nvls_load(fabric, np.arange(fabric.gpu_count), (1 + 1 / g), load)
+    elif g > 1:
+        src = np.concatenate([fabric.gpus_in(k) for k in range(nodes)])
+        dst = np.concatenate([np.roll(fabric.gpus_in(k), -1) for k in range(nodes)])
+        intra, lat, cls = fabric.loads(src, dst, 2 * (g - 1) / g)  # reduce-scatter plus all-gather
+        load += intra
+        steps.append((2 * (g - 1), lat, cls))
+    # one ring per local index across nodes, each carrying 1/g of the data
+    local_rings = np.stack([fabric.gpus_in(k) for k in range(nodes)], axis=1)  # g x nodes
+    src, dst = local_rings.ravel(), np.roll(local_rings, -1, axis=1).ravel()
+    inter, lat, _ = fabric.loads(src, dst, 2 * (nodes - 1) / nodes / g)
+    load += inter
+    steps.append((2 * (nodes - 1), lat, NETWORK))
+    plan_ = Plan("hierarchical", load, steps)
+    if nvls:
+        # NVLS intra-node phases at the NVLS share, rings across nodes at the network's: price as two plans'
+        # max is what pipelining gives, folded here by scaling the NVLink loads to the Simple share's units
+        shares = fabric.kinds.shares
+        nvl = fabric.link_class == NVLINK
+        plan_.load = np.where(nvl, load * shares["nvlink"] / shares["nvls"], load)
+        plan_.steps.insert(0, (2, fabric.kinds.hops["nvswitch"], NVLINK))
+        plan_.notes.append("inside each node by NVLS (NVLink SHARP)")
+    return plan_
+
+
+def _p2p(fabric: Fabric, collective: str) -> Plan:
+    n = fabric.gpu_count
+    if collective == "send-recv":  # as nccl-tests' sendrecv: each rank sends to the next, receives from the last
+        src = np.arange(n)
+        load, lat, cls = fabric.loads(src, (src + 1) % n, 1.0)
+        return Plan("p2p", load, [(1, lat, cls)])
+    load = np.zeros(fabric.link_count)
+    lat, cls = 0.0, NVLINK
+    pairs = n * (n - 1)
+    for start in range(0, pairs, _ALL_PAIRS_BLOCK):
+        k = np.arange(start, min(pairs, start + _ALL_PAIRS_BLOCK))
+        src = k // (n - 1)
+        off = k % (n - 1) + 1
+        part, part_lat, part_cls = fabric.loads(src, (src + off) % n, 1 / n)
+        load += part
+        lat, cls = max(lat, part_lat), max(cls, part_cls)
+    # NCCL posts every peer's send and receive at once; the step waits for the longest path
+    return Plan("p2p", load, [(1, lat, cls)])
+
+
+def candidates(fabric: Fabric, collective: str) -> list[str]:
+    """The algorithms that can run `collective` on this fabric, as NCCL would consider them."""
+    out = []
+    for algo in CAN_RUN[collective]:
+        if algo == "nvls" and not (fabric.nodes == 1 and fabric.nvls_node(0) and fabric.gpu_count > 1):
+            continue
+        if algo == "hierarchical" and (fabric.nodes < 2 or len({n.gpus for n in fabric.spec.nodes}) != 1):
+            continue
+        out.append(algo)
+    return out
+
+
+def protocols_for(plan_: Plan, protocol: str | None) -> tuple[str, ...]:
+    if plan_.nvls:
+        return ("simple",)
+    return PROTOCOLS if protocol is None else (protocol,)
