@@ -1,0 +1,95 @@
+"""`fakegpu simulate-topology`: a collective's size sweep on a cluster fabric, printed as nccl-tests prints it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fakegpu.cli.output import emit_json, fail
+from fakegpu.errors import FakeGPUError
+from fakegpu.text import table
+
+COMMAND = "simulate-topology"
+
+
+def simulate_topology(
+    fabric_file: Path | None = typer.Option(None, "--fabric-file", "-f", help="A fabric in YAML or JSON "
+                                            "(fakegpu/perf/fabric.schema.json); or describe one with the options "
+                                            "below."),
+    nodes: int = typer.Option(1, "--nodes", help="Nodes of a generated fabric."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node of a generated fabric."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="Board of a generated fabric (h100, a100, ...)."),
+    fabric: str | None = typer.Option(None, "--fabric", help="Scale-out network of a generated fabric: ib-ndr400, "
+                                      "ib-hdr200, roce-400, ... (fakegpu/perf/fabrics.yaml)."),
+    rail_optimized: bool = typer.Option(True, "--rail-optimized/--no-rail-optimized", help="NIC i of every node "
+                                        "on rail i's leaf (default), or a node's NICs on one leaf."),
+    nics_per_node: int | None = typer.Option(None, "--nics-per-node", help="NICs per node (default: one per GPU)."),
+    oversubscription: float = typer.Option(1.0, "--oversubscription", help="Leaf downlinks per uplink (1: "
+                                           "non-blocking, 2: 2:1)."),
+    collective: str = typer.Option("all-reduce", "--collective", "-c", help="all-reduce, all-gather, "
+                                   "reduce-scatter, broadcast, reduce, all-to-all or send-recv."),
+    algorithm: str = typer.Option("auto", "--algorithm", "-a", help="auto (the fastest per size), ring, tree, "
+                                  "nvls, hierarchical or p2p."),
+    protocol: str = typer.Option("auto", "--protocol", help="auto, ll, ll128 or simple."),
+    sizes: str = typer.Option("8B:8GiB", "--sizes", "-s", help="MIN:MAX swept by --step-factor, or one size."),
+    step_factor: float = typer.Option(2.0, "--step-factor", help="Ratio between successive sizes."),
+    dtype: str = typer.Option("float", "--dtype", "-d", help="Element type, as nccl-tests names it."),
+    root: int = typer.Option(0, "--root", help="Root rank of broadcast and reduce."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Simulate a collective on a cluster fabric: time, algbw and busbw per size, and the critical links."""
+    from fakegpu.errors import UsageError
+    from fakegpu.perf.fabric_file import load as load_fabric_file
+    from fakegpu.perf.simulate import Request, parse_sizes, simulate
+    from fakegpu.perf.topology import Fabric, generated
+    from fakegpu.profiles import load_catalog
+
+    try:
+        if fabric_file is not None:
+            given = [o for o, v in (("--profile", profile), ("--fabric", fabric), ("--nics-per-node", nics_per_node))
+                     if v is not None] + (["--nodes"] if nodes != 1 else [])
+            if given:
+                raise UsageError(f"{', '.join(given)}: the fabric file describes the fabric; give one or the other")
+            spec = load_fabric_file(fabric_file)
+        else:
+            if profile is None:
+                raise UsageError("name the board with --profile (or give --fabric-file)")
+            spec = generated(nodes, gpus_per_node, load_catalog().get(profile), fabric, rail_optimized=rail_optimized,
+                             nics_per_node=nics_per_node, oversubscription=oversubscription)
+        built = Fabric(spec)
+        req = Request(collective=collective, algorithm=None if algorithm == "auto" else algorithm,
+                      protocol=None if protocol == "auto" else protocol, dtype=dtype,
+                      sizes=parse_sizes(sizes, step_factor), root=root)
+        report = simulate(built, req)
+    except FakeGPUError as exc:
+        raise fail(COMMAND, exc, as_json) from exc
+    if as_json:
+        emit_json(COMMAND, report)
+        return
+    _render(report)
+
+
+def _render(report: dict) -> None:
+    fab = report["fabric"]
+    parts = [f"{g['count']} x {g['gpus']} {g['profile']} ({g['system']}"
+             + (", NVLS" if g["nvls"] else "") + f", {g['nics']} NICs)" for g in fab["node_groups"]]
+    net = fab["network"]
+    where = "" if net is None else (f"; {net['fabric']} {net['gb_s_per_port']:g} GB/s per port, "
+                                    f"{'rail-optimized' if net['rail_optimized'] else 'one leaf per node group'}, "
+                                    f"{net['leaves']} leaves, oversubscription {net['oversubscription']:g}:1")
+    typer.echo(f"{report['collective']} on {report['ranks']} GPUs: " + " + ".join(parts) + where)
+    rows = [(r["size"], r["count"], r["type"], f"{r['time_us']:.2f}", f"{r['algbw_gb_s']:.2f}",
+             f"{r['busbw_gb_s']:.2f}", f"{r['algorithm']}/{r['protocol']}") for r in report["rows"]]
+    typer.echo(table(rows, ["SIZE(B)", "COUNT", "TYPE", "TIME(us)", "ALGBW(GB/s)", "BUSBW(GB/s)", "ALGO/PROTO"]))
+    crit = report["critical_links"]
+    if crit:
+        tied = crit[0].get("tied_links", 1)
+        typer.echo(f"critical links ({report['critical_algorithm']} at the largest size; {tied} link(s) at the top "
+                   f"load):")
+        typer.echo(table([(c["link"], c["class"], f"{c['utilisation']:.2f}", f"{c['load_bytes_per_byte']:.3g}",
+                           f"{c['effective_gb_s']:.0f} of {c['line_rate_gb_s']:.0f}") for c in crit],
+                         ["LINK", "CLASS", "BUSY", "BYTES/B", "GB/S"]))
+    typer.echo(f"peak busbw {report['peak_busbw_gb_s']:.1f} GB/s")
+    for note in report["notes"]:
+        typer.echo(f"note: {note}")
