@@ -50,18 +50,23 @@ def busbw_factor(collective: str, n: int) -> float:
 @dataclass
 class Plan:
     algorithm: str
-    load: np.ndarray  # bytes per link per byte of size
+    load: np.ndarray  # bytes per link per byte of size, moved by the GPUs' copies (NCCL's Simple share)
     steps: list[tuple[int, float, int]]  # (count, path latency s, hop class)
-    nvls: bool = False  # the switch reduces: NVLink moves data at the NVLS share, one fixed cost, Simple only
+    nvls_load: np.ndarray | None = None  # bytes per link per byte moved by the NVSwitch (at the NVLS share)
+    nvls: bool = False  # the whole collective is NVLS: one fixed cost in place of protocol steps, Simple only
     notes: list[str] = field(default_factory=list)
 
     def seconds_per_byte(self, fabric: Fabric) -> tuple[float, np.ndarray]:
         """S-coefficient at the Simple protocol, and each link's share of it (1.0 for the critical link)."""
         shares = fabric.kinds.shares
-        eff = np.array([shares["nvls" if self.nvls else "nvlink"], shares["pcie"], shares["network"]])
+        eff = np.array([shares["nvlink"], shares["pcie"], shares["network"]])
         bw = fabric.capacity * eff[fabric.link_class]
+        total = self.load.copy()
+        if self.nvls_load is not None:
+            # the switch's traffic moves at the NVLS share: count it in the copies' units
+            total += self.nvls_load * shares["nvlink"] / shares["nvls"]
         with np.errstate(divide="ignore", invalid="ignore"):
-            per = np.where(self.load > 0, self.load / bw, 0.0)
+            per = np.where(total > 0, total / bw, 0.0)
         if np.isinf(per).any():  # a load on a link of no capacity: a route the fabric lacks
             raise UsageError(f"{self.algorithm}: a flow crosses a link of no bandwidth "
                              f"({fabric.link_name(int(np.argmax(np.isinf(per))))})")
@@ -76,6 +81,8 @@ class Plan:
             return lat + sizes * per_byte
         p = kinds.protocols[protocol]
         lat = p.base_s + sum(c * (p.step_s[CLASSES[cls]] + path) for c, path, cls in self.steps)
+        if self.nvls_load is not None:
+            lat += kinds.nvls_base_s
         return lat + sizes * per_byte / p.bandwidth
 
 
@@ -181,12 +188,9 @@ def _tree(fabric: Fabric) -> Plan:
             for _ in range(2):
                 src_l += [chain[1:], chain[:-1]]
                 dst_l += [chain[:-1], chain[1:]]
-        heads_a = np.array(heads)
-        for mirrored in (False, True):
-            parent = _binary_parents(fabric.nodes, mirrored)
-            child = np.nonzero(parent >= 0)[0]
-            src_l += [heads_a[child], heads_a[parent[child]]]
-            dst_l += [heads_a[parent[child]], heads_a[child]]
+        s, d = _tree_flows(np.array(heads))
+        src_l += s
+        dst_l += d
     src, dst = np.concatenate(src_l), np.concatenate(dst_l)
     load, lat_all, _ = fabric.loads(src, dst, 1 / (2 * c))
     intra = fabric.node_of[src] == fabric.node_of[dst]
@@ -209,46 +213,60 @@ def _nvls_load(fabric: Fabric, gpus: np.ndarray, weight: float, load: np.ndarray
 def _nvls(fabric: Fabric) -> Plan:
     n = fabric.gpu_count
     load = np.zeros(fabric.link_count)
-    gpus = np.arange(n)
-    _nvls_load(fabric, gpus, 1 + 1 / n, load)
+    _nvls_load(fabric, np.arange(n), 1 + 1 / n, load)
     # reduce and multicast each cross the switch: two hops
-    return Plan("nvls", load, [(2, fabric.kinds.hops["nvswitch"], NVLINK)], nvls=True)
+    return Plan("nvls", np.zeros(fabric.link_count), [(2, fabric.kinds.hops["nvswitch"], NVLINK)], load, nvls=True)
+
+
+def _tree_flows(heads: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Flows of NCCL's double binary tree over `heads` (one GPU per node): up and down every edge of both
+    trees."""
+    src, dst = [], []
+    for mirrored in (False, True):
+        parent = _binary_parents(len(heads), mirrored)
+        child = np.nonzero(parent >= 0)[0]
+        src += [heads[child], heads[parent[child]]]
+        dst += [heads[parent[child]], heads[child]]
+    return src, dst
 
 
 def _hierarchical(fabric: Fabric) -> Plan:
-    """Reduce-scatter inside each node, all-reduce each GPU's 1/g share across nodes on its rail, all-gather inside
-    each node; the phases stream through different links, so they overlap as NCCL's NVLS-tree pipeline does."""
+    """Reduce-scatter inside each node, all-reduce each GPU's 1/g share across nodes over its own rail (a double
+    binary tree of the nodes' GPUs of that rail), all-gather inside each node. The phases stream through different
+    links and are pipelined, as NCCL's NVLS-tree is: on NVLS nodes the intra-node phases are the switch's."""
     sizes = {n.gpus for n in fabric.spec.nodes}
     if fabric.nodes < 2 or len(sizes) != 1:
         raise UsageError("hierarchical needs two or more nodes with the same number of GPUs")
     g, nodes = sizes.pop(), fabric.nodes
     load = np.zeros(fabric.link_count)
+    nvls_load = None
     steps: list[tuple[int, float, int]] = []
-    nvls = all(fabric.nvls_node(k) for k in range(nodes))
-    if nvls:
-        _nvls_load(fabric, np.arange(fabric.gpu_count), (1 + 1 / g), load)
+    notes = []
+    if all(fabric.nvls_node(k) for k in range(nodes)):
+        nvls_load = np.zeros(fabric.link_count)
+        _nvls_load(fabric, np.arange(fabric.gpu_count), 1 + 1 / g, nvls_load)
+        steps.append((2, fabric.kinds.hops["nvswitch"], NVLINK))
+        notes.append("inside each node by NVLS (NVLink SHARP), across nodes by trees on each rail")
     elif g > 1:
         src = np.concatenate([fabric.gpus_in(k) for k in range(nodes)])
         dst = np.concatenate([np.roll(fabric.gpus_in(k), -1) for k in range(nodes)])
         intra, lat, cls = fabric.loads(src, dst, 2 * (g - 1) / g)  # reduce-scatter plus all-gather
         load += intra
         steps.append((2 * (g - 1), lat, cls))
-    # one ring per local index across nodes, each carrying 1/g of the data
-    local_rings = np.stack([fabric.gpus_in(k) for k in range(nodes)], axis=1)  # g x nodes
-    src, dst = local_rings.ravel(), np.roll(local_rings, -1, axis=1).ravel()
-    inter, lat, _ = fabric.loads(src, dst, 2 * (nodes - 1) / nodes / g)
+        notes.append("inside each node by rings, across nodes by trees on each rail; NCCL itself runs this "
+                     "two-level scheme only on NVLS nodes (NVLS-tree), so auto leaves it out elsewhere")
+    rails = np.stack([fabric.gpus_in(k) for k in range(nodes)], axis=1)  # g x nodes: one row per rail
+    src_l: list[np.ndarray] = []
+    dst_l: list[np.ndarray] = []
+    for row in rails:
+        s, d = _tree_flows(row)
+        src_l += s
+        dst_l += d
+    inter, lat, _ = fabric.loads(np.concatenate(src_l), np.concatenate(dst_l), 1 / (2 * g))
     load += inter
-    steps.append((2 * (nodes - 1), lat, NETWORK))
-    plan_ = Plan("hierarchical", load, steps)
-    if nvls:
-        # NVLS intra-node phases at the NVLS share, rings across nodes at the network's: price as two plans'
-        # max is what pipelining gives, folded here by scaling the NVLink loads to the Simple share's units
-        shares = fabric.kinds.shares
-        nvl = fabric.link_class == NVLINK
-        plan_.load = np.where(nvl, load * shares["nvlink"] / shares["nvls"], load)
-        plan_.steps.insert(0, (2, fabric.kinds.hops["nvswitch"], NVLINK))
-        plan_.notes.append("inside each node by NVLS (NVLink SHARP)")
-    return plan_
+    depth = int(np.ceil(np.log2(nodes + 1)))
+    steps.append((2 * depth, lat, NETWORK))
+    return Plan("hierarchical", load, steps, nvls_load, notes=notes)
 
 
 def _p2p(fabric: Fabric, collective: str) -> Plan:
@@ -277,7 +295,8 @@ def candidates(fabric: Fabric, collective: str) -> list[str]:
     for algo in CAN_RUN[collective]:
         if algo == "nvls" and not (fabric.nodes == 1 and fabric.nvls_node(0) and fabric.gpu_count > 1):
             continue
-        if algo == "hierarchical" and (fabric.nodes < 2 or len({n.gpus for n in fabric.spec.nodes}) != 1):
+        if algo == "hierarchical" and (fabric.nodes < 2 or len({n.gpus for n in fabric.spec.nodes}) != 1
+                                       or not all(fabric.nvls_node(k) for k in range(fabric.nodes))):
             continue
         out.append(algo)
     return out

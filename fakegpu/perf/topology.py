@@ -100,20 +100,23 @@ class Fabric:
     # ------------------------------------------------------------------ shape
 
     def _check_connected(self) -> None:
-        if len(self.spec.nodes) == 1:
+        nodes = self.spec.nodes
+        if len(nodes) == 1:
             return
-        cut = [n for n in self.spec.nodes if n.nics == 0]
         if self.network is None:
-            cut = list(self.spec.nodes[1:])
+            cut = list(range(1, len(nodes)))
             why = "no scale-out fabric joins the nodes (give --fabric, or `fabric:` in the file)"
         else:
+            cut = [i for i, n in enumerate(nodes) if n.nics == 0]
             why = "their node has no NIC"
-        if cut:
-            first = {n.name: sum(m.gpus for m in self.spec.nodes[:i]) for i, n in enumerate(self.spec.nodes)}
-            named = [f"{n.name} (GPUs {first[n.name]}-{first[n.name] + n.gpus - 1})" for n in cut]
-            shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more nodes" if len(named) > 8 else "")
-            reach = next(n.name for n in self.spec.nodes if n not in cut)
-            raise FabricError(f"the fabric does not connect: {shown} cannot reach {reach}: {why}")
+        if not cut:
+            return
+        first = np.concatenate([[0], np.cumsum([n.gpus for n in nodes])])
+        named = [f"{nodes[i].name} (GPUs {first[i]}-{first[i + 1] - 1})" for i in cut]
+        shown = ", ".join(named[:8]) + (f" and {len(named) - 8} more nodes" if len(named) > 8 else "")
+        rest = sorted(set(range(len(nodes))) - set(cut))
+        target = f"{nodes[rest[0]].name}" if rest else "each other"
+        raise FabricError(f"the fabric does not connect: {shown} cannot reach {target}: {why}")
 
     def _build(self) -> None:
         nodes = self.spec.nodes
