@@ -74,9 +74,12 @@ def load(path: str | Path) -> FabricSpec:
             problems.append((("nodes", i, "profile"), exc.message))
             continue
         count = item.get("count", 1)
-        base = item.get("name", "node")
         for k in range(count if total <= MAX_NODES else 0):
-            name = f"{base}{k}" if count > 1 or "name" not in item else base
+            # unnamed nodes are numbered across the file, a named group's nodes within the group
+            if "name" not in item:
+                name = f"node{len(nodes)}"
+            else:
+                name = item["name"] if count == 1 else f"{item['name']}{k}"
             nodes.append(NodeSpec(profile, item["gpus"], item.get("nics", item["gpus"]), name, item.get("domain")))
     names = [n.name for n in nodes]
     if not problems and len(set(names)) != len(names):
