@@ -56,6 +56,10 @@ class Plan:
     nvls: bool = False  # the whole collective is NVLS: one fixed cost in place of protocol steps, Simple only
     notes: list[str] = field(default_factory=list)
 
+    def total_load(self) -> np.ndarray:
+        """Bytes each link carries per byte of size, the GPUs' copies and the switch's together."""
+        return self.load if self.nvls_load is None else self.load + self.nvls_load
+
     def seconds_per_byte(self, fabric: Fabric) -> tuple[float, np.ndarray]:
         """S-coefficient at the Simple protocol, and each link's share of it (1.0 for the critical link)."""
         shares = fabric.kinds.shares

@@ -140,6 +140,7 @@ def simulate(fabric: Fabric, req: Request) -> dict[str, Any]:
 def critical_links(fabric: Fabric, plan: Plan, shown: int = CRITICAL_SHOWN) -> list[dict[str, Any]]:
     """The most loaded links of `plan` relative to their bandwidth: the first sets the large-size time."""
     _, busy = plan.seconds_per_byte(fabric)
+    load = plan.total_load()
     order = np.argsort(-busy, kind="stable")[:shown]
     shares = fabric.kinds.shares
     out = []
@@ -147,9 +148,10 @@ def critical_links(fabric: Fabric, plan: Plan, shown: int = CRITICAL_SHOWN) -> l
         if busy[i] <= 0:
             break
         cls = ("nvlink", "pcie", "network")[fabric.link_class[i]]
-        share = shares["nvls" if plan.nvls and cls == "nvlink" else cls]
+        nvls = plan.nvls_load is not None and plan.nvls_load[i] > 0
+        share = shares["nvls" if nvls and cls == "nvlink" else cls]
         out.append({"link": fabric.link_name(int(i)), "class": cls, "utilisation": round(float(busy[i]), 4),
-                    "load_bytes_per_byte": round(float(plan.load[i]), 6),
+                    "load_bytes_per_byte": round(float(load[i]), 6),
                     "line_rate_gb_s": fabric.capacity[i] / 1e9, "effective_gb_s": fabric.capacity[i] * share / 1e9})
     # how many links share the worst load: a ring's bottleneck is usually every GPU's port at once
     tied = int((busy >= 0.999).sum())
