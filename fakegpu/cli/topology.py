@@ -17,16 +17,17 @@ def simulate_topology(
     fabric_file: Path | None = typer.Option(None, "--fabric-file", "-f", help="A fabric in YAML or JSON "
                                             "(fakegpu/perf/fabric.schema.json); or describe one with the options "
                                             "below."),
-    nodes: int = typer.Option(1, "--nodes", help="Nodes of a generated fabric."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="GPUs per node of a generated fabric."),
+    nodes: int | None = typer.Option(None, "--nodes", help="Nodes of a generated fabric (default 1)."),
+    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per node of a generated fabric "
+                                             "(default 8)."),
     profile: str | None = typer.Option(None, "--profile", "-p", help="Board of a generated fabric (h100, a100, ...)."),
     fabric: str | None = typer.Option(None, "--fabric", help="Scale-out network of a generated fabric: ib-ndr400, "
                                       "ib-hdr200, roce-400, ... (fakegpu/perf/fabrics.yaml)."),
-    rail_optimized: bool = typer.Option(True, "--rail-optimized/--no-rail-optimized", help="NIC i of every node "
-                                        "on rail i's leaf (default), or a node's NICs on one leaf."),
+    rail_optimized: bool | None = typer.Option(None, "--rail-optimized/--no-rail-optimized", help="NIC i of every "
+                                               "node on rail i's leaf (default), or a node's NICs on one leaf."),
     nics_per_node: int | None = typer.Option(None, "--nics-per-node", help="NICs per node (default: one per GPU)."),
-    oversubscription: float = typer.Option(1.0, "--oversubscription", help="Leaf downlinks per uplink (1: "
-                                           "non-blocking, 2: 2:1)."),
+    oversubscription: float | None = typer.Option(None, "--oversubscription", help="Leaf downlinks per uplink "
+                                                  "(1: non-blocking, the default; 2: 2:1)."),
     collective: str = typer.Option("all-reduce", "--collective", "-c", help="all-reduce, all-gather, "
                                    "reduce-scatter, broadcast, reduce, all-to-all or send-recv."),
     algorithm: str = typer.Option("auto", "--algorithm", "-a", help="auto (the fastest per size), ring, tree, "
@@ -47,16 +48,21 @@ def simulate_topology(
 
     try:
         if fabric_file is not None:
-            given = [o for o, v in (("--profile", profile), ("--fabric", fabric), ("--nics-per-node", nics_per_node))
-                     if v is not None] + (["--nodes"] if nodes != 1 else [])
+            given = [o for o, v in (("--profile", profile), ("--fabric", fabric), ("--nics-per-node", nics_per_node),
+                                    ("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
+                                    ("--rail-optimized", rail_optimized), ("--oversubscription", oversubscription))
+                     if v is not None]
             if given:
                 raise UsageError(f"{', '.join(given)}: the fabric file describes the fabric; give one or the other")
             spec = load_fabric_file(fabric_file)
         else:
             if profile is None:
                 raise UsageError("name the board with --profile (or give --fabric-file)")
-            spec = generated(nodes, gpus_per_node, load_catalog().get(profile), fabric, rail_optimized=rail_optimized,
-                             nics_per_node=nics_per_node, oversubscription=oversubscription)
+            spec = generated(1 if nodes is None else nodes, 8 if gpus_per_node is None else gpus_per_node,
+                             load_catalog().get(profile), fabric,
+                             rail_optimized=True if rail_optimized is None else rail_optimized,
+                             nics_per_node=nics_per_node,
+                             oversubscription=1.0 if oversubscription is None else oversubscription)
         built = Fabric(spec)
         req = Request(collective=collective, algorithm=None if algorithm == "auto" else algorithm,
                       protocol=None if protocol == "auto" else protocol, dtype=dtype,

@@ -79,7 +79,7 @@ def _check(req: Request, fabric: Fabric) -> None:
         raise UsageError(f"--dtype: {not_one_of(req.dtype, list(DTYPES))}")
     if not req.sizes:
         raise UsageError("--sizes: no sizes to simulate")
-    if fabric.gpu_count < 2 and req.collective not in ("broadcast", "reduce"):
+    if fabric.gpu_count < 2:
         raise UsageError(f"{req.collective} needs at least 2 GPUs; the fabric has {fabric.gpu_count}")
     if not 0 <= req.root < fabric.gpu_count:
         raise UsageError(f"--root {req.root} is not a rank of the fabric (0-{fabric.gpu_count - 1})")
