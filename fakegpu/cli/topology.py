@@ -37,13 +37,30 @@ def simulate_topology(
     step_factor: float = typer.Option(2.0, "--step-factor", help="Ratio between successive sizes."),
     dtype: str = typer.Option("float", "--dtype", "-d", help="Element type, as nccl-tests names it."),
     root: int = typer.Option(0, "--root", help="Root rank of broadcast and reduce."),
+    model_dir: Path | None = typer.Option(None, "--model-dir", help="With a model (config.json): the communication "
+                                          "of one training step on the fabric, from plan-training's inputs."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="Training step: tensor-parallel size."),
+    pipeline_parallel: int = typer.Option(1, "--pipeline-parallel", help="Training step: pipeline stages."),
+    zero: int = typer.Option(0, "--zero", help="Training step: DeepSpeed ZeRO stage 0-3."),
+    fsdp: str = typer.Option("none", "--fsdp", help="Training step: full, hybrid, grad-op or none."),
+    micro_batch: int = typer.Option(1, "--micro-batch", help="Training step: sequences per micro-batch."),
+    seq_len: int = typer.Option(2048, "--seq-len", help="Training step: tokens per sequence."),
+    micro_batches: int = typer.Option(1, "--micro-batches", help="Training step: micro-batches per optimizer step "
+                                      "(gradient accumulation, or the pipeline's)."),
+    precision: str = typer.Option("bf16-mixed", "--precision", help="Training step: bf16-mixed, fp16-mixed, bf16 "
+                                  "or fp32."),
+    bucket_mb: float = typer.Option(25.0, "--bucket-mb", help="Training step: DDP/ZeRO gradient bucket in MiB."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Simulate a collective on a cluster fabric: time, algbw and busbw per size, and the critical links."""
+    """Simulate a collective on a cluster fabric: time, algbw and busbw per size, and the critical links.
+
+    With --model-dir: the communication of one training step (DDP, ZeRO, FSDP, tensor and pipeline parallel).
+    """
     from fakegpu.errors import UsageError
     from fakegpu.perf.fabric_file import load as load_fabric_file
     from fakegpu.perf.simulate import Request, parse_sizes, simulate
     from fakegpu.perf.topology import Fabric, generated
+    from fakegpu.perf.training_comm import Parallelism
     from fakegpu.profiles import load_catalog
 
     try:
@@ -67,7 +84,10 @@ def simulate_topology(
         req = Request(collective=collective, algorithm=None if algorithm == "auto" else algorithm,
                       protocol=None if protocol == "auto" else protocol, dtype=dtype,
                       sizes=parse_sizes(sizes, step_factor), root=root)
-        report = simulate(built, req)
+        training = None if model_dir is None else (model_dir, Parallelism(
+            tensor=tensor_parallel, pipeline=pipeline_parallel, zero=zero, fsdp=fsdp, micro_batch=micro_batch,
+            seq_len=seq_len, micro_batches=micro_batches, precision=precision, bucket_mb=bucket_mb))
+        report = simulate(built, req, training)
     except FakeGPUError as exc:
         raise fail(COMMAND, exc, as_json) from exc
     if as_json:
@@ -84,6 +104,10 @@ def _render(report: dict) -> None:
     where = "" if net is None else (f"; {net['fabric']} {net['gb_s_per_port']:g} GB/s per port, "
                                     f"{'rail-optimized' if net['rail_optimized'] else 'one leaf per node group'}, "
                                     f"{net['leaves']} leaves, oversubscription {net['oversubscription']:g}:1")
+    if report["training_step"] is not None:
+        typer.echo(f"training step on {report['ranks']} GPUs: " + " + ".join(parts) + where)
+        _render_step(report["training_step"])
+        return
     typer.echo(f"{report['collective']} on {report['ranks']} GPUs: " + " + ".join(parts) + where)
     rows = [(r["size"], r["count"], r["type"], f"{r['time_us']:.2f}", f"{r['algbw_gb_s']:.2f}",
              f"{r['busbw_gb_s']:.2f}", f"{r['algorithm']}/{r['protocol']}") for r in report["rows"]]
@@ -98,4 +122,25 @@ def _render(report: dict) -> None:
                          ["LINK", "CLASS", "BUSY", "BYTES/B", "GB/S"]))
     typer.echo(f"peak busbw {report['peak_busbw_gb_s']:.1f} GB/s")
     for note in report["notes"]:
+        typer.echo(f"note: {note}")
+
+
+def _render_step(step: dict) -> None:
+    from fakegpu.perf.units import amount_text, seconds_text
+
+    m, p = step["model"], step["parallelism"]
+    typer.echo(f"{m['model_type']}: {amount_text(m['parameters'])} parameters, {m['num_layers']} layers; tensor "
+               f"{p['tensor']} x pipeline {p['pipeline']} x data {p['data']}, "
+               + (f"ZeRO-{p['zero']}" if p["zero"] else f"FSDP {p['fsdp']}" if p["fsdp"] != "none" else "DDP")
+               + f", micro-batch {p['micro_batch']} x {p['seq_len']} tokens, {p['micro_batches']} micro-batch(es), "
+               f"{p['precision']}")
+    rows = [(o["parallelism"], o["collective"], o["name"], f"{o['groups']} x {o['group_size']}",
+             amount_text(o["bytes"]) + "B", o["count"], f"{o['algorithm']}/{o['protocol']}",
+             seconds_text(o["time_us"] * 1e-6), f"{o['busbw_gb_s']:.1f}", seconds_text(o["seconds"]))
+            for o in step["ops"]]
+    typer.echo(table(rows, ["PARALLEL", "COLLECTIVE", "WHAT", "GROUPS", "BYTES", "PER STEP", "ALGO/PROTO", "EACH",
+                            "BUSBW", "TOTAL"]))
+    by = ", ".join(f"{k} {seconds_text(v)}" for k, v in step["seconds_by_parallelism"].items())
+    typer.echo(f"communication per step: {seconds_text(step['seconds'])}" + (f" ({by})" if by else ""))
+    for note in step["notes"]:
         typer.echo(f"note: {note}")

@@ -16,6 +16,7 @@ reduce-scatter and all-to-all, x 1 for broadcast, reduce and send/recv.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -310,3 +311,64 @@ def protocols_for(plan_: Plan, protocol: str | None) -> tuple[str, ...]:
     if plan_.nvls:
         return ("simple",)
     return PROTOCOLS if protocol is None else (protocol,)
+
+
+# ---------------------------------------------------------------------- communicator groups
+
+
+def group_plans(fabric: Fabric, groups: Sequence[np.ndarray], collective: str) -> list[Plan]:
+    """`collective` run at once by every group of `groups` (each an array of GPU indices, e.g. every tensor-
+    parallel group of a job), as rings in GPU order (a node's GPUs together): the groups' flows share links, so
+    groups that meet on a NIC or an NVLink port slow each other. All-to-all and send-recv go peer to peer; for
+    send-recv each group is a chain of stages, each sending to the next. One group that is a whole NVLS node
+    also gets NVLS for all-reduce; the caller prices each plan per size and keeps the fastest."""
+    k = len(groups[0])
+    if any(len(g) != k for g in groups) or k < 2:
+        raise UsageError("communicator groups must all have the same size, at least 2")
+    arr = np.stack([np.sort(np.asarray(g)) for g in groups])
+    if len(arr) == 1 and k == fabric.gpu_count and collective != "send-recv":
+        # the whole fabric: every algorithm NCCL would consider for it
+        return [plan(fabric, collective, a) for a in candidates(fabric, collective)]
+    if collective in ("all-reduce", "all-gather", "reduce-scatter"):
+        per = 2 * (k - 1) / k if collective == "all-reduce" else (k - 1) / k
+        count = 2 * (k - 1) if collective == "all-reduce" else k - 1
+        src_l, dst_l, c = [], [], 1
+        for g in arr:
+            orders = _group_rings(fabric, g)
+            c = len(orders)
+            for order in orders:
+                src_l.append(order)
+                dst_l.append(np.roll(order, -1))
+        src, dst = np.concatenate(src_l), np.concatenate(dst_l)
+        per /= c
+    elif collective == "send-recv":
+        arr = np.stack([np.asarray(g) for g in groups])  # stage order as given
+        per, count = 1.0, 1
+        src, dst = arr[:, :-1].ravel(), arr[:, 1:].ravel()
+    else:
+        raise UsageError(f"{collective} is not priced for communicator groups")
+    load, lat, cls = fabric.loads(src, dst, per)
+    plan_ = Plan("ring" if collective != "send-recv" else "p2p", load, [(count, lat, cls)])
+    plans = [plan_]
+    node = int(fabric.node_of[arr[0, 0]])
+    if (collective == "all-reduce" and fabric.nvls_node(node)
+            and all(len(set(fabric.node_of[g])) == 1 and len(g) == len(fabric.gpus_in(int(fabric.node_of[g[0]])))
+                    for g in arr)):
+        load_nvls = np.zeros(fabric.link_count)
+        _nvls_load(fabric, arr.ravel(), 1 + 1 / k, load_nvls)
+        plans.append(Plan("nvls", np.zeros(fabric.link_count), [(2, fabric.kinds.hops["nvswitch"], NVLINK)],
+                          load_nvls, nvls=True))
+    return plans
+
+
+def _group_rings(fabric: Fabric, group: np.ndarray) -> list[np.ndarray]:
+    """Rings through one sorted group: a group made of whole nodes gets one ring per rail, each rotated as
+    ring_order rotates them (rails aligned); any other group one ring in GPU order."""
+    nodes = np.unique(fabric.node_of[group])
+    whole = len(nodes) > 1 and all(
+        np.array_equal(group[fabric.node_of[group] == k], fabric.gpus_in(int(k))) for k in nodes)
+    if not whole:
+        return [group]
+    c = max(1, min(fabric.spec.nodes[int(k)].nics for k in nodes))
+    return [np.concatenate([np.roll(fabric.gpus_in(int(k)), -((ch - i) % len(fabric.gpus_in(int(k)))))
+                            for i, k in enumerate(nodes)]) for ch in range(c)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from fakegpu.perf import collectives
 from fakegpu.perf.collectives import ALGORITHMS, COLLECTIVES, Plan, busbw_factor
 from fakegpu.perf.fabric_kinds import PROTOCOLS
 from fakegpu.perf.topology import Fabric
+from fakegpu.perf.training_comm import Parallelism, step_communication
 from fakegpu.reports import schema_id
 from fakegpu.sizes import parse_bytes
 
@@ -92,8 +94,9 @@ def _sizes_as_run(req: Request, n: int) -> np.ndarray:
     return np.array([max(unit, s // unit * unit) for s in req.sizes], dtype=np.float64)
 
 
-def simulate(fabric: Fabric, req: Request) -> dict[str, Any]:
-    """The report for one collective's sweep on `fabric`."""
+def simulate(fabric: Fabric, req: Request, training: tuple[Path, Parallelism] | None = None) -> dict[str, Any]:
+    """The report for one collective's sweep on `fabric`, and with `training` (a model directory and its
+    parallelism) the communication of one training step."""
     _check(req, fabric)
     n = fabric.gpu_count
     sizes = _sizes_as_run(req, n)
@@ -134,6 +137,7 @@ def simulate(fabric: Fabric, req: Request) -> dict[str, Any]:
         "critical_algorithm": largest.algorithm,
         "parameters": fabric.kinds.parameters(),
         "notes": _notes(fabric, plans, req),
+        "training_step": None if training is None else step_communication(fabric, *training),
     }
 
 
