@@ -30,7 +30,8 @@ EXAMPLES = _examples()
 
 
 def test_the_section_has_its_examples():
-    assert len(EXAMPLES) == 2
+    assert len(EXAMPLES) == 3
+    assert any("--model-dir" in cmd for cmd, _ in EXAMPLES)
     assert any("--fabric-file examples/topology/two-hgx-h100.yaml" in cmd for cmd, _ in EXAMPLES)
 
 
