@@ -1,10 +1,12 @@
 """Collectives on a fabric: each algorithm as the flows it puts on the links, priced in closed form per size.
 
 An algorithm becomes a Plan: the load it puts on every link (bytes crossing that link per byte of the collective's
-size, all channels and phases together) and its sequence of steps (how many, each with the latency of its longest
-path: per-hop latencies summed along the path). Data is pipelined through the steps in chunks, so for a size S
+size, all channels and phases together) and the hops its first chunk must travel before the pipeline is full
+(each with the protocol's cost for that kind of hop plus the path's own latency, summed hop by hop along the
+path: NVSwitch, NIC, leaf, spine). A ring's chunk travels the ring: its NVLink hops cost NVLink latency and only
+its few network hops cost network latency, not every step the slowest. For a size S
 
-    time(S) = base + sum over steps (protocol step cost + path latency) + S * max over links (load / bandwidth)
+    time(S) = base + sum over hops (protocol hop cost + path latency) + S * max over links (load / bandwidth)
 
 where a link's bandwidth is its line rate per direction times the share NCCL reaches on that kind of link, times
 the protocol's share. Flows that share a link add their loads on it, so two flows on one link each get half. The
@@ -52,7 +54,7 @@ def busbw_factor(collective: str, n: int) -> float:
 class Plan:
     algorithm: str
     load: np.ndarray  # bytes per link per byte of size, moved by the GPUs' copies (NCCL's Simple share)
-    steps: list[tuple[int, float, int]]  # (count, path latency s, hop class)
+    steps: list[tuple[float, float, int]]  # (hops, mean path latency s, hop class)
     nvls_load: np.ndarray | None = None  # bytes per link per byte moved by the NVSwitch (at the NVLS share)
     nvls: bool = False  # the whole collective is NVLS: one fixed cost in place of protocol steps, Simple only
     notes: list[str] = field(default_factory=list)
@@ -147,11 +149,11 @@ def _ring(fabric: Fabric, collective: str, root: int) -> Plan:
     n = fabric.gpu_count
     c = channels(fabric)
     if collective == "all-reduce":
-        per, count = 2 * (n - 1) / n, 2 * (n - 1)
+        per = 2 * (n - 1) / n
     elif collective in ("all-gather", "reduce-scatter"):
-        per, count = (n - 1) / n, n - 1
+        per = (n - 1) / n
     else:  # broadcast, reduce: a pipelined chain from (or to) the root
-        per, count = 1.0, n - 1
+        per = 1.0
     src_l, dst_l = [], []
     for ch in range(c):
         order = ring_order(fabric, ch)
@@ -164,8 +166,15 @@ def _ring(fabric: Fabric, collective: str, root: int) -> Plan:
             s, d = _edges(order)
         src_l.append(s)
         dst_l.append(d)
-    load, lat, cls = fabric.loads(np.concatenate(src_l), np.concatenate(dst_l), per / c)
-    return Plan("ring", load, [(count, lat, cls)] if n > 1 else [])
+    load, _, _ = fabric.loads(np.concatenate(src_l), np.concatenate(dst_l), per / c)
+    # a ring's chunk goes round once per (n-1)/n of the per-edge traffic; a chain's once
+    return Plan("ring", load, _hop_steps(fabric, src_l[0], dst_l[0], per if len(src_l[0]) == n else 1.0))
+
+
+def _hop_steps(fabric: Fabric, src: np.ndarray, dst: np.ndarray, rounds: float) -> list[tuple[float, float, int]]:
+    """The hops of one traversal of these edges, `rounds` times, grouped by kind with their mean path latency."""
+    _, lat, cls = fabric.route(src, dst)
+    return [(rounds * int((cls == c).sum()), float(lat[cls == c].mean()), int(c)) for c in np.unique(cls)]
 
 
 def _binary_parents(count: int, mirrored: bool) -> np.ndarray:
@@ -245,7 +254,7 @@ def _hierarchical(fabric: Fabric) -> Plan:
     g, nodes = sizes.pop(), fabric.nodes
     load = np.zeros(fabric.link_count)
     nvls_load = None
-    steps: list[tuple[int, float, int]] = []
+    steps: list[tuple[float, float, int]] = []
     notes = []
     if all(fabric.nvls_node(k) for k in range(nodes)):
         nvls_load = np.zeros(fabric.link_count)
@@ -255,9 +264,9 @@ def _hierarchical(fabric: Fabric) -> Plan:
     elif g > 1:
         src = np.concatenate([fabric.gpus_in(k) for k in range(nodes)])
         dst = np.concatenate([np.roll(fabric.gpus_in(k), -1) for k in range(nodes)])
-        intra, lat, cls = fabric.loads(src, dst, 2 * (g - 1) / g)  # reduce-scatter plus all-gather
+        intra, _, _ = fabric.loads(src, dst, 2 * (g - 1) / g)  # reduce-scatter plus all-gather
         load += intra
-        steps.append((2 * (g - 1), lat, cls))
+        steps += _hop_steps(fabric, fabric.gpus_in(0), np.roll(fabric.gpus_in(0), -1), 2 * (g - 1) / g)
         notes.append("inside each node by rings, across nodes by trees on each rail; NCCL itself runs this "
                      "two-level scheme only on NVLS nodes (NVLS-tree), so auto leaves it out elsewhere")
     rails = np.stack([fabric.gpus_in(k) for k in range(nodes)], axis=1)  # g x nodes: one row per rail
@@ -298,6 +307,10 @@ def candidates(fabric: Fabric, collective: str) -> list[str]:
     """The algorithms that can run `collective` on this fabric, as NCCL would consider them."""
     out = []
     for algo in CAN_RUN[collective]:
+        # NCCL crosses nodes with trees; inside one node its tuner takes ring (or NVLS) for every size, and a
+        # chain there would claim both directions of each link, which NCCL's rings leave to other channels
+        if algo == "tree" and fabric.nodes == 1:
+            continue
         if algo == "nvls" and not (fabric.nodes == 1 and fabric.nvls_node(0) and fabric.gpu_count > 1):
             continue
         if algo == "hierarchical" and (fabric.nodes < 2 or len({n.gpus for n in fabric.spec.nodes}) != 1
@@ -331,7 +344,6 @@ def group_plans(fabric: Fabric, groups: Sequence[np.ndarray], collective: str) -
         return [plan(fabric, collective, a) for a in candidates(fabric, collective)]
     if collective in ("all-reduce", "all-gather", "reduce-scatter"):
         per = 2 * (k - 1) / k if collective == "all-reduce" else (k - 1) / k
-        count = 2 * (k - 1) if collective == "all-reduce" else k - 1
         src_l, dst_l, c = [], [], 1
         for g in arr:
             orders = _group_rings(fabric, g)
@@ -339,16 +351,19 @@ def group_plans(fabric: Fabric, groups: Sequence[np.ndarray], collective: str) -
             for order in orders:
                 src_l.append(order)
                 dst_l.append(np.roll(order, -1))
+        steps = _hop_steps(fabric, src_l[0], dst_l[0], per)
         src, dst = np.concatenate(src_l), np.concatenate(dst_l)
         per /= c
     elif collective == "send-recv":
         arr = np.stack([np.asarray(g) for g in groups])  # stage order as given
-        per, count = 1.0, 1
+        per = 1.0
         src, dst = arr[:, :-1].ravel(), arr[:, 1:].ravel()
+        _, lat, cls = fabric.loads(src, dst, 0.0)
+        steps = [(1, lat, cls)]
     else:
         raise UsageError(f"{collective} is not priced for communicator groups")
-    load, lat, cls = fabric.loads(src, dst, per)
-    plan_ = Plan("ring" if collective != "send-recv" else "p2p", load, [(count, lat, cls)])
+    load, _, _ = fabric.loads(src, dst, per)
+    plan_ = Plan("ring" if collective != "send-recv" else "p2p", load, steps)
     plans = [plan_]
     node = int(fabric.node_of[arr[0, 0]])
     if (collective == "all-reduce" and fabric.nvls_node(node)
