@@ -37,6 +37,7 @@ CAN_RUN = {
     "all-to-all": ("p2p",), "send-recv": ("p2p",),
 }
 _ALL_PAIRS_BLOCK = 1 << 18  # flows routed at once for all-to-all: bounds memory at 1,024+ GPUs
+MAX_ALL_TO_ALL = 4096  # all-to-all routes every pair: 16 M flows here take seconds, 65,536 GPUs would take hours
 
 
 def busbw_factor(collective: str, n: int) -> float:
@@ -289,6 +290,9 @@ def _p2p(fabric: Fabric, collective: str) -> Plan:
         src = np.arange(n)
         load, lat, cls = fabric.loads(src, (src + 1) % n, 1.0)
         return Plan("p2p", load, [(1, lat, cls)])
+    if n > MAX_ALL_TO_ALL:
+        raise UsageError(f"all-to-all routes every pair of ranks; the model takes at most {MAX_ALL_TO_ALL} GPUs "
+                         f"(this fabric has {n})")
     load = np.zeros(fabric.link_count)
     lat, cls = 0.0, NVLINK
     pairs = n * (n - 1)

@@ -61,6 +61,8 @@ def generated(nodes: int, gpus_per_node: int, profile: Profile, network: str | N
     """`--nodes 4 --gpus-per-node 8 --profile h100 --fabric ib-ndr400`: identical nodes, one NIC per GPU."""
     if nodes < 1 or gpus_per_node < 1:
         raise FabricError("--nodes and --gpus-per-node must be at least 1")
+    if nodes * gpus_per_node > MAX_GPUS:
+        raise FabricError(f"{nodes * gpus_per_node} GPUs: the model takes at most {MAX_GPUS}")
     nics = gpus_per_node if nics_per_node is None else nics_per_node
     specs = [NodeSpec(profile, gpus_per_node, nics, f"node{i}") for i in range(nodes)]
     return FabricSpec(specs, network, rail_optimized, oversubscription,
@@ -86,10 +88,10 @@ class Fabric:
                 raise FabricError(f"{node.name}: nics cannot be negative")
             system = self.kinds.node_system(node.profile.id, int(node.profile.data["nvlink"].get("links", 0)))
             if node.domain is not None and node.domain != system.domain:
-                nvls = False
                 if node.domain in ("nvswitch", "nvlink-pairs") and not node.profile.data["nvlink"].get("links"):
                     raise FabricError(f"{node.name}: {node.profile.id} has no NVLink, so no {node.domain} domain")
-                system = NodeSystem(node.domain, nvls, node.domain, "given in the fabric file")
+                # a domain the catalog does not give this board: no claim that its switches reduce
+                system = NodeSystem(node.domain, False, node.domain, "given in the fabric file")
             self.systems.append(system)
         self.gpu_count = sum(n.gpus for n in spec.nodes)
         if self.gpu_count > MAX_GPUS:

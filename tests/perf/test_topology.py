@@ -208,3 +208,11 @@ def test_a_thousand_gpus_price_quickly():
     assert time.perf_counter() - start < 10  # the bench holds it to 2 s; this only catches a blow-up
     assert len(report["rows"]) == 31
     assert 300 < report["rows"][-1]["busbw_gb_s"] < 400  # bound by 8 rails of ~47 GB/s
+
+
+def test_sizes_past_what_the_model_routes_are_refused():
+    with pytest.raises(FabricError, match="at most 65536"):
+        fabric(10000, 8, "h100", "ib-ndr400")
+    big = fabric(640, 8, "h100", "ib-ndr400")
+    with pytest.raises(UsageError, match="at most 4096 GPUs"):
+        collectives.plan(big, "all-to-all", "p2p")
