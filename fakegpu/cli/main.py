@@ -13,6 +13,7 @@ from fakegpu.cli import (
     estimate,
     fakecuda,
     faults,
+    k8s,
     metrics,
     perf,
     profiles,
@@ -37,6 +38,7 @@ app.add_typer(container.hook_app, name="hook")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
 app.command("metrics")(metrics.metrics)
+app.command("device-plugin")(k8s.device_plugin)
 app.add_typer(faults.app, name="fault")
 app.command("demo")(fakecuda.demo)
 app.command("preflight", context_settings={"allow_interspersed_args": False})(fakecuda.preflight)
