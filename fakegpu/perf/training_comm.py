@@ -119,6 +119,10 @@ def step_communication(fabric: Fabric, model_dir: Path | str, par: Parallelism) 
         ops.extend(_data_parallel(par, fabric, rank, dp_groups, local_params, layer_params / tp, stage_layers,
                                   grad_e, act_e))
     rows = [_price(fabric, op) for op in ops]
+    notes = []
+    if cfg.moe is not None:
+        notes.append("MoE: experts are taken as data-parallel weights; expert parallelism's all-to-alls are not "
+                     "modelled")
     total = sum(r["seconds"] for r in rows)
     by: dict[str, float] = {}
     for r in rows:
@@ -135,6 +139,7 @@ def step_communication(fabric: Fabric, model_dir: Path | str, par: Parallelism) 
             "or each other (DDP and FSDP hide much of theirs behind the backward and forward in practice)",
             "ranks are laid out tensor-parallel innermost (Megatron-LM's order); groups that run a collective at "
             "the same moment share links",
+            *notes,
         ],
     }
 
@@ -153,7 +158,7 @@ def _data_parallel(par: Parallelism, fabric: Fabric, rank: np.ndarray, groups: l
         return [_Op(f"gradients in {buckets} bucket(s)", "data", "reduce-scatter", groups, grads / buckets, buckets),
                 _Op("updated parameters", "data", "all-gather", groups, local_params * act_e, 1)]
     layer = layer_params * act_e  # FSDP gathers and reduces in the mixed-precision dtype
-    if par.fsdp in ("full",) or par.zero == 3:
+    if par.fsdp == "full" or par.zero == 3:
         return [_Op("layer parameters (forward and backward)", "data", "all-gather", groups, layer,
                     2 * stage_layers * m),
                 _Op("layer gradients", "data", "reduce-scatter", groups, layer, stage_layers * m)]
