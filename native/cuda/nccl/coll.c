@@ -107,7 +107,7 @@ static void copy_if(void *dst, const void *src, size_t n)
 }
 
 /* Move data in this call? Not when device bytes are not kept, nor without reachable peers. */
-static int exchange(const struct ncclComm *c) { return !c->local && c->seg && !fgc_memory_accounting(); }
+static int exchange(const struct ncclComm *c) { return fgn_connected(c) && !fgc_memory_accounting(); }
 
 #define CH(p, off) ((char *)(p) + (off))
 #define CCH(p, off) ((const char *)(p) + (off))
@@ -116,18 +116,18 @@ static int exchange(const struct ncclComm *c) { return !c->local && c->seg && !f
 int fgn_allgather_bytes(struct ncclComm *c, const void *s, void *r, size_t b)
 {
     size_t off = 0;
-    for (; !c->local && c->seg && off < b; off += c->chunk) {
+    for (; fgn_connected(c) && off < b; off += c->chunk) {
         size_t n = MIN(c->chunk, b - off);
         if (fgn_round_begin(c))
             break;
         memcpy(fgn_slot(c, c->rank), CCH(s, off), n);
-        if (fgn_round_post(c))
+        if (fgn_round_post(c, n))
             break;
         for (int i = 0; i < c->nranks; i++)
             memcpy(CH(r, (size_t)i * b + off), fgn_slot(c, i), n);
         fgn_round_end(c);
     }
-    if (off >= b && !c->local && c->seg)
+    if (off >= b && fgn_connected(c))
         return 1;
     for (int i = 0; i < c->nranks; i++) /* the rest, rank-locally */
         copy_if(CH(r, (size_t)i * b + off), CCH(s, off), b - MIN(off, b));
@@ -153,7 +153,7 @@ static ncclResult_t reduce(fgn_coll k, const void *s, void *r, size_t count, ncc
         if (fgn_round_begin(c))
             break;
         memcpy(fgn_slot(c, c->rank), CCH(s, off * ts), n * ts);
-        if (fgn_round_post(c))
+        if (fgn_round_post(c, n * ts))
             break;
         for (int i = 0; i < c->nranks; i++)
             c->ins[i] = fgn_slot(c, i);
@@ -203,7 +203,7 @@ FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, nccl
             break;
         if (me)
             memcpy(fgn_slot(c, root), CCH(s, off), n);
-        if (fgn_round_post(c))
+        if (fgn_round_post(c, me ? n : 0)) /* only the root's slot is read */
             break;
         if (me)
             copy_if(CH(r, off), CCH(s, off), n);
@@ -260,7 +260,7 @@ static ncclResult_t scatter(fgn_coll k, const void *s, void *r, size_t count, nc
             break;
         for (size_t j = 0; j < nr; j++)
             memcpy(CH(fgn_slot(c, c->rank), j * n * ts), CCH(s, (j * count + off) * ts), n * ts);
-        if (fgn_round_post(c))
+        if (fgn_round_post(c, nr * n * ts))
             break;
         for (size_t i = 0; i < nr; i++)
             c->ins[i] = CH(fgn_slot(c, (int)i), (size_t)c->rank * n * ts);

@@ -1,5 +1,5 @@
-/* NCCL communicators: unique ids, initialisation (joining the shared segment, rendezvous.c), split, groups,
- * buffer registration, version and errors. */
+/* NCCL communicators: unique ids, initialisation (joining the shared segment, rendezvous.c, or the socket
+ * transport, net.c), split, groups, buffer registration, version and errors. */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,7 +40,9 @@ FGC_EXPORT const char *ncclGetLastError(ncclComm_t comm)
     return comm ? comm->last_error : "";
 }
 
-/* 128 random bytes: the first FGN_KEY name the communicator's shared segment on this host. */
+/* 128 random bytes: the first FGN_KEY name the communicator's shared segment on this host, and are the secret
+ * its ranks show each other over sockets. With the socket transport, the bytes after them hold the address of
+ * the bootstrap root this call starts (net.c), as NCCL's id holds its root's. */
 FGC_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     if (!id)
@@ -50,10 +52,20 @@ FGC_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
     ssize_t n = fd >= 0 ? read(fd, id->internal, sizeof id->internal) : -1;
     if (fd >= 0)
         close(fd);
-    return n == (ssize_t)sizeof id->internal ? ncclSuccess : ncclSystemError;
+    if (n != (ssize_t)sizeof id->internal)
+        return ncclSystemError;
+    if (fgn_socket_transport() && fgn_net_root((unsigned char *)id->internal, sizeof id->internal) != 0) {
+        fg_warn("nccl: cannot start the bootstrap root (no usable interface? NCCL_SOCKET_IFNAME); this "
+                "communicator will be rank-local");
+        memset(id->internal + FGN_KEY, 0, sizeof id->internal - FGN_KEY); /* no root: joiners go rank-local */
+    }
+    return ncclSuccess;
 }
 
-static ncclResult_t init(ncclComm_t *comm, int nranks, int rank, const unsigned char *key)
+/* A communicator joined through its unique id (`id`), or, for a split over sockets, through the address table
+ * its parent all-gathered (`table` of nranks, and this rank's listening socket `lfd`). */
+static ncclResult_t init_with(ncclComm_t *comm, int nranks, int rank, const unsigned char *key,
+                              const unsigned char *id, const struct fgn_addr *table, int lfd)
 {
     if (!comm || nranks < 1 || rank < 0 || rank >= nranks)
         return ncclInvalidArgument;
@@ -72,9 +84,26 @@ static ncclResult_t init(ncclComm_t *comm, int nranks, int rank, const unsigned 
      * .13 alike, and each runtime keeps its own, while both make the device's context current in libcuda. */
     CUdevice dev = 0;
     c->device = cuCtxGetDevice(&dev) == CUDA_SUCCESS ? dev : 0;
-    fgn_join(c); /* blocks until the peers join, like NCCL's init; never fails: at worst rank-local */
+    /* blocks until the peers join, like NCCL's init; never fails: at worst rank-local */
+    if (!table && !id) {
+        c->local = 1; /* a split whose parent could not exchange: nobody to meet */
+    } else if (table) {
+        if (nranks == 1) {
+            c->local = 1;
+            close(lfd);
+        } else {
+            fgn_net_mesh(c, table, lfd);
+        }
+    } else {
+        fgn_join(c, id);
+    }
     *comm = c;
     return ncclSuccess;
+}
+
+static ncclResult_t init(ncclComm_t *comm, int nranks, int rank, const unsigned char *id)
+{
+    return init_with(comm, nranks, rank, id, id, NULL, -1);
 }
 
 FGC_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank)
@@ -133,16 +162,29 @@ FGC_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return comm ? ncclSu
 /* Split: every rank of the parent calls it (NCCL's rule). The (color, key) pairs are all-gathered over the
  * parent; the new communicator's id is derived from the parent's, the split's sequence number and the color,
  * so the ranks of one color meet in the same segment without another id exchange. */
+/* What each rank of a split's parent tells the others: its color and key, and over sockets where its child
+ * communicator listens. */
+struct split_entry {
+    int color, key;
+    struct fgn_addr addr;
+};
+
 FGC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *config)
 {
     (void)config;
     if (!comm || !newcomm)
         return ncclInvalidArgument;
-    int mine[2] = {color, key};
-    int *all = calloc((size_t)comm->nranks * 2, sizeof *all);
-    if (!all)
+    struct split_entry mine = {color, key, {0}};
+    int lfd = -1;
+    if (comm->socks && !comm->local && color != NCCL_SPLIT_NOCOLOR && (lfd = fgn_listen(&mine.addr)) < 0)
+        fg_warn("nccl: split: cannot listen for the new communicator's peers; it will be rank-local");
+    struct split_entry *all = calloc((size_t)comm->nranks, sizeof *all);
+    if (!all) {
+        if (lfd >= 0)
+            close(lfd);
         return ncclSystemError;
-    int exchanged = fgn_allgather_bytes(comm, mine, all, sizeof mine);
+    }
+    int exchanged = fgn_allgather_bytes(comm, &mine, all, sizeof mine);
     unsigned long long seq = ++comm->splits;
     *newcomm = NULL;
     if (color == NCCL_SPLIT_NOCOLOR) {
@@ -151,13 +193,27 @@ FGC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
     }
     int n = 0, rank = 0;
     for (int i = 0; i < comm->nranks; i++) {
-        int ci = exchanged ? all[2 * i] : (i == comm->rank ? color : NCCL_SPLIT_NOCOLOR);
-        int ki = all[2 * i + 1];
+        int ci = exchanged ? all[i].color : (i == comm->rank ? color : NCCL_SPLIT_NOCOLOR);
+        int ki = all[i].key;
         if (ci != color)
             continue;
         n++;
         if (ki < key || (ki == key && i < comm->rank)) /* order by key, then by parent rank */
             rank++;
+    }
+    /* Over sockets: the child's table, its ranks in the same order. */
+    struct fgn_addr *table = NULL;
+    if (lfd >= 0 && exchanged) {
+        table = calloc((size_t)n, sizeof *table);
+        for (int i = 0; table && i < comm->nranks; i++) {
+            if (all[i].color != color)
+                continue;
+            int at = 0;
+            for (int j = 0; j < comm->nranks; j++)
+                at += all[j].color == color &&
+                      (all[j].key < all[i].key || (all[j].key == all[i].key && j < i));
+            table[at] = all[i].addr;
+        }
     }
     free(all);
     uint64_t h = 1469598103934665603ULL; /* FNV-1a over the parent's key, the split's number and the color */
@@ -174,9 +230,24 @@ FGC_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclC
         z ^= z >> 31;
         memcpy(k + i, &z, 8);
     }
-    ncclResult_t r = init(newcomm, n, rank, k);
-    if (r == ncclSuccess && !exchanged)
-        (*newcomm)->local = 1;
+    ncclResult_t r;
+    if (!exchanged) {
+        if (lfd >= 0)
+            close(lfd);
+        r = init_with(newcomm, n, rank, k, NULL, NULL, -1);
+    } else if (table) {
+        r = init_with(newcomm, n, rank, k, NULL, table, lfd);
+    } else {
+        if (lfd >= 0)
+            close(lfd);
+        /* Over sockets without a table the child has no way to its peers: rank-local (init's id carries no root). */
+        unsigned char id[NCCL_UNIQUE_ID_BYTES] = {0};
+        memcpy(id, k, FGN_KEY);
+        r = init(newcomm, n, rank, id);
+        if (r == ncclSuccess && comm->socks)
+            fgn_go_local(*newcomm, "the split's parent could not exchange the new communicator's addresses");
+    }
+    free(table);
     return r;
 }
 

@@ -67,7 +67,7 @@ static void seg_path(const struct ncclComm *c, char *out, size_t size)
     snprintf(out, size, "%s/fakegpu-nccl-%u-%s-%d", dir, (unsigned)getuid(), key, c->nranks);
 }
 
-static void go_local(struct ncclComm *c, const char *why)
+void fgn_go_local(struct ncclComm *c, const char *why)
 {
     if (!c->local) {
         c->local = 1;
@@ -78,15 +78,7 @@ static void go_local(struct ncclComm *c, const char *why)
     }
 }
 
-/* Ranks on other hosts (torchrun's LOCAL_WORLD_SIZE below WORLD_SIZE) cannot reach this host's /dev/shm:
- * waiting for them would only cost the join timeout. */
-static int multi_host(const struct ncclComm *c)
-{
-    const char *w = getenv("WORLD_SIZE"), *lw = getenv("LOCAL_WORLD_SIZE");
-    return w && lw && atoi(lw) > 0 && atoi(lw) < atoi(w) && c->nranks > atoi(lw);
-}
-
-/* Wait until every peer's counter (posted or consumed) reaches t. 0, or -1 after go_local() or when a peer hangs
+/* Wait until every peer's counter (posted or consumed) reaches t. 0, or -1 after fgn_go_local() or when a peer hangs
  * (c->peer_hung: the communicator stays, and the caller's device hangs). */
 static int wait_all(struct ncclComm *c, size_t field, unsigned long long t, double timeout_s)
 {
@@ -103,14 +95,14 @@ static int wait_all(struct ncclComm *c, size_t field, unsigned long long t, doub
             }
             long long now = now_ns();
             if (now > deadline) {
-                go_local(c, "peers did not reach the collective in time (FAKEGPU_NCCL_TIMEOUT_S)");
+                fgn_go_local(c, "peers did not reach the collective in time (FAKEGPU_NCCL_TIMEOUT_S)");
                 return -1;
             }
             if (now - last_check > 100000000LL) { /* every 100 ms: is the peer still alive? */
                 last_check = now;
                 int pid = atomic_load(&p->pid);
                 if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-                    go_local(c, "a peer process exited");
+                    fgn_go_local(c, "a peer process exited");
                     return -1;
                 }
             }
@@ -128,7 +120,7 @@ static int wait_all(struct ncclComm *c, size_t field, unsigned long long t, doub
     return 0;
 }
 
-void fgn_join(struct ncclComm *c)
+void fgn_join(struct ncclComm *c, const unsigned char *id)
 {
     c->local = 0;
     if (c->nranks == 1) {
@@ -137,11 +129,11 @@ void fgn_join(struct ncclComm *c)
     }
     const char *ex = getenv("FAKEGPU_NCCL_EXCHANGE");
     if (ex && strcmp(ex, "0") == 0) {
-        go_local(c, "FAKEGPU_NCCL_EXCHANGE=0");
+        fgn_go_local(c, "FAKEGPU_NCCL_EXCHANGE=0");
         return;
     }
-    if (multi_host(c)) {
-        go_local(c, "ranks on other hosts cannot share this host's memory");
+    if (fgn_socket_transport()) {
+        fgn_net_join(c, id);
         return;
     }
     const char *ch = getenv("FAKEGPU_NCCL_CHUNK");
@@ -153,14 +145,14 @@ void fgn_join(struct ncclComm *c)
     if (fd < 0 || ftruncate(fd, (off_t)c->seg_bytes) != 0) {
         if (fd >= 0)
             close(fd);
-        go_local(c, "cannot create the shared segment");
+        fgn_go_local(c, "cannot create the shared segment");
         return;
     }
     void *m = mmap(NULL, c->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) {
         unlink(path);
-        go_local(c, "cannot map the shared segment");
+        fgn_go_local(c, "cannot map the shared segment");
         return;
     }
     c->seg = m;
@@ -171,7 +163,7 @@ void fgn_join(struct ncclComm *c)
         while (atomic_load(&c->seg->peer[r].pid) == 0) {
             if (now_ns() > deadline) {
                 unlink(path);
-                go_local(c, "peers did not join (ranks on another host or container?)");
+                fgn_go_local(c, "peers did not join (ranks on another host or container?)");
                 return;
             }
             usleep(sleep_us);
@@ -185,6 +177,7 @@ void fgn_join(struct ncclComm *c)
 
 void fgn_leave(struct ncclComm *c)
 {
+    fgn_net_leave(c);
     if (c->seg)
         munmap(c->seg, c->seg_bytes);
     c->seg = NULL;
@@ -192,25 +185,33 @@ void fgn_leave(struct ncclComm *c)
 
 void *fgn_slot(struct ncclComm *c, int rank)
 {
+    if (c->socks)
+        return fgn_net_slot(c, rank);
     return (char *)c->seg + HDR_BYTES(c->nranks) + (size_t)rank * c->chunk;
 }
 
 void fgn_hang(struct ncclComm *c)
 {
+    if (c->socks)
+        fgn_net_hang(c);
     if (c->seg)
         atomic_store(&c->seg->peer[c->rank].hung, 1);
 }
 
 int fgn_round_begin(struct ncclComm *c)
 {
-    if (c->local || !c->seg || c->peer_hung)
+    if (c->local || (!c->seg && !c->socks) || c->peer_hung)
         return -1;
+    if (c->socks)
+        return 0; /* each connection delivers the rounds in order: a slot copy is never read ahead */
     /* My slot may be rewritten once every rank has read the previous round. */
     return wait_all(c, offsetof(fgn_peer, consumed), c->round, env_seconds("FAKEGPU_NCCL_TIMEOUT_S", 300));
 }
 
-int fgn_round_post(struct ncclComm *c)
+int fgn_round_post(struct ncclComm *c, size_t bytes)
 {
+    if (c->socks)
+        return fgn_net_post(c, bytes);
     unsigned long long t = c->round + 1;
     atomic_store_explicit(&c->seg->peer[c->rank].posted, t, memory_order_release);
     return wait_all(c, offsetof(fgn_peer, posted), t, env_seconds("FAKEGPU_NCCL_TIMEOUT_S", 300));
@@ -219,5 +220,7 @@ int fgn_round_post(struct ncclComm *c)
 void fgn_round_end(struct ncclComm *c)
 {
     c->round++;
+    if (c->socks)
+        return;
     atomic_store_explicit(&c->seg->peer[c->rank].consumed, c->round, memory_order_release);
 }

@@ -1,5 +1,6 @@
 """One rank of a communicator of FakeGPU's libnccl.so.2, driven through ctypes on host buffers (device pointers
-are host addresses in native mode). Usage: nccl_peer.py RANK NRANKS ID_HEX. Prints `ok NAME` per checked op."""
+are host addresses in native mode). Usage: nccl_peer.py RANK NRANKS ID (nccl_id.py: the id's hex, or @FILE). Prints
+`ok NAME` per checked op."""
 
 import ctypes
 import os
@@ -7,19 +8,17 @@ import struct
 import sys
 import time
 
-rank, nranks, key = int(sys.argv[1]), int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+from nccl_id import unique_id
+
+rank, nranks = int(sys.argv[1]), int(sys.argv[2])
 nccl = ctypes.CDLL(os.path.join(os.environ["FAKEGPU_LIB"], "libnccl.so.2"))
 INT32, FLOAT16, FLOAT32, BFLOAT16 = 2, 6, 7, 9  # ncclDataType_t
 SUM, MAX, AVG = 0, 2, 4  # ncclRedOp_t
 
 
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
-
-
 comm = ctypes.c_void_p()
 t0 = time.monotonic()
-assert nccl.ncclCommInitRank(ctypes.byref(comm), nranks, UniqueId(key), rank) == 0
+assert nccl.ncclCommInitRank(ctypes.byref(comm), nranks, unique_id(nccl, rank, sys.argv[3]), rank) == 0
 print("init_s", round(time.monotonic() - t0, 3))
 
 
@@ -78,4 +77,16 @@ pm = buf(ctypes.c_float, [rank + 1.0])
 assert nccl.ncclAllReduce(pm, pm, ctypes.c_size_t(1), FLOAT32, op.value, comm, None) == 0
 check("premul_sum", pm[0] == sum(r + 1.0 for r in range(nranks)) * 0.5)
 assert nccl.ncclRedOpDestroy(op, comm) == 0
+
+# A split by parity: the children meet without another id (over sockets, through the parent's all-gather).
+child = ctypes.c_void_p()
+assert nccl.ncclCommSplit(comm, rank % 2, -rank, ctypes.byref(child), None) == 0
+members = [r for r in range(nranks) if r % 2 == rank % 2]
+cs = buf(ctypes.c_int32, [rank + 1])
+assert nccl.ncclAllReduce(cs, cs, ctypes.c_size_t(1), INT32, SUM, child, None) == 0
+cr, cn = ctypes.c_int(), ctypes.c_int()
+assert nccl.ncclCommUserRank(child, ctypes.byref(cr)) == 0 and nccl.ncclCommCount(child, ctypes.byref(cn)) == 0
+check("split_allreduce", cs[0] == sum(r + 1 for r in members) and cn.value == len(members)
+      and cr.value == sorted(members, reverse=True).index(rank))  # keys -rank: the highest parent rank first
+assert nccl.ncclCommDestroy(child) == 0
 assert nccl.ncclCommDestroy(comm) == 0
