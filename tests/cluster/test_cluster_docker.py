@@ -121,6 +121,31 @@ def test_native_mode_nodes_run_unmodified_cuda_torch_on_the_shims(docker_client,
     assert leftovers(docker_client, name) == []
 
 
+def test_native_mode_ddp_across_two_containers_moves_real_data(docker_client, node_image, labelled):
+    """Issue 19's rehearsal: one rank per container, NCCL's data over the socket transport (the job spans hosts:
+    WORLD_SIZE 2, LOCAL_WORLD_SIZE 1). Before it, each container's collectives were rank-local: an all-gather
+    returned each rank's own input twice."""
+    name = cluster_name("xhost")
+    result = run_cli("cluster", "up", name, "--label", LABEL, "--workdir", str(REPO / "tests" / "cluster" / "data"),
+                     "--nodes", "2", "--devices", "a100:1", "--mode", "native")
+    assert result.returncode == 0, result.stderr
+    try:
+        result = run_cli("cluster", "run", name, "--", "torchrun", "--nnodes", "2", "--nproc-per-node", "1",
+                         "--node-rank", "$NODE_RANK", "--master-addr", "node-0", "cross_host_ddp.py")
+        assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+        lines = [json.loads(ln.split("] ", 1)[1]) for ln in result.stdout.splitlines() if '] {"rank"' in ln]
+        by_rank = {d["rank"]: d for d in lines}
+        assert sorted(by_rank) == [0, 1], result.stdout[-3000:]
+        for d in by_rank.values():
+            assert d["hosts"] == ["node-0", "node-1"] and d["total"] == 3.0 and d["big_ok"]
+        # DDP broadcast rank 0's weights and all-reduced the gradients: the same bytes on both ranks
+        assert by_rank[0]["weight"] == by_rank[1]["weight"] and by_rank[0]["grad"] == by_rank[1]["grad"]
+        assert "rank-local" not in result.stdout + result.stderr
+    finally:
+        assert run_cli("cluster", "down", name).returncode == 0
+    assert leftovers(docker_client, name) == []
+
+
 def test_a_cancelled_run_stops_the_job_on_every_node(docker_client, node_image, labelled):
     """A CI job cancelled (SIGTERM to `cluster run`, started as a shell starts a background job: SIGINT ignored)
     stops the job in every node, records it and exits 130, as Ctrl-C does."""
