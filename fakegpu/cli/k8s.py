@@ -9,10 +9,10 @@ import typer
 
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
+from fakegpu.k8s.plugin import DEFAULT_PLUGIN_DIR, DEFAULT_STATE_DIR
 from fakegpu.text import table
 
 COMMAND = "device-plugin"
-DEFAULT_STATE_DIR = "/run/fakegpu/device-plugin"
 
 
 def _host_inventory() -> str:
@@ -30,7 +30,7 @@ def device_plugin(
                                       "MIG resources take its domain (nvidia.com/mig-3g.40gb)."),
     list_strategy: str = typer.Option("envvar", "--device-list-strategy", help="How Allocate passes the devices: "
                                       "envvar (NVIDIA_VISIBLE_DEVICES, for the fakegpu RuntimeClass)."),
-    plugin_dir: str = typer.Option("/var/lib/kubelet/device-plugins", "--plugin-dir",
+    plugin_dir: str = typer.Option(DEFAULT_PLUGIN_DIR, "--plugin-dir",
                                    help="The kubelet's device-plugins folder (kubelet.sock is there)."),
     state_dir: str | None = typer.Option(None, "--state-dir", help="The node's fault board folder, whose lost GPUs "
                                          f"turn Unhealthy (default: $FAKEGPU_STATE_DIR, else {DEFAULT_STATE_DIR})."),
