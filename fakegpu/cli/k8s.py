@@ -1,9 +1,11 @@
-"""`fakegpu device-plugin`: the node's fake GPUs as Kubernetes resources, served to the kubelet (or listed)."""
+"""`fakegpu device-plugin`: the node's fake GPUs as Kubernetes resources, served to the kubelet (or listed);
+`fakegpu k8s render`: the manifests and node files a cluster needs for them (fakegpu.k8s.render)."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import typer
 
@@ -86,3 +88,56 @@ def device_plugin(
         raise fail(COMMAND, exc, False) from exc
     finally:
         plugin.stop()
+
+
+app = typer.Typer(help="Kubernetes: the manifests and node files for fake GPU nodes.", no_args_is_help=True)
+RENDER = "k8s render"
+
+
+@app.command("render")
+def render(
+    out: Path | None = typer.Option(None, "--out", help="Write every file (cluster.yaml, examples/, node/) into "
+                                    "this folder, whole or not at all; without it, print cluster.yaml."),
+    force: bool = typer.Option(False, "--force", help="With --out: write into a folder that is not empty "
+                               "(render's files replaced, others kept)."),
+    namespace: str = typer.Option("fakegpu", "--namespace", help="The device plugin's namespace."),
+    node_label: str = typer.Option("fakegpu.dev/gpu=true", "--node-label", metavar="KEY=VALUE",
+                                   help="The label of fake GPU nodes, which the RuntimeClass and DaemonSet select."),
+    image: str | None = typer.Option(None, "--image", help="The device plugin's image, which must carry "
+                                     "fakegpu[k8s] (default fakegpu/cuda:<version>); also the example Pod's."),
+    workload_image: str | None = typer.Option(None, "--workload-image", help="The training examples' image, "
+                                              "with torch (default fakegpu/pytorch:<version>)."),
+    mig_strategy: str = typer.Option("none", "--mig-strategy", help="none, single or mixed, as NVIDIA's plugin."),
+    resource_name: str = typer.Option("nvidia.com/gpu", "--resource-name", help="The GPU resource's name."),
+    devices: str = typer.Option("a100:8", "--devices", metavar="SPEC",
+                                help="Each node's fake GPUs, which node/setup.sh writes as the runtime's inventory."),
+    runtime_path: str = typer.Option("/usr/local/libexec/fakegpu/fakegpu-container-runtime", "--runtime-path",
+                                     help="Where the runtime's front is on the nodes (the engine's handler binary)."),
+    kubeflow: bool = typer.Option(False, "--kubeflow", help="Also examples/pytorchjob.yaml, a Kubeflow "
+                                  "PyTorchJob (a CRD: not schema-checked)."),
+    as_json: bool = typer.Option(False, "--json", help="List the files (and, with --out, write them)."),
+) -> None:
+    """The manifests and node files that make fake GPU nodes in a Kubernetes cluster: the RuntimeClass, the
+    device plugin's DaemonSet, example workloads, and each node's containerd/CRI-O drop-in and setup script."""
+    from fakegpu.k8s.render import RenderOptions, write_tree
+    from fakegpu.k8s.render import render as render_files
+
+    options = RenderOptions(namespace=namespace, node_label=node_label, image=image, workload_image=workload_image,
+                            mig_strategy=mig_strategy, resource_name=resource_name, devices=devices,
+                            runtime_path=runtime_path, kubeflow=kubeflow)
+    try:
+        rendered = render_files(options)
+        written = write_tree(rendered.files, out, force) if out is not None else None
+    except FakeGPUError as exc:
+        raise fail(RENDER, exc, as_json) from exc
+    if as_json:
+        listed = [{"path": rel, "bytes": len(text.encode()),
+                   "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in rendered.objects.get(rel, [])]}
+                  for rel, text in rendered.files.items()]
+        emit_json(RENDER, {"out": None if out is None else str(out), "written": written is not None,
+                           "files": listed})
+    elif written is None:
+        typer.echo(rendered.cluster_yaml, nl=False)
+    else:
+        for path in written:
+            typer.echo(f"wrote {path}")

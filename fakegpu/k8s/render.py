@@ -38,11 +38,13 @@ SETUP_SCRIPT = "node/setup.sh"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED = re.compile(r"^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-# An image reference as container engines parse one: [host[:port]/]path[:tag][@digest], path lowercase.
-_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]+)?)"
-_IMAGE = re.compile(rf"^(?:{_HOST}/)?{_PATH_PART}(?:/{_PATH_PART})*(?::[\w][\w.-]{{0,127}})?"
-                    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$")
+# An image reference as container engines parse one: [host[:port]/]path[:tag][@digest], the path lowercase; the
+# first part is a host only when it has a dot or a port, or is localhost.
+_PATH_PART = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+                   r"(?::[0-9]+)?$")
+_TAG = re.compile(r"^[\w][\w.-]{0,127}$")
+_DIGEST = re.compile(r"^[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}$")
 # What goes into the setup script unquoted-safe and into TOML strings: an absolute path of plain characters.
 _SAFE_PATH = re.compile(r"^(/[A-Za-z0-9._+-]+)+$")
 
@@ -86,8 +88,24 @@ def parse_label(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _is_image(image: str) -> bool:
+    name, at, digest = image.partition("@")
+    if at and not _DIGEST.match(digest):
+        return False
+    slash, colon = name.rfind("/"), name.rfind(":")
+    if colon > slash:
+        name, tag = name[:colon], name[colon + 1:]
+        if not _TAG.match(tag):
+            return False
+    parts = name.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        if not _HOST.match(parts.pop(0)):
+            return False
+    return 0 < len(name) <= 255 and all(_PATH_PART.match(p) for p in parts)
+
+
 def check_image(image: str, option: str = "--image") -> str:
-    if len(image) > 255 + 150 or not _IMAGE.match(image):
+    if not _is_image(image):
         raise RenderError(f"{option} {image!r} is not an image reference: [registry/]name[:tag][@sha256:digest], "
                           "the name lowercase (e.g. fakegpu/cuda:0.1.0 or registry.example:5000/fakegpu/cuda)")
     return image
