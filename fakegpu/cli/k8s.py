@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -13,6 +14,9 @@ from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
 from fakegpu.k8s.plugin import DEFAULT_PLUGIN_DIR, DEFAULT_STATE_DIR
 from fakegpu.text import table
+
+if TYPE_CHECKING:
+    from fakegpu.k8s.render import NodePaths
 
 COMMAND = "device-plugin"
 
@@ -94,6 +98,16 @@ app = typer.Typer(help="Kubernetes: the manifests and node files for fake GPU no
 RENDER = "k8s render"
 
 
+def node_paths() -> NodePaths:
+    """The runtime's places on a node, from the container integration that defines them."""
+    from fakegpu_hook.contract import DEFAULT_CONFIG
+    from fakegpu_hook.front import RUNTIME_FRONT
+
+    from fakegpu.k8s.render import NodePaths
+
+    return NodePaths(config_file=DEFAULT_CONFIG, runtime_front=RUNTIME_FRONT)
+
+
 @app.command("render")
 def render(
     out: Path | None = typer.Option(None, "--out", help="Write every file (cluster.yaml, examples/, node/) into "
@@ -126,7 +140,7 @@ def render(
                             mig_strategy=mig_strategy, resource_name=resource_name, devices=devices,
                             runtime_path=runtime_path, kubeflow=kubeflow)
     try:
-        rendered = render_files(options)
+        rendered = render_files(options, node_paths())
         written = write_tree(rendered.files, out, force) if out is not None else None
     except FakeGPUError as exc:
         raise fail(RENDER, exc, as_json) from exc

@@ -7,7 +7,6 @@ mounts is the constant its reader uses (the plugin's folders, the runtime's conf
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,12 +39,7 @@ class Cluster:
     resource_name: str
     example_resource: str  # what the examples ask for: the first resource the node advertises
     gpus_per_pod: int
-
-
-def _config_dir() -> str:
-    from fakegpu_hook.contract import DEFAULT_CONFIG
-
-    return posixpath.dirname(DEFAULT_CONFIG)
+    config_dir: str  # the folder of the runtime's host config on the nodes (/etc/fakegpu)
 
 
 def namespace(c: Cluster) -> Obj:
@@ -64,13 +58,13 @@ def _host_path(name: str, path: str, kind: str) -> Obj:
     return {"name": name, "hostPath": {"path": path, "type": kind}}
 
 
-def plugin_volumes() -> list[tuple[Obj, Obj]]:
+def plugin_volumes(config_dir: str) -> list[tuple[Obj, Obj]]:
     """(volume, mount) pairs of the plugin's container, each mounted where the plugin looks on the host."""
     pairs = [
         # the kubelet's registration socket and the plugin's own sockets
         (_host_path("device-plugins", DEFAULT_PLUGIN_DIR, "Directory"), False),
         # the runtime's host config, whose inventory the plugin advertises (written by the node setup script)
-        (_host_path("fakegpu-config", _config_dir(), "Directory"), True),
+        (_host_path("fakegpu-config", config_dir, "Directory"), True),
         # the fault board a host-side `fakegpu fault inject` writes; read-write: the board is mapped that way
         (_host_path("fault-board", DEFAULT_STATE_DIR, "DirectoryOrCreate"), False),
         # CDI specs; read-only while the plugin only hands out NVIDIA_VISIBLE_DEVICES
@@ -89,7 +83,7 @@ def plugin_volumes() -> list[tuple[Obj, Obj]]:
 
 def daemon_set(c: Cluster) -> Obj:
     labels = {"app.kubernetes.io/name": PLUGIN_NAME, **PART_OF}
-    volumes = plugin_volumes()
+    volumes = plugin_volumes(c.config_dir)
     command = ["fakegpu", "device-plugin", "--mig-strategy", c.mig_strategy, "--resource-name", c.resource_name,
                "--plugin-dir", DEFAULT_PLUGIN_DIR, "--state-dir", DEFAULT_STATE_DIR]
     container = {

@@ -56,6 +56,15 @@ class RenderError(UsageError):
 
 
 @dataclass(frozen=True)
+class NodePaths:
+    """Where FakeGPU's runtime keeps its parts on a node, as the container integration (fakegpu_hook) names them;
+    the CLI passes them in, since library code leaves fakegpu_hook to the CLI."""
+
+    config_file: str  # the runtime's host config, holding the inventory the plugin advertises
+    runtime_front: str  # the file name `fakegpu runtime install` gives the runtime's front
+
+
+@dataclass(frozen=True)
 class RenderOptions:
     namespace: str = DEFAULT_NAMESPACE
     node_label: str = DEFAULT_LABEL
@@ -111,10 +120,8 @@ def check_image(image: str, option: str = "--image") -> str:
     return image
 
 
-def _check(opts: RenderOptions) -> tuple[Cluster, str]:
+def _check(opts: RenderOptions, node: NodePaths) -> tuple[Cluster, str]:
     """The checked cluster description, and the node's inventory spec as the setup script writes it."""
-    from fakegpu_hook.front import RUNTIME_FRONT
-
     from fakegpu.devices import DEFAULT_SEED, resolve_devices
     from fakegpu.k8s.resources import resources
 
@@ -124,9 +131,9 @@ def _check(opts: RenderOptions) -> tuple[Cluster, str]:
     key, value = parse_label(opts.node_label)
     image = check_image(opts.image or f"fakegpu/cuda:{__version__}")
     workload = check_image(opts.workload_image or f"fakegpu/pytorch:{__version__}", "--workload-image")
-    if not _SAFE_PATH.match(opts.runtime_path) or posixpath.basename(opts.runtime_path) != RUNTIME_FRONT:
+    if not _SAFE_PATH.match(opts.runtime_path) or posixpath.basename(opts.runtime_path) != node.runtime_front:
         raise RenderError(f"--runtime-path {opts.runtime_path!r}: an absolute path of plain characters ending in "
-                          f"/{RUNTIME_FRONT}, the front `fakegpu runtime install` writes in that folder")
+                          f"/{node.runtime_front}, the front `fakegpu runtime install` writes in that folder")
     # The device plugin's own checks, on the node the setup script makes: what its DaemonSet will serve.
     try:
         inventory = resolve_devices(opts.devices, seed=DEFAULT_SEED)
@@ -141,7 +148,8 @@ def _check(opts: RenderOptions) -> tuple[Cluster, str]:
     first = served[0]
     cluster = Cluster(namespace=opts.namespace, label_key=key, label_value=value, image=image,
                       workload_image=workload, mig_strategy=opts.mig_strategy, resource_name=opts.resource_name,
-                      example_resource=first.name, gpus_per_pod=min(2, len(first.devices)))
+                      example_resource=first.name, gpus_per_pod=min(2, len(first.devices)),
+                      config_dir=posixpath.dirname(node.config_file))
     return cluster, opts.devices
 
 
@@ -187,8 +195,8 @@ class Rendered:
         return self.files[CLUSTER_FILE]
 
 
-def render(opts: RenderOptions) -> Rendered:
-    cluster, devices = _check(opts)
+def render(opts: RenderOptions, node: NodePaths) -> Rendered:
+    cluster, devices = _check(opts, node)
     script = ddp_script()
     objects: dict[str, list[dict[str, Any]]] = {
         CLUSTER_FILE: manifests.cluster_objects(cluster),

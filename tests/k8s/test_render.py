@@ -19,6 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from fakegpu.cli.k8s import node_paths
 from fakegpu.cli.main import app
 from fakegpu.k8s import node_config
 from fakegpu.k8s.render import RenderOptions, render, write_tree
@@ -30,6 +31,7 @@ from kubernetes_validate.utils import all_versions  # noqa: E402
 from packaging.version import Version  # noqa: E402
 
 runner = CliRunner()
+NODE = node_paths()
 # all_versions() names each version once per schema folder (plain and strict)
 VERSIONS = sorted({v for v in all_versions() if Version(v) >= Version("1.29")}, key=Version)
 # CRDs have no schema in kubernetes-validate: the Kubeflow PyTorchJob is checked by shape only (below).
@@ -47,7 +49,7 @@ VARIANTS = {
 
 def _documents(variant: str) -> list[tuple[str, dict]]:
     """Every object as written: parsed back from the YAML files, not taken from the dicts."""
-    rendered = render(VARIANTS[variant])
+    rendered = render(VARIANTS[variant], NODE)
     return [(path, doc) for path, text in rendered.files.items() if path.endswith(".yaml")
             for doc in yaml.safe_load_all(text)]
 
@@ -179,7 +181,8 @@ def test_the_job_gives_each_pod_its_node_rank_and_rank_0s_address():
 
 def test_the_kubeflow_pytorchjob_is_a_master_and_a_worker_on_the_runtime_class():
     docs = dict(_documents("default"))
-    assert "examples/pytorchjob.yaml" in docs and "examples/pytorchjob.yaml" not in render(RenderOptions()).files
+    assert "examples/pytorchjob.yaml" in docs
+    assert "examples/pytorchjob.yaml" not in render(RenderOptions(), NODE).files
     job = _objects()["PyTorchJob"]
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert {k: r["replicas"] for k, r in replicas.items()} == {"Master": 1, "Worker": 1}
@@ -191,7 +194,7 @@ def test_the_kubeflow_pytorchjob_is_a_master_and_a_worker_on_the_runtime_class()
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_containerd_and_crio_drop_ins_parse_with_the_handler_and_binary(variant):
     opts = VARIANTS[variant]
-    files = render(opts).files
+    files = render(opts, NODE).files
     tables = {2: ("io.containerd.grpc.v1.cri",), 3: ("io.containerd.cri.v1.runtime",)}
     for version, (plugin,) in tables.items():
         doc = tomllib.loads(files[f"node/containerd-fakegpu.v{version}.toml"])
@@ -209,7 +212,8 @@ def test_containerd_places_the_handler_from_the_drop_in_only_when_imported(tmp_p
     version = 3 if out.split()[2].lstrip("v").startswith("2.") else 2
     drop_ins = tmp_path / "conf.d"
     drop_ins.mkdir()
-    (drop_ins / "99-fakegpu.toml").write_text(render(RenderOptions()).files[f"node/containerd-fakegpu.v{version}.toml"])
+    files = render(RenderOptions(), NODE).files
+    (drop_ins / "99-fakegpu.toml").write_text(files[f"node/containerd-fakegpu.v{version}.toml"])
     imported = tmp_path / "config.toml"
     imported.write_text(f'version = {version}\nimports = ["{drop_ins}/*.toml"]\n')
     alone = tmp_path / "alone.toml"
@@ -229,7 +233,7 @@ def test_containerd_places_the_handler_from_the_drop_in_only_when_imported(tmp_p
 
 def test_setup_script_is_valid_bash_with_the_checked_values_quoted(tmp_path):
     opts = RenderOptions(devices="a100:2,h100:1:mig=3g.40gb", node_label="example.com/fake-gpu=yes")
-    text = render(opts).files["node/setup.sh"]
+    text = render(opts, NODE).files["node/setup.sh"]
     script = tmp_path / "setup.sh"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
@@ -247,7 +251,7 @@ def test_the_setup_scripts_inventory_step_leaves_docker_alone(tmp_path):
     """What step 2 runs, with the config and front folders moved under tmp_path: the inventory lands in the
     runtime's config as `runtime install --devices` keeps it, the front where the drop-ins point, and the
     daemon.json edit only in the scratch file (no dockerd is signalled)."""
-    text = render(RenderOptions()).files["node/setup.sh"]
+    text = render(RenderOptions(), NODE).files["node/setup.sh"]
     assert ('"$FAKEGPU" runtime install --devices "$DEVICES" --front-dir "$(dirname "$RUNTIME_PATH")" \\\n'
             '  --config "$scratch/daemon.json" --no-reload\n') in text
     config, front, daemon = tmp_path / "etc" / "config.json", tmp_path / "libexec", tmp_path / "scratch" / "d.json"
@@ -302,7 +306,7 @@ def test_out_refuses_a_folder_that_is_not_empty_unless_forced(tmp_path):
 
 
 def test_a_failure_midway_leaves_nothing(tmp_path, monkeypatch):
-    files = render(RenderOptions()).files
+    files = render(RenderOptions(), NODE).files
     real = Path.write_text
     calls = []
 
