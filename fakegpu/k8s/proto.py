@@ -1,8 +1,10 @@
-"""The device plugin API's Python messages and gRPC glue, compiled from deviceplugin.proto with grpcio-tools.
+"""Python messages and gRPC glue for the APIs FakeGPU speaks, compiled from our .proto files with grpcio-tools:
+deviceplugin.proto (the kubelet's device plugin API) and cri.proto (the part of the CRI the tests drive a real
+containerd with).
 
-`make` compiles them next to the .proto (they are build outputs, not in git). An install that did not (a wheel
-built elsewhere, a read-only site-packages) compiles them at first use into a cache folder keyed by the .proto's
-digest, so an edited .proto never meets stale messages.
+`make` compiles them next to the .proto files (they are build outputs, not in git). An install that did not (a
+wheel built elsewhere, a read-only site-packages) compiles them at first use into a cache folder keyed by the
+.proto files' digest, so an edited .proto never meets stale messages.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from types import ModuleType
 from fakegpu.errors import FakeGPUError
 
 HERE = Path(__file__).resolve().parent
-PROTO = HERE / "deviceplugin.proto"
-_STAMP = "deviceplugin.sha256"
-_MODULES = ("deviceplugin_pb2", "deviceplugin_pb2_grpc")
+APIS = ("deviceplugin", "cri")
+_STAMP = "protos.sha256"
+_MODULES = tuple(f"{api}_pb2{glue}" for api in APIS for glue in ("", "_grpc"))
 
 
 class ProtoUnavailable(FakeGPUError):
@@ -30,7 +32,10 @@ class ProtoUnavailable(FakeGPUError):
 
 
 def _digest() -> str:
-    return hashlib.sha256(PROTO.read_bytes()).hexdigest()
+    h = hashlib.sha256()
+    for api in APIS:
+        h.update((HERE / f"{api}.proto").read_bytes())
+    return h.hexdigest()
 
 
 def _current(folder: Path, digest: str) -> bool:
@@ -42,8 +47,8 @@ def _current(folder: Path, digest: str) -> bool:
 
 
 def compile_to(folder: Path) -> None:
-    """Compile deviceplugin.proto into `folder` (which plays fakegpu/k8s/: the glue imports the messages as
-    fakegpu.k8s.deviceplugin_pb2)."""
+    """Compile the .proto files into `folder` (which plays fakegpu/k8s/: the glue imports the messages as
+    fakegpu.k8s.<api>_pb2)."""
     try:
         from grpc_tools import protoc
     except ImportError as exc:
@@ -55,12 +60,13 @@ def compile_to(folder: Path) -> None:
     root = staging / "root"
     try:
         (root / "fakegpu" / "k8s").mkdir(parents=True, exist_ok=True)
-        (root / "fakegpu" / "k8s" / PROTO.name).write_bytes(PROTO.read_bytes())
+        for api in APIS:
+            (root / "fakegpu" / "k8s" / f"{api}.proto").write_bytes((HERE / f"{api}.proto").read_bytes())
         includes = str(importlib.resources.files("grpc_tools") / "_proto")
         status = protoc.main(["protoc", f"-I{root}", f"-I{includes}", f"--python_out={root}",
-                              f"--grpc_python_out={root}", f"fakegpu/k8s/{PROTO.name}"])
+                              f"--grpc_python_out={root}", *(f"fakegpu/k8s/{api}.proto" for api in APIS)])
         if status != 0:
-            raise FakeGPUError(f"protoc failed ({status}) on {PROTO}")
+            raise FakeGPUError(f"protoc failed ({status}) on {', '.join(APIS)} in {HERE}")
         folder.mkdir(parents=True, exist_ok=True)
         for name in _MODULES:
             # rename() puts each file in place whole: a concurrent importer sees the old file or the new one
@@ -89,8 +95,8 @@ def ensure_compiled() -> Path:
     return cached
 
 
-def load() -> tuple[ModuleType, ModuleType]:
-    """(messages, grpc glue), compiling them first where needed."""
+def load(api: str = "deviceplugin") -> tuple[ModuleType, ModuleType]:
+    """(messages, grpc glue) of `api`, compiling them first where needed."""
     try:
         import grpc  # noqa: F401
     except ImportError as exc:
@@ -100,8 +106,8 @@ def load() -> tuple[ModuleType, ModuleType]:
     package = sys.modules["fakegpu.k8s"]
     if str(folder) not in package.__path__:
         package.__path__.append(str(folder))
-    return (importlib.import_module("fakegpu.k8s.deviceplugin_pb2"),
-            importlib.import_module("fakegpu.k8s.deviceplugin_pb2_grpc"))
+    return (importlib.import_module(f"fakegpu.k8s.{api}_pb2"),
+            importlib.import_module(f"fakegpu.k8s.{api}_pb2_grpc"))
 
 
 if __name__ == "__main__":  # `python -m fakegpu.k8s.proto`: what `make` runs

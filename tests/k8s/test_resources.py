@@ -81,4 +81,5 @@ def test_the_api_compiles_from_our_proto_into_any_folder(tmp_path):
     assert not proto._current(target, "0" * 64)  # an edited .proto is not served stale messages
     text = (target / "deviceplugin_pb2_grpc.py").read_text()
     assert "/v1beta1.DevicePlugin/Allocate" in text and "/v1beta1.Registration/Register" in text
+    assert "/runtime.v1.RuntimeService/RunPodSandbox" in (target / "cri_pb2_grpc.py").read_text()
     assert list(target.parent.iterdir()) == [target]  # no staging folder left behind
