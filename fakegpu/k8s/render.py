@@ -210,7 +210,8 @@ def render(opts: RenderOptions, node: NodePaths) -> Rendered:
     files["node/containerd-fakegpu.v3.toml"] = containerd_dropin(opts.runtime_path, 3)
     files["node/crio-fakegpu.conf"] = crio_dropin(opts.runtime_path)
     files[SETUP_SCRIPT] = render_setup_script(
-        version=__version__, devices=devices, runtime_path=opts.runtime_path, label_key=cluster.label_key,
+        version=__version__, devices=devices, runtime_path=opts.runtime_path, config_file=node.config_file,
+        label_key=cluster.label_key,
         label_value=cluster.label_value, pip_spec=opts.pip_spec or f"fakegpu[k8s]=={__version__}")
     return Rendered(files, objects)
 

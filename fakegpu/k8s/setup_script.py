@@ -43,14 +43,16 @@ def _heredoc(path_expr: str, text: str, tag: str) -> str:
     return f"cat > {path_expr} <<'{tag}'\n{text}{tag}\n"
 
 
-def render_setup_script(*, version: str, devices: str, runtime_path: str, label_key: str, label_value: str,
-                        pip_spec: str) -> str:
+def render_setup_script(*, version: str, devices: str, runtime_path: str, config_file: str, label_key: str,
+                        label_value: str, pip_spec: str) -> str:
+    """The script; `config_file` is where the runtime (and the device plugin's DaemonSet) read the inventory."""
     q = shlex.quote
     label = f"{label_key}={label_value}"
     return f"""#!/usr/bin/env bash
 # Makes this machine a fake GPU node for Kubernetes (fakegpu k8s render, fakegpu {version}). Run it as root on
 # each node. Environment: NODE (the node's name; default: hostname), ENGINE (containerd or crio; default:
-# whichever runs), FAKEGPU_PIP (what pip installs when fakegpu is missing).
+# whichever runs), FAKEGPU_PIP (what pip installs when fakegpu is missing), FAKEGPU_SETUP_ROOT (a folder that
+# stands for / for every file written: a rehearsal, as the tests run it).
 set -euo pipefail
 
 DEVICES={q(devices)}
@@ -58,8 +60,9 @@ RUNTIME_PATH={q(runtime_path)}
 NODE_LABEL={q(label)}
 FAKEGPU_PIP=${{FAKEGPU_PIP:-{q(pip_spec)}}}
 NODE=${{NODE:-$(hostname)}}
+ROOT=${{FAKEGPU_SETUP_ROOT:-}}
 # The device plugin's DaemonSet reads the runtime's config at its default place: keep it there.
-unset FAKEGPU_CONFIG
+export FAKEGPU_CONFIG="$ROOT"{q(config_file)}
 
 say() {{ echo "fakegpu setup: $*"; }}
 die() {{ echo "fakegpu setup: error: $*" >&2; exit 1; }}
@@ -69,14 +72,14 @@ die() {{ echo "fakegpu setup: error: $*" >&2; exit 1; }}
 # 1. FakeGPU: the one on PATH, else a virtual environment of its own (distributions' pythons refuse a global pip)
 if command -v fakegpu >/dev/null 2>&1; then
   FAKEGPU=$(command -v fakegpu)
-elif [ -x {VENV}/bin/fakegpu ]; then
-  FAKEGPU={VENV}/bin/fakegpu
+elif [ -x "$ROOT"{VENV}/bin/fakegpu ]; then
+  FAKEGPU="$ROOT"{VENV}/bin/fakegpu
 else
   command -v python3 >/dev/null 2>&1 || die "python3 is needed to install FakeGPU"
-  say "installing $FAKEGPU_PIP into {VENV}"
-  python3 -m venv {VENV}
-  {VENV}/bin/pip install --quiet "$FAKEGPU_PIP"
-  FAKEGPU={VENV}/bin/fakegpu
+  say "installing $FAKEGPU_PIP into $ROOT{VENV}"
+  python3 -m venv "$ROOT"{VENV}
+  "$ROOT"{VENV}/bin/pip install --quiet "$FAKEGPU_PIP"
+  FAKEGPU="$ROOT"{VENV}/bin/fakegpu
 fi
 say "using $("$FAKEGPU" --version) ($FAKEGPU)"
 
@@ -85,13 +88,13 @@ say "using $("$FAKEGPU" --version) ($FAKEGPU)"
 # file and dockerd is not signalled.
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-"$FAKEGPU" runtime install --devices "$DEVICES" --front-dir "$(dirname "$RUNTIME_PATH")" \\
+"$FAKEGPU" runtime install --devices "$DEVICES" --front-dir "$ROOT$(dirname "$RUNTIME_PATH")" \\
   --config "$scratch/daemon.json" --no-reload
-[ -x "$RUNTIME_PATH" ] || die "$RUNTIME_PATH was not written"
+[ -x "$ROOT$RUNTIME_PATH" ] || die "$ROOT$RUNTIME_PATH was not written"
 
 # 3. The CDI spec, for engines that apply CDI devices (containerd 1.7+, CRI-O, podman)
-mkdir -p {posixpath.dirname(CDI_SPEC)}
-"$FAKEGPU" cdi generate --devices "$DEVICES" --output {CDI_SPEC}
+mkdir -p "$ROOT"{posixpath.dirname(CDI_SPEC)}
+"$FAKEGPU" cdi generate --devices "$DEVICES" --output "$ROOT"{CDI_SPEC}
 
 # 4. The engine's runtime handler `{RUNTIME_HANDLER}`
 if [ -z "${{ENGINE:-}}" ]; then
@@ -112,8 +115,8 @@ restart() {{
 
 case "$ENGINE" in
 containerd)
-  CONF=${{CONTAINERD_CONFIG:-/etc/containerd/config.toml}}
-  DROPIN_DIR={CONTAINERD_DROPIN_DIR}
+  CONF=$ROOT/etc/containerd/config.toml
+  DROPIN_DIR=$ROOT{CONTAINERD_DROPIN_DIR}
   version=$(containerd --version | awk '{{print $3}}')
   version=${{version#v}}
   if [ -f "$CONF" ]; then
@@ -154,8 +157,8 @@ run this again:
   restart containerd
   ;;
 crio)
-  mkdir -p {posixpath.dirname(CRIO_DROPIN)}
-{_heredoc(CRIO_DROPIN, crio_dropin(runtime_path), "FAKEGPU_CRIO")}  say "wrote {CRIO_DROPIN}"
+  mkdir -p "$ROOT"{posixpath.dirname(CRIO_DROPIN)}
+{_heredoc('"$ROOT"' + CRIO_DROPIN, crio_dropin(runtime_path), "FAKEGPU_CRIO")}  say "wrote $ROOT{CRIO_DROPIN}"
   restart crio
   ;;
 *) die "ENGINE=$ENGINE: containerd or crio" ;;

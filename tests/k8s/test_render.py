@@ -247,21 +247,84 @@ def test_setup_script_is_valid_bash_with_the_checked_values_quoted(tmp_path):
     assert node_config.crio_runtime(opts.runtime_path) in text
 
 
-def test_the_setup_scripts_inventory_step_leaves_docker_alone(tmp_path):
-    """What step 2 runs, with the config and front folders moved under tmp_path: the inventory lands in the
-    runtime's config as `runtime install --devices` keeps it, the front where the drop-ins point, and the
-    daemon.json edit only in the scratch file (no dockerd is signalled)."""
-    text = render(RenderOptions(), NODE).files["node/setup.sh"]
-    assert ('"$FAKEGPU" runtime install --devices "$DEVICES" --front-dir "$(dirname "$RUNTIME_PATH")" \\\n'
-            '  --config "$scratch/daemon.json" --no-reload\n') in text
-    config, front, daemon = tmp_path / "etc" / "config.json", tmp_path / "libexec", tmp_path / "scratch" / "d.json"
-    daemon.parent.mkdir()
-    result = run_cli("runtime", "install", "--devices", "a100:8", "--front-dir", str(front), "--config", str(daemon),
-                     "--no-reload", env={"FAKEGPU_CONFIG": str(config)})
-    assert result.returncode == 0, result.stderr
-    assert json.loads(config.read_text()) == {"inventory": "a100:8"}
-    assert (front / "fakegpu-container-runtime").stat().st_mode & 0o111
-    assert sorted(p.name for p in daemon.parent.iterdir()) == ["d.json"]
+STUBS = {  # what the rehearsal cannot run for real here: it records the call instead
+    "systemctl": 'echo "systemctl $*" >> "$CALLS"',
+    "kubectl": 'echo "kubectl $*" >> "$CALLS"',
+    "id": 'echo 0',
+}
+
+
+def _rehearse(tmp_path: Path, engine: str, config_toml: str | None) -> tuple[subprocess.CompletedProcess, Path]:
+    """node/setup.sh as rendered, with / moved to a folder (FAKEGPU_SETUP_ROOT): the real fakegpu writes the
+    front, inventory and CDI spec there, the real containerd reads the drop-in; systemctl, kubectl are recorded."""
+    root, stubs, calls = tmp_path / "root", tmp_path / "stubs", tmp_path / "calls"
+    root.mkdir()
+    stubs.mkdir()
+    for name, body in STUBS.items():
+        (stubs / name).write_text(f"#!/bin/sh\n{body}\n")
+        (stubs / name).chmod(0o755)
+    if config_toml is not None:
+        (root / "etc" / "containerd").mkdir(parents=True)
+        (root / "etc" / "containerd" / "config.toml").write_text(config_toml.replace("ROOT", str(root)))
+    script = tmp_path / "setup.sh"
+    script.write_text(render(RenderOptions(devices="a100:4"), NODE).files["node/setup.sh"])
+    env = {**os.environ, "FAKEGPU_SETUP_ROOT": str(root), "ENGINE": engine, "NODE": "node-1", "CALLS": str(calls),
+           "PATH": f"{stubs}:{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=120), root
+
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.skipif(not shutil.which("containerd"), reason="containerd is not installed")
+def test_setup_script_rehearsed_on_containerd(tmp_path):
+    docker_json = Path("/etc/docker/daemon.json")
+    before = docker_json.read_bytes() if docker_json.exists() else None
+    version = 3 if subprocess.run(["containerd", "--version"], capture_output=True, text=True,
+                                  check=True).stdout.split()[2].lstrip("v").startswith("2.") else 2
+    result, root = _rehearse(tmp_path, "containerd",
+                             f'version = {version}\nimports = ["ROOT/etc/containerd/conf.d/*.toml"]\n')
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _files(root) == ["etc/cdi/fakegpu.json", "etc/containerd/conf.d/99-fakegpu.toml",
+                            "etc/containerd/config.toml", "etc/fakegpu/config.json",
+                            "usr/local/libexec/fakegpu/fakegpu-container-runtime",
+                            "usr/local/libexec/fakegpu/fakegpu-hook"]
+    # the inventory as `runtime install --devices` keeps it, for the runtime and the plugin's DaemonSet
+    assert json.loads((root / "etc/fakegpu/config.json").read_text()) == {"inventory": "a100:4"}
+    assert len(json.loads((root / "etc/cdi/fakegpu.json").read_text())["devices"]) >= 4
+    assert (root / "etc/containerd/conf.d/99-fakegpu.toml").read_text() == \
+        render(RenderOptions(), NODE).files[f"node/containerd-fakegpu.v{version}.toml"]
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "systemctl restart containerd", "kubectl get node node-1",
+        "kubectl label node node-1 fakegpu.dev/gpu=true --overwrite"]
+    # Docker was left alone: daemon.json untouched, dockerd not signalled (--no-reload)
+    assert (docker_json.read_bytes() if docker_json.exists() else None) == before
+
+
+@pytest.mark.skipif(not shutil.which("containerd"), reason="containerd is not installed")
+@pytest.mark.parametrize("config_toml", ["version = 2\n", None])
+def test_setup_script_stops_when_containerd_would_not_read_the_drop_in(tmp_path, config_toml):
+    # Without a config.toml under the rehearsal's root, containerd reads its default one, the host's: as on a real
+    # node, where that is the same file. This host's does not import the rehearsal's conf.d.
+    if config_toml is None and subprocess.run(["containerd", "--version"], capture_output=True,
+                                              text=True).stdout.split()[2].lstrip("v") >= "2.2":
+        pytest.skip("containerd 2.2+ imports conf.d by default")
+    result, root = _rehearse(tmp_path, "containerd", config_toml)
+    assert result.returncode == 1
+    assert f'imports = ["{root}/etc/containerd/conf.d/*.toml"]' in result.stderr
+    assert ("add this line at the top of" if config_toml else "create") in result.stderr
+    assert not (tmp_path / "calls").exists()  # nothing restarted, no label
+    if config_toml:
+        assert (root / "etc/containerd/config.toml").read_text() == config_toml  # never edited
+
+
+def test_setup_script_rehearsed_on_crio(tmp_path):
+    result, root = _rehearse(tmp_path, "crio", None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    conf = root / "etc/crio/crio.conf.d/99-fakegpu.conf"
+    assert conf.read_text() == render(RenderOptions(), NODE).files["node/crio-fakegpu.conf"]
+    assert (tmp_path / "calls").read_text().splitlines()[0] == "systemctl restart crio"
 
 
 def test_render_prints_the_cluster_objects_for_kubectl_apply():
