@@ -12,7 +12,7 @@ import typer
 
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
-from fakegpu.k8s.plugin import DEFAULT_PLUGIN_DIR, DEFAULT_STATE_DIR
+from fakegpu.k8s.plugin import DEFAULT_STATE_DIR
 from fakegpu.text import table
 
 if TYPE_CHECKING:
@@ -28,15 +28,30 @@ def _host_inventory() -> str:
     return load_settings().inventory_spec()
 
 
+def _cdi_spec(spec: str, inventory: list, folder: str) -> tuple[str, str]:
+    """(path, text): the spec `fakegpu cdi generate` writes for these GPUs."""
+    import json
+
+    from fakegpu_hook.cdi import CDI_KIND, cdi_spec
+
+    from fakegpu.cli.container import hook_args, installed_script
+
+    doc = cdi_spec(spec, inventory, installed_script("fakegpu-hook"), hook_args())
+    return os.path.join(folder, CDI_KIND.replace("/", "-") + ".json"), json.dumps(doc, indent=2) + "\n"
+
+
 def device_plugin(
     devices: str | None = typer.Option(None, "--devices", help="The node's GPUs as a device spec (default: the "
                                        "runtime's inventory, `fakegpu runtime install --devices`)."),
     mig_strategy: str = typer.Option("none", "--mig-strategy", help="none, single or mixed, as NVIDIA's plugin."),
     resource_name: str = typer.Option("nvidia.com/gpu", "--resource-name", help="The GPU resource's name; mixed "
                                       "MIG resources take its domain (nvidia.com/mig-3g.40gb)."),
-    list_strategy: str = typer.Option("envvar", "--device-list-strategy", help="How Allocate passes the devices: "
-                                      "envvar (NVIDIA_VISIBLE_DEVICES, for the fakegpu RuntimeClass)."),
-    plugin_dir: str = typer.Option(DEFAULT_PLUGIN_DIR, "--plugin-dir",
+    list_strategy: str = typer.Option("envvar", "--device-list-strategy", help="How Allocate passes the devices, a "
+                                      "comma list: envvar (NVIDIA_VISIBLE_DEVICES, for the fakegpu RuntimeClass), "
+                                      "cdi-cri (CDI device names: containerd 1.7+, CRI-O), cdi-annotations."),
+    cdi_dir: str = typer.Option("/var/run/cdi", "--cdi-dir", help="With a cdi-* strategy: where the plugin writes "
+                                "FakeGPU's CDI spec for the node's GPUs."),
+    plugin_dir: str = typer.Option("/var/lib/kubelet/device-plugins", "--plugin-dir",
                                    help="The kubelet's device-plugins folder (kubelet.sock is there)."),
     state_dir: str | None = typer.Option(None, "--state-dir", help="The node's fault board folder, whose lost GPUs "
                                          f"turn Unhealthy (default: $FAKEGPU_STATE_DIR, else {DEFAULT_STATE_DIR})."),
@@ -47,7 +62,7 @@ def device_plugin(
     health, and give each container its devices through FakeGPU's runtime."""
     from fakegpu.devices import DEFAULT_SEED, resolve_devices
     from fakegpu.errors import InvalidDeviceSpec
-    from fakegpu.k8s.allocation import check_strategy
+    from fakegpu.k8s.allocation import check_strategies, uses_cdi
     from fakegpu.k8s.resources import resources
 
     try:
@@ -58,7 +73,7 @@ def device_plugin(
             where = "--devices" if devices else "the runtime's inventory (setting inventory)"
             raise FakeGPUError(f"{where}: {exc.message}") from exc
         served = resources(inventory, mig_strategy, resource_name)
-        check_strategy(list_strategy)
+        strategies = check_strategies(list_strategy)
     except FakeGPUError as exc:
         raise fail(COMMAND, exc, as_json) from exc
 
@@ -78,8 +93,9 @@ def device_plugin(
 
     board = state_dir or os.environ.get("FAKEGPU_STATE_DIR") or DEFAULT_STATE_DIR
     try:
+        cdi = _cdi_spec(spec, inventory, cdi_dir) if uses_cdi(strategies) else None
         os.makedirs(board, mode=0o755, exist_ok=True)
-        plugin = DevicePlugin(inventory, served, plugin_dir, list_strategy, board)
+        plugin = DevicePlugin(inventory, served, plugin_dir, strategies, board, cdi)
     except (FakeGPUError, OSError) as exc:
         raise fail(COMMAND, exc if isinstance(exc, FakeGPUError) else FakeGPUError(str(exc)), False) from exc
     for sig in (signal.SIGTERM, signal.SIGINT):

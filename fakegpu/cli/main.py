@@ -18,6 +18,7 @@ from fakegpu.cli import (
     perf,
     profiles,
     run,
+    topology,
     validate,
     workspace_profiles,
 )
@@ -45,6 +46,7 @@ app.command("preflight", context_settings={"allow_interspersed_args": False})(fa
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
+app.command("simulate-topology")(topology.simulate_topology)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)

@@ -1,9 +1,13 @@
 """What the plugin answers the kubelet about a resource's devices: Allocate's container edits and
 GetPreferredAllocation's choice. Plain data in, plain data out; plugin.py turns them into messages.
 
-Allocate's `envvar` strategy sets NVIDIA_VISIBLE_DEVICES to the devices' UUIDs: FakeGPU's runtime (the
-`fakegpu` RuntimeClass's handler) selects exactly those from the node's inventory, GPUs and MIG devices alike,
-as nvidia-container-runtime does on a real node.
+Allocate's device list strategies, as NVIDIA's plugin names them:
+- `envvar` sets NVIDIA_VISIBLE_DEVICES to the devices' UUIDs: FakeGPU's runtime (the `fakegpu` RuntimeClass's
+  handler) selects exactly those from the node's inventory, GPUs and MIG devices alike, as
+  nvidia-container-runtime does on a real node.
+- `cdi-cri` returns CDI device names (fakegpu.dev/gpu=<UUID>), which containerd 1.7+ and CRI-O resolve against
+  FakeGPU's CDI spec with no RuntimeClass; `cdi-annotations` passes the same names in a CDI annotation, for
+  runtimes that read annotations.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ if TYPE_CHECKING:
     from fakegpu.devices import Device
     from fakegpu.k8s.resources import Advertised, Resource
 
-DEVICE_LIST_STRATEGIES = ("envvar",)
+DEVICE_LIST_STRATEGIES = ("envvar", "cdi-cri", "cdi-annotations")
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+CDI_KIND = "fakegpu.dev/gpu"  # hook/fakegpu_hook/cdi.py's; library code does not import the container integration
+CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 
 
 class AllocationError(UsageError):
@@ -37,12 +43,29 @@ class ContainerEdits:
     cdi_devices: list[str] = field(default_factory=list)
 
 
-def check_strategy(strategy: str) -> str:
-    if strategy not in DEVICE_LIST_STRATEGIES:
-        raise UsageError(f"device list strategy {strategy!r} is not offered; accepted: "
-                         f"{', '.join(DEVICE_LIST_STRATEGIES)} (CDI device names are not yet: FakeGPU's CDI spec "
-                         "gives a container every GPU of the node)")
-    return strategy
+def check_strategies(value: str) -> tuple[str, ...]:
+    """A comma list of device list strategies."""
+    from fakegpu.profiles.matching import closest
+
+    chosen = tuple(dict.fromkeys(s.strip() for s in value.split(",") if s.strip()))
+    for strategy in chosen or ("",):
+        if strategy not in DEVICE_LIST_STRATEGIES:
+            near = closest(strategy, list(DEVICE_LIST_STRATEGIES), 1)
+            raise UsageError(f"device list strategy {strategy!r} is not offered; accepted: "
+                             f"{', '.join(DEVICE_LIST_STRATEGIES)}, or a comma list of them"
+                             + (f" (did you mean {near[0]}?)" if near else ""))
+    return chosen
+
+
+def uses_cdi(strategies: Sequence[str]) -> bool:
+    return any(s.startswith("cdi-") for s in strategies)
+
+
+def cdi_annotation_key(resource: Resource) -> str:
+    """One key per resource: a container given devices of two resources gets two annotations, not one the
+    kubelet would keep only the last of. Kubernetes limits the name part to 63 characters."""
+    name = "fakegpu_" + resource.name.replace("/", "_")
+    return CDI_ANNOTATION_PREFIX + name[:63].rstrip("-_.")
 
 
 def _known(resource: Resource, ids: Sequence[str], what: str) -> list[Advertised]:
@@ -55,11 +78,18 @@ def _known(resource: Resource, ids: Sequence[str], what: str) -> list[Advertised
     return [by_id[i] for i in ids]
 
 
-def allocate(resource: Resource, ids: Sequence[str], strategy: str = "envvar") -> ContainerEdits:
-    """The edits that give one container the devices `ids` of `resource`."""
-    check_strategy(strategy)
+def allocate(resource: Resource, ids: Sequence[str], strategies: Sequence[str] = ("envvar",)) -> ContainerEdits:
+    """The edits that give one container the devices `ids` of `resource`, by each of `strategies`."""
     _known(resource, ids, "Allocate")
-    return ContainerEdits(envs={VISIBLE_DEVICES: ",".join(ids)})
+    edits = ContainerEdits()
+    names = [f"{CDI_KIND}={i}" for i in ids]
+    if "envvar" in strategies:
+        edits.envs[VISIBLE_DEVICES] = ",".join(ids)
+    if "cdi-cri" in strategies:
+        edits.cdi_devices = names
+    if "cdi-annotations" in strategies:
+        edits.annotations[cdi_annotation_key(resource)] = ",".join(names)
+    return edits
 
 
 def preferred(resource: Resource, inventory: Sequence[Device], available: Sequence[str], must: Sequence[str],

@@ -38,6 +38,11 @@ HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 class RegistrationFailed(FakeGPUError):
     code = "device_plugin_registration"
 
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        # A kubelet restarting (or stopping mid-call) is met again; a refusal ends the plugin, as the API asks.
+        self.transient = transient
+
 
 class Health:
     """The GPUs lost on the node's fault board, looked at on demand; listeners wait for a change."""
@@ -74,7 +79,7 @@ class Health:
             self.changed.notify_all()
 
 
-def _servicer(pb2: Any, grpc_glue: Any, resource: Resource, inventory: Sequence[Device], strategy: str,
+def _servicer(pb2: Any, grpc_glue: Any, resource: Resource, inventory: Sequence[Device], strategies: Sequence[str],
               health: Health, stopping: threading.Event, log: Callable[[str], None]) -> Any:
     import grpc
 
@@ -116,7 +121,7 @@ def _servicer(pb2: Any, grpc_glue: Any, resource: Resource, inventory: Sequence[
             for req in request.container_requests:
                 ids = list(req.devices_ids)
                 try:
-                    edits = allocation.allocate(resource, ids, strategy)
+                    edits = allocation.allocate(resource, ids, strategies)
                 except allocation.AllocationError as exc:
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 gone = [a.id for a in resource.devices if a.id in ids and a.gpu in health.lost]
@@ -140,15 +145,18 @@ class _Served:
     resource: Resource
     path: str
     server: Any = None
-    inode: int = 0  # the socket file we bound
-    registered_to: int = 0  # the kubelet socket (its inode) that knows about us
+    inode: tuple[int, int, int] | None = None  # the socket file we bound
+    registered_to: tuple[int, int, int] | None = None  # the kubelet socket that knows about us
 
 
-def _inode(path: str) -> int:
+def _inode(path: str) -> tuple[int, int, int] | None:
+    """A socket file's identity: a file made anew has another, even where the filesystem reuses the inode
+    number at once."""
     try:
-        return os.stat(path).st_ino
+        st = os.stat(path)
     except FileNotFoundError:
-        return 0
+        return None
+    return st.st_dev, st.st_ino, st.st_ctime_ns
 
 
 def _stderr(line: str) -> None:
@@ -159,11 +167,16 @@ class DevicePlugin:
     """Serves `resources` (from fakegpu.k8s.resources) for the node whose GPUs are `inventory`."""
 
     def __init__(self, inventory: Sequence[Device], resources: Sequence[Resource],
-                 plugin_dir: str = DEFAULT_PLUGIN_DIR, strategy: str = "envvar", state_dir: str | None = None,
+                 plugin_dir: str = DEFAULT_PLUGIN_DIR, strategies: Sequence[str] = ("envvar",),
+                 state_dir: str | None = None, cdi_spec: tuple[str, str] | None = None,
                  log: Callable[[str], None] = _stderr) -> None:
+        """`cdi_spec`: (path, text) of the CDI spec the cdi-* strategies' names resolve against, written at start
+        (and left there: a pod created while the plugin restarts still finds it)."""
         self.pb2, self.glue = load()
-        allocation.check_strategy(strategy)
-        self.inventory, self.plugin_dir, self.strategy, self.log = list(inventory), plugin_dir, strategy, log
+        if allocation.uses_cdi(strategies) and cdi_spec is None:
+            raise RegistrationFailed("a cdi-* device list strategy needs FakeGPU's CDI spec to name devices in")
+        self.inventory, self.plugin_dir, self.strategies, self.log = list(inventory), plugin_dir, strategies, log
+        self.cdi_spec = cdi_spec
         self.health = Health(inventory, state_dir)
         self.stopping = threading.Event()
         self._served = [_Served(r, os.path.join(plugin_dir, r.socket_name)) for r in resources]
@@ -183,7 +196,7 @@ class DevicePlugin:
             pass
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="device-plugin"))
         self.glue.add_DevicePluginServicer_to_server(
-            _servicer(self.pb2, self.glue, s.resource, self.inventory, self.strategy, self.health, self.stopping,
+            _servicer(self.pb2, self.glue, s.resource, self.inventory, self.strategies, self.health, self.stopping,
                       self.log), server)
         if not server.add_insecure_port(f"unix:{s.path}"):
             raise RegistrationFailed(f"cannot listen on {s.path}")
@@ -201,8 +214,11 @@ class DevicePlugin:
             try:
                 stub.Register(request, timeout=timeout_s)
             except grpc.RpcError as exc:
-                raise RegistrationFailed(f"the kubelet ({self.kubelet_socket}) refused to register "
-                                         f"{s.resource.name}: {exc.code().name}: {exc.details()}") from exc
+                transient = exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
+                                           grpc.StatusCode.DEADLINE_EXCEEDED)
+                verb = "did not answer the registration of" if transient else "refused to register"
+                raise RegistrationFailed(f"the kubelet ({self.kubelet_socket}) {verb} {s.resource.name}: "
+                                         f"{exc.code().name}: {exc.details()}", transient) from exc
         self.log(f"registered {s.resource.name} ({len(s.resource.devices)} devices) on {s.path}")
 
     def start(self) -> None:
@@ -213,14 +229,42 @@ class DevicePlugin:
         kubelet = _inode(self.kubelet_socket)
         if not kubelet:
             raise RegistrationFailed(f"no kubelet registration socket at {self.kubelet_socket}")
+        if self.cdi_spec is not None:
+            self._write_cdi_spec(*self.cdi_spec)
         try:
             for s in self._served:
                 self._serve(s)
-                self._register(s)
-                s.registered_to = kubelet
+                self._register_or_retry(s, kubelet)
         except BaseException:
             self.stop()
             raise
+
+    def _register_or_retry(self, s: _Served, kubelet: tuple[int, int, int]) -> None:
+        """Register `s`; a kubelet that did not answer is tried again at the next step."""
+        try:
+            self._register(s)
+        except RegistrationFailed as exc:
+            if not exc.transient:
+                raise
+            self.log(f"{exc.message}; trying again")
+        else:
+            s.registered_to = kubelet
+
+    def _write_cdi_spec(self, path: str, text: str) -> None:
+        from fakegpu.atomic_file import write_atomic
+
+        try:
+            with open(path, encoding="utf-8") as f:
+                if f.read() == text:
+                    return
+        except OSError:
+            pass
+        try:
+            os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+            write_atomic(path, text, 0o644)
+        except OSError as exc:
+            raise RegistrationFailed(f"cannot write the CDI spec {path}: {exc.strerror or exc}") from exc
+        self.log(f"wrote the CDI spec {path}")
 
     def step(self) -> None:
         """One look at the board and at the sockets: health updates; a socket the kubelet removed served again,
@@ -234,14 +278,9 @@ class DevicePlugin:
                 self.log(f"{s.path} went away (a kubelet restart removes the plugins' sockets): serving "
                          f"{s.resource.name} again")
                 self._serve(s)
-                s.registered_to = 0
+                s.registered_to = None
             if kubelet and s.registered_to != kubelet:
-                try:
-                    self._register(s)
-                except RegistrationFailed as exc:
-                    self.log(str(exc))
-                else:
-                    s.registered_to = kubelet
+                self._register_or_retry(s, kubelet)
 
     def run(self, poll_s: float = 0.5) -> None:
         """Serve until stop() (or a signal that calls it)."""

@@ -3,9 +3,14 @@
 Today the roofline (`roofline.estimate`): an operation's FLOPs and bytes against a board's per-dtype peaks and
 memory bandwidth from the catalog, with the efficiency each class of operation reaches in practice
 (`efficiency.yaml`, every factor with its source). Operations come from `ops` (one op, or an op list file) or
-from a model's config.json (`model_ops`). Later rooms-within-the-room sit beside these modules: the topology
-and collectives model, trace reading and replay, the simulated timeline writer; they price kernels through the
-same `roofline.estimate_op`.
+from a model's config.json (`model_ops`).
 
-Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`).
+The topology model (`simulate.simulate`): a cluster's fabric as directed links with capacities and latencies
+(`topology`, from a file: `fabric_file`; the data of fabrics, shares and latencies: `fabric_kinds` and
+`fabrics.yaml`), collectives as the loads their algorithms put on those links (`collectives`), and a training
+step's communication (`training_comm`). Later rooms-within-the-room sit beside these modules: trace reading and
+replay, the simulated timeline writer; they price kernels through the same `roofline.estimate_op` and
+collectives through `collectives`.
+
+Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`, `fakegpu.simulate-topology/v1`).
 """

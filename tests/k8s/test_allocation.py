@@ -6,7 +6,7 @@ import pytest
 
 from fakegpu.devices import resolve_devices
 from fakegpu.errors import UsageError
-from fakegpu.k8s.allocation import AllocationError, allocate, check_strategy, preferred
+from fakegpu.k8s.allocation import AllocationError, allocate, check_strategies, preferred
 from fakegpu.k8s.resources import resources
 from fakegpu.k8s.topology import CROSS_SOCKET, NVLINK, PCIE_SWITCH, SAME_SOCKET, best_set, path
 
@@ -30,9 +30,30 @@ def test_allocation_of_a_device_the_resource_lacks_is_refused():
         allocate(res["nvidia.com/gpu"], [inventory[0].uuid, inventory[0].uuid])
 
 
-def test_cdi_strategies_are_refused_saying_why():
-    with pytest.raises(UsageError, match=r"accepted: envvar.*CDI"):
-        check_strategy("cdi-cri")
+def test_cdi_strategies_name_the_devices_in_fakegpus_cdi_spec():
+    from fakegpu_hook.cdi import CDI_KIND
+
+    inventory, res = _node("h100:4,a100:1:mig=3g.40gb+2g.20gb", "mixed")
+    gpu, mig = res["nvidia.com/gpu"], res["nvidia.com/mig-2g.20gb"]
+    ids = [inventory[1].uuid, inventory[3].uuid]
+    edits = allocate(gpu, ids, check_strategies("cdi-cri"))
+    assert edits.cdi_devices == [f"{CDI_KIND}={i}" for i in ids] and edits.envs == {} and edits.annotations == {}
+    edits = allocate(gpu, ids, check_strategies("envvar,cdi-annotations"))
+    assert edits.envs == {"NVIDIA_VISIBLE_DEVICES": ",".join(ids)} and edits.cdi_devices == []
+    assert edits.annotations == {"cdi.k8s.io/fakegpu_nvidia.com_gpu": ",".join(f"{CDI_KIND}={i}" for i in ids)}
+    # one annotation per resource: a container given a GPU and a slice keeps both
+    slice_id = inventory[4].mig[1].uuid
+    assert list(allocate(mig, [slice_id], ("cdi-annotations",)).annotations) == [
+        "cdi.k8s.io/fakegpu_nvidia.com_mig-2g.20gb"]
+
+
+def test_unknown_device_list_strategies_are_refused_with_a_close_match():
+    with pytest.raises(UsageError, match=r"'volume-mounts' is not offered; accepted: envvar, cdi-cri"):
+        check_strategies("volume-mounts")
+    with pytest.raises(UsageError, match=r"did you mean cdi-cri"):
+        check_strategies("envvar,cdi-cr")
+    with pytest.raises(UsageError, match="not offered"):
+        check_strategies(" , ")
 
 
 def test_paths_on_the_hgx_style_node():

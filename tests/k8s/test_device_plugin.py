@@ -202,3 +202,21 @@ def test_the_readme_example_prints_what_the_readme_shows():
     result = run_cli(*shlex.split(command)[2:])
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == shown
+
+
+def test_cdi_strategies_write_the_spec_and_name_its_devices(kubelet, start_plugin, tmp_path):
+    import json
+
+    cdi = tmp_path / "cdi"
+    start_plugin("t4:2,h100:2", "--device-list-strategy", "envvar,cdi-cri,cdi-annotations", "--cdi-dir", str(cdi))
+    (request,) = kubelet.registrations(1).values()
+    stub, pb2 = kubelet.plugin(request.endpoint), kubelet.pb2
+    ids = [g.uuid for g in resolve_devices("t4:2,h100:2", seed="0")]
+    spec = json.loads((cdi / "fakegpu.dev-gpu.json").read_text())
+    assert spec["kind"] == "fakegpu.dev/gpu" and {ids[2], ids[3]} <= {d["name"] for d in spec["devices"]}
+    (edits,) = stub.Allocate(pb2.AllocateRequest(container_requests=[
+        pb2.ContainerAllocateRequest(devices_ids=ids[2:])]), timeout=10).container_responses
+    names = [f"fakegpu.dev/gpu={i}" for i in ids[2:]]
+    assert [d.name for d in edits.cdi_devices] == names
+    assert dict(edits.annotations) == {"cdi.k8s.io/fakegpu_nvidia.com_gpu": ",".join(names)}
+    assert dict(edits.envs) == {"NVIDIA_VISIBLE_DEVICES": ",".join(ids[2:])}
