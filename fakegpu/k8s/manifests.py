@@ -23,6 +23,10 @@ CDI_DIR = "/var/run/cdi"
 # a read-only root that goes to $XDG_CACHE_HOME, a scratch volume.
 CACHE_DIR = "/var/cache/fakegpu"
 DDP_SCRIPT = "ddp_train.py"
+# The example Pod's image: any image, since the runtime brings nvidia-smi and the GPUs. Not fakegpu/cuda: its own
+# ENV FAKEGPU_DEVICES would decide alone (FakeGPU's variable comes before NVIDIA_VISIBLE_DEVICES), and the pod
+# would see that GPU rather than the ones the device plugin allocated.
+POD_IMAGE = "debian:bookworm-slim"
 RENDEZVOUS_PORT = 29500
 
 
@@ -130,7 +134,7 @@ def example_pod(c: Cluster) -> Obj:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "fakegpu-smi", "labels": dict(PART_OF)},
             "spec": {"runtimeClassName": RUNTIME_HANDLER, "restartPolicy": "Never",
-                     "containers": [{"name": "nvidia-smi", "image": c.image, "command": ["nvidia-smi", "-L"],
+                     "containers": [{"name": "nvidia-smi", "image": POD_IMAGE, "command": ["nvidia-smi", "-L"],
                                      "resources": _limits(c)}]}}
 
 

@@ -150,6 +150,8 @@ def test_examples_ask_for_a_resource_the_node_advertises():
     assert pod["spec"]["runtimeClassName"] == node_config.RUNTIME_HANDLER
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"fakegpu.dev/gpu": 2}
     assert pod["spec"]["containers"][0]["command"] == ["nvidia-smi", "-L"]
+    # an image that asks for no GPU of its own: the runtime gives it the allocated ones (NVIDIA_VISIBLE_DEVICES)
+    assert not pod["spec"]["containers"][0]["image"].startswith("fakegpu/")
 
 
 def test_the_job_gives_each_pod_its_node_rank_and_rank_0s_address():
