@@ -370,6 +370,15 @@ def test_out_refuses_a_folder_that_is_not_empty_unless_forced(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k8s"]
 
 
+def test_out_refuses_the_current_folder_and_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes").write_text("x")
+    for target in (".", str(tmp_path), "notes"):
+        result = runner.invoke(app, ["k8s", "render", "--out", target, "--force"])
+        assert result.exit_code == 2, (target, result.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
 def test_a_failure_midway_leaves_nothing(tmp_path, monkeypatch):
     files = render(RenderOptions(), NODE).files
     real = Path.write_text
