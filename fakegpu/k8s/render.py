@@ -231,10 +231,10 @@ def write_tree(files: dict[str, str], out: Path, force: bool = False) -> list[Pa
     takes its place by rename (with --force, over a copy of what was there, so other files stay)."""
     out = Path(out)
     _refuse(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.parent / f".{out.name}.render-{os.getpid()}"
     old = out.parent / f".{out.name}.old-{os.getpid()}"
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         if out.is_dir() and any(out.iterdir()):
             shutil.copytree(out, staging, symlinks=True)
         else:
@@ -253,7 +253,7 @@ def write_tree(files: dict[str, str], out: Path, force: bool = False) -> list[Pa
             except OSError:
                 os.rename(old, out)
                 raise
-            shutil.rmtree(old)
+            shutil.rmtree(old, ignore_errors=True)  # the new folder is in place: a leftover is not a failure
         else:
             os.rename(staging, out)  # onto a missing or empty folder: one rename
     except OSError as exc:
