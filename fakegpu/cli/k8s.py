@@ -1,18 +1,24 @@
-"""`fakegpu device-plugin`: the node's fake GPUs as Kubernetes resources, served to the kubelet (or listed)."""
+"""`fakegpu device-plugin`: the node's fake GPUs as Kubernetes resources, served to the kubelet (or listed);
+`fakegpu k8s render`: the manifests and node files a cluster needs for them (fakegpu.k8s.render)."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
+from fakegpu.k8s.plugin import DEFAULT_STATE_DIR
 from fakegpu.text import table
 
+if TYPE_CHECKING:
+    from fakegpu.k8s.render import NodePaths
+
 COMMAND = "device-plugin"
-DEFAULT_STATE_DIR = "/run/fakegpu/device-plugin"
 
 
 def _host_inventory() -> str:
@@ -102,3 +108,66 @@ def device_plugin(
         raise fail(COMMAND, exc, False) from exc
     finally:
         plugin.stop()
+
+
+app = typer.Typer(help="Kubernetes: the manifests and node files for fake GPU nodes.", no_args_is_help=True)
+RENDER = "k8s render"
+
+
+def node_paths() -> NodePaths:
+    """The runtime's places on a node, from the container integration that defines them."""
+    from fakegpu_hook.contract import DEFAULT_CONFIG
+    from fakegpu_hook.front import RUNTIME_FRONT
+
+    from fakegpu.k8s.render import NodePaths
+
+    return NodePaths(config_file=DEFAULT_CONFIG, runtime_front=RUNTIME_FRONT)
+
+
+@app.command("render")
+def render(
+    out: Path | None = typer.Option(None, "--out", help="Write every file (cluster.yaml, examples/, node/) into "
+                                    "this folder, whole or not at all; without it, print cluster.yaml."),
+    force: bool = typer.Option(False, "--force", help="With --out: write into a folder that is not empty "
+                               "(render's files replaced, others kept)."),
+    namespace: str = typer.Option("fakegpu", "--namespace", help="The device plugin's namespace."),
+    node_label: str = typer.Option("fakegpu.dev/gpu=true", "--node-label", metavar="KEY=VALUE",
+                                   help="The label of fake GPU nodes, which the RuntimeClass and DaemonSet select."),
+    image: str | None = typer.Option(None, "--image", help="The device plugin's image, which must carry "
+                                     "fakegpu[k8s] (default fakegpu/cuda:<version>)."),
+    workload_image: str | None = typer.Option(None, "--workload-image", help="The training examples' image, "
+                                              "with torch (default fakegpu/pytorch:<version>)."),
+    mig_strategy: str = typer.Option("none", "--mig-strategy", help="none, single or mixed, as NVIDIA's plugin."),
+    resource_name: str = typer.Option("nvidia.com/gpu", "--resource-name", help="The GPU resource's name."),
+    devices: str = typer.Option("a100:8", "--devices", metavar="SPEC",
+                                help="Each node's fake GPUs, which node/setup.sh writes as the runtime's inventory."),
+    runtime_path: str = typer.Option("/usr/local/libexec/fakegpu/fakegpu-container-runtime", "--runtime-path",
+                                     help="Where the runtime's front is on the nodes (the engine's handler binary)."),
+    kubeflow: bool = typer.Option(False, "--kubeflow", help="Also examples/pytorchjob.yaml, a Kubeflow "
+                                  "PyTorchJob (a CRD: not schema-checked)."),
+    as_json: bool = typer.Option(False, "--json", help="List the files (and, with --out, write them)."),
+) -> None:
+    """The manifests and node files that make fake GPU nodes in a Kubernetes cluster: the RuntimeClass, the
+    device plugin's DaemonSet, example workloads, and each node's containerd/CRI-O drop-in and setup script."""
+    from fakegpu.k8s.render import RenderOptions, write_tree
+    from fakegpu.k8s.render import render as render_files
+
+    options = RenderOptions(namespace=namespace, node_label=node_label, image=image, workload_image=workload_image,
+                            mig_strategy=mig_strategy, resource_name=resource_name, devices=devices,
+                            runtime_path=runtime_path, kubeflow=kubeflow)
+    try:
+        rendered = render_files(options, node_paths())
+        written = write_tree(rendered.files, out, force) if out is not None else None
+    except FakeGPUError as exc:
+        raise fail(RENDER, exc, as_json) from exc
+    if as_json:
+        listed = [{"path": rel, "bytes": len(text.encode()),
+                   "objects": [f"{o['kind']}/{o['metadata']['name']}" for o in rendered.objects.get(rel, [])]}
+                  for rel, text in rendered.files.items()]
+        emit_json(RENDER, {"out": None if out is None else str(out), "written": written is not None,
+                           "files": listed})
+    elif written is None:
+        typer.echo(rendered.cluster_yaml, nl=False)
+    else:
+        for path in written:
+            typer.echo(f"wrote {path}")

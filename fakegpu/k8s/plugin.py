@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+# The node's fault board the plugin watches (`fakegpu fault inject` with FAKEGPU_STATE_DIR set to it)
+DEFAULT_STATE_DIR = "/run/fakegpu/device-plugin"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 
 
