@@ -17,6 +17,7 @@ from fakegpu.cli import (
     perf,
     profiles,
     run,
+    trace,
     validate,
     workspace_profiles,
 )
@@ -42,6 +43,7 @@ app.command("preflight", context_settings={"allow_interspersed_args": False})(fa
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
+app.command("replay-trace")(trace.replay_trace)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)

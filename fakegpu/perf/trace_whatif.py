@@ -1,0 +1,258 @@
+"""What-if: the same trace re-timed for another board.
+
+Kernels are re-timed by class with the roofline room's numbers (roofline.pricing on a representative op of the
+class, so the per-dtype peaks, bandwidth, efficiency factors and fallbacks are exactly estimate-roofline's):
+
+    gemm, attention          compute-bound: time scales by (peak x share) of the source over the target's, in the
+                             dtype the kernel name spells (else --dtype);
+    elementwise, reduction,  bandwidth-bound: scales by (bandwidth x share) of the kernel kind;
+    memset, device copies,
+    other
+    host<->device copies     PCIe: scales by the boards' PCIe link rates;
+    NCCL collectives         priced by a CollectivePricer (default: the boards' GPU-to-GPU link bandwidth ratio;
+                             a topology model can replace it).
+
+Each kernel keeps its start-and-drain time (efficiency.yaml kernel_fixed_s of the architecture) apart from its
+work. The timeline is then replayed: each stream keeps its order and the gaps before each activity (those are the
+host's, which the board does not change), and a collective starts on every rank when the last rank arrives and
+lasts its re-priced transfer (the shortest duration any rank saw for it: the others include waiting).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fakegpu.errors import UsageError
+from fakegpu.perf.ops import Attention, Gemm, MemoryOp
+from fakegpu.perf.roofline import Board, pricing
+from fakegpu.perf.trace_kernels import kernel_class, kernel_dtype
+from fakegpu.perf.trace_replay import Collective, Window, collectives
+from fakegpu.profiles import Profile, load_catalog
+from fakegpu.profiles.efficiency import Efficiency, load
+
+# A representative op per class, for its factors only (its size does not enter the ratios).
+_MEMORY_KIND = {"elementwise": "elementwise", "reduction": "reduction", "memset": "fill", "memcpy": "copy",
+                "other": "copy"}
+# PCIe per-lane rate of each generation, GB/s one way (after line coding).
+_PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+CollectivePricer = Callable[[Collective, Profile, Profile, float], float]
+
+
+def link_gb_s(profile: Profile) -> float:
+    """One GPU's GPU-to-GPU bandwidth one way: NVLink where the board has it, else its PCIe link."""
+    nvlink = profile.data.get("nvlink") or {}
+    if nvlink.get("bandwidth_gb_s"):
+        return float(nvlink["bandwidth_gb_s"]) / 2  # the catalog gives both directions together
+    return pcie_gb_s(profile)
+
+
+def pcie_gb_s(profile: Profile) -> float:
+    pci = profile.data.get("pci") or {}
+    return _PCIE_LANE_GB_S.get(int(pci.get("generation", 4)), 1.969) * int(pci.get("link_width", 16))
+
+
+def bandwidth_ratio_pricer(c: Collective, source: Profile, target: Profile, transfer_us: float) -> float:
+    """The default collective price: the transfer scaled by the GPU-to-GPU link bandwidth ratio. A seam: a
+    topology model (ring/tree over the fabric, message size, group size) replaces it without touching the rest."""
+    return transfer_us * link_gb_s(source) / link_gb_s(target)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """How one class of kernel runs on one board: work per second relative to nothing (a rate), plus fixed time."""
+
+    rate: float  # FLOP/s or B/s actually sustained
+    fixed_us: float
+    basis: str
+
+
+class Rates:
+    """Per-class rates of one board, priced by the roofline room."""
+
+    def __init__(self, profile: Profile, dtype: str, eff: Efficiency) -> None:
+        self.profile = profile
+        self.board = Board.of(profile)
+        self.dtype = dtype
+        self.eff = eff
+        self._cache: dict[tuple[str, str], Rate] = {}
+        self.substituted: set[str] = set()
+
+    def _dtype(self, want: str) -> str:
+        for d in (want, "fp16", "fp32"):
+            try:
+                self.board.matrix_peak(d)
+            except UsageError:
+                continue
+            if d != want:
+                self.substituted.add(f"{self.profile.id} has no {want} rate: priced as {d}")
+            return d
+        raise UsageError(f"{self.profile.id}: no usable matrix rate in the catalog")
+
+    def of(self, cls: str, name: str) -> Rate:
+        dtype = (kernel_dtype(name) or self.dtype) if cls in ("gemm", "attention") else "fp32"
+        key = (cls, dtype)
+        found = self._cache.get(key)
+        if found is None:
+            found = self._cache[key] = self._price(cls, dtype)
+        return found
+
+    def _price(self, cls: str, dtype: str) -> Rate:
+        if cls == "gemm":
+            d = self._dtype(dtype)
+            p = pricing(Gemm(name="gemm", dtype=d, m=4096, n=4096, k=4096), self.board, self.eff)
+            return Rate(p.peak * p.compute.expected, p.fixed_s * 1e6, f"{d} {p.peak / 1e12:.4g} TFLOP/s x "
+                        f"{p.compute.expected:.3g} ({p.compute.key})")
+        if cls == "attention":
+            d = self._dtype(dtype)
+            p = pricing(Attention(name="sdpa", dtype=d, batch=1, heads=32, q_len=4096, kv_len=4096, head_dim=128,
+                                  causal=True), self.board, self.eff)
+            return Rate(p.peak * p.compute.expected, p.fixed_s * 1e6, f"{d} {p.peak / 1e12:.4g} TFLOP/s x "
+                        f"{p.compute.expected:.3g} ({p.compute.key})")
+        kind = _MEMORY_KIND.get(cls, "copy")
+        p = pricing(MemoryOp(name=kind, bytes=1 << 30, kind=kind, reduction=cls == "reduction"), self.board, self.eff)
+        bw = self.board.bandwidth * p.memory.expected
+        return Rate(bw, p.fixed_s * 1e6, f"{self.board.bandwidth / 1e9:.0f} GB/s x {p.memory.expected:.3g} "
+                    f"({p.memory.key})")
+
+
+def source_profile(windows: dict[int, Window], from_profile: str | None) -> Profile:
+    """The board the trace ran on: --from-profile, else the trace's deviceProperties name."""
+    catalog = load_catalog()
+    if from_profile:
+        return catalog.get(from_profile)
+    names = {w.trace.device_name for w in windows.values()} - {None}
+    for name in names:
+        found = catalog.find(name)
+        if found is not None:
+            return found
+    seen = ", ".join(sorted(names)) or "none (no deviceProperties)"
+    raise UsageError(f"cannot tell which board the trace ran on (its device: {seen}); name it with --from-profile")
+
+
+def _is_pcie_copy(name: str) -> bool:
+    return any(k in name for k in ("HtoD", "DtoH", "HtoH", "Pageable", "Pinned"))
+
+
+def retime(dur_us: float, src: Rate, dst: Rate) -> float:
+    """A kernel of `dur_us` on the source at the target's rate; its start-and-drain part at the target's."""
+    fixed = min(dur_us, src.fixed_us)
+    share = fixed / src.fixed_us if src.fixed_us else 0.0
+    return share * dst.fixed_us + (dur_us - fixed) * src.rate / dst.rate
+
+
+def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | None = None, dtype: str = "bf16",
+            pricer: CollectivePricer = bandwidth_ratio_pricer) -> dict[str, Any]:
+    """The what-if section: per-rank replayed span on the source (a check of the replay) and on the target."""
+    eff = load()
+    source = source_profile(windows, from_profile)
+    src, dst = Rates(source, dtype, eff), Rates(target, dtype, eff)
+    pcie = pcie_gb_s(source) / pcie_gb_s(target)
+    colls = {r: {c.index: c for c in collectives(r, w)} for r, w in windows.items()}
+
+    def new_duration(w: Window, i: int) -> float:
+        name, cat = w.trace.names[w.trace.name_id[i]]
+        cls = kernel_class(name, cat)
+        d = w.trace.dur[i]
+        if cls == "memcpy" and _is_pcie_copy(name):
+            return d * pcie
+        return retime(d, src.of(cls, name), dst.of(cls, name))
+
+    same = _replay(windows, colls, lambda w, i: w.trace.dur[i], lambda c, us: us)
+    new = _replay(windows, colls, new_duration, lambda c, us: pricer(c, source, target, us))
+    classes_used = sorted({kernel_class(*w.trace.names[w.trace.name_id[i]]) for w in windows.values()
+                           for i in w.kept})
+    rows = []
+    for r, w in windows.items():
+        steps = max(1, w.steps)
+        rows.append({"rank": r, "replayed_source_us": same[r], "predicted_us": new[r],
+                     "replayed_source_step_us": same[r] / steps, "predicted_step_us": new[r] / steps,
+                     "speedup": same[r] / new[r] if new[r] else None})
+    step = max(x["predicted_step_us"] for x in rows)
+    basis = {cls: {"source": src.of(cls, "").basis, "target": dst.of(cls, "").basis}
+             for cls in classes_used if cls not in ("nccl",)}
+    basis["nccl"] = {"source": f"{link_gb_s(source):.0f} GB/s GPU-to-GPU (one way)",
+                     "target": f"{link_gb_s(target):.0f} GB/s GPU-to-GPU (one way)"}
+    basis["pcie copies"] = {"source": f"{pcie_gb_s(source):.1f} GB/s", "target": f"{pcie_gb_s(target):.1f} GB/s"}
+    notes = sorted(src.substituted | dst.substituted)
+    notes.append("the host's timing is kept: gaps before each activity on its stream stay as recorded, so a "
+                 "launch-bound or input-bound step speeds up less than its kernels")
+    return {
+        "source_profile": source.id,
+        "target_profile": target.id,
+        "dtype_default": dtype,
+        "predicted_step_us": step,
+        "source_step_us": max(x["replayed_source_step_us"] for x in rows),
+        "ranks": rows,
+        "basis": basis,
+        "notes": notes,
+    }
+
+
+def _replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]],
+            duration: Callable[[Window, int], float], price: Callable[[Collective, float], float]) -> dict[int, float]:
+    """Each rank's window re-timed: returns the new span per rank (microseconds)."""
+    order = {r: sorted(w.kept, key=w.trace.start.__getitem__) for r, w in windows.items()}
+    origin = {r: (w.trace.start[order[r][0]] if order[r] else 0.0) for r, w in windows.items()}
+    members: dict[tuple[str, int], list[Collective]] = {}
+    for cs in colls.values():
+        for c in cs.values():
+            members.setdefault((c.group, c.seq), []).append(c)
+    ptr = dict.fromkeys(windows, 0)
+    old_end: dict[int, dict[int, float]] = {r: {} for r in windows}  # per stream: latest original end
+    new_end: dict[int, dict[int, float]] = {r: {} for r in windows}
+    arrivals: dict[tuple[str, int], dict[int, float]] = {}
+    resolved: dict[tuple[str, int], float] = {}
+    first = dict.fromkeys(windows, None)
+    last = dict.fromkeys(windows, 0.0)
+
+    def arrival(r: int, i: int) -> float:
+        t = windows[r].trace
+        s = t.stream[i]
+        start = t.start[i]
+        if s in old_end[r]:
+            return new_end[r][s] + max(0.0, start - old_end[r][s])
+        return start - origin[r]
+
+    def place(r: int, i: int, begin: float, end: float) -> None:
+        t = windows[r].trace
+        s = t.stream[i]
+        old_end[r][s] = max(old_end[r].get(s, float("-inf")), t.start[i] + t.dur[i])
+        new_end[r][s] = end
+        first[r] = begin if first[r] is None else min(first[r], begin)
+        last[r] = max(last[r], end)
+
+    def step(r: int, force: bool) -> bool:
+        """Place rank r's next activity; False when it waits for a collective's peers."""
+        i = order[r][ptr[r]]
+        c = colls[r].get(i)
+        begin = arrival(r, i)
+        if c is None:
+            place(r, i, begin, begin + duration(windows[r], i))
+            return True
+        key = (c.group, c.seq)
+        group = members[key]
+        got = arrivals.setdefault(key, {})
+        got.setdefault(r, begin)
+        if key not in resolved:
+            if len(got) < len(group) and not force:
+                return False
+            start_all = max(got.values())
+            transfer = min(m.dur for m in group)
+            resolved[key] = start_all + price(c, transfer)
+        place(r, i, got[r], resolved[key])
+        return True
+
+    while any(ptr[r] < len(order[r]) for r in windows):
+        progressed = False
+        for r in windows:
+            while ptr[r] < len(order[r]) and step(r, False):
+                ptr[r] += 1
+                progressed = True
+        if not progressed:  # peers disagree on collective order: let the earliest blocked rank go alone
+            r = min((r for r in windows if ptr[r] < len(order[r])), key=lambda r: ptr[r])
+            step(r, True)
+            ptr[r] += 1
+    return {r: (last[r] - first[r]) if first[r] is not None else 0.0 for r in windows}
