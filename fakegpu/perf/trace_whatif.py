@@ -13,9 +13,11 @@ class, so the per-dtype peaks, bandwidth, efficiency factors and fallbacks are e
                              a topology model can replace it).
 
 Each kernel keeps its start-and-drain time (efficiency.yaml kernel_fixed_s of the architecture) apart from its
-work. The timeline is then replayed: each stream keeps its order and the gaps before each activity (those are the
-host's, which the board does not change), and a collective starts on every rank when the last rank arrives and
-lasts its re-priced transfer (the shortest duration any rank saw for it: the others include waiting).
+work. The timeline is then replayed: the host's launch times stay as recorded (the board does not change the
+host); each activity starts after what it waited for in the trace (its stream's previous activity, its launch, or
+another stream's activity that ended just before it) with the same delay after it; a collective starts on every
+rank when the last rank arrives and lasts its re-priced transfer (the shortest duration any rank saw for it: the
+others include waiting). Replayed on the source board the trace comes out as recorded.
 """
 
 from __future__ import annotations
@@ -177,8 +179,8 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
                      "target": f"{link_gb_s(target):.0f} GB/s GPU-to-GPU (one way)"}
     basis["pcie copies"] = {"source": f"{pcie_gb_s(source):.1f} GB/s", "target": f"{pcie_gb_s(target):.1f} GB/s"}
     notes = sorted(src.substituted | dst.substituted)
-    notes.append("the host's timing is kept: gaps before each activity on its stream stay as recorded, so a "
-                 "launch-bound or input-bound step speeds up less than its kernels")
+    notes.append("the host's launch times are kept as recorded: a step whose kernels wait for their launches "
+                 "(launch-bound, or a host that synchronizes with the GPU) speeds up less than its kernels")
     return {
         "source_profile": source.id,
         "target_profile": target.id,
@@ -209,12 +211,28 @@ def _replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]],
     last = dict.fromkeys(windows, 0.0)
 
     def arrival(r: int, i: int) -> float:
+        """When activity i can start on the new timeline: after whatever it waited for on the old one (the latest
+        of its stream's previous activity, its host launch, and another stream's activity that ended just before
+        it, as an event wait), plus the same delay after it; never before its stream is free or it is launched."""
         t = windows[r].trace
         s = t.stream[i]
         start = t.start[i]
+        hard: list[tuple[float, float]] = []  # (old time, new time) of constraints that always hold
         if s in old_end[r]:
-            return new_end[r][s] + max(0.0, start - old_end[r][s])
-        return start - origin[r]
+            hard.append((old_end[r][s], new_end[r][s]))
+        c = t.corr[i]
+        launch = t.launches.get(c) if c >= 0 else None
+        if launch is not None:
+            hard.append((launch, launch - origin[r]))  # the host's timing is kept
+        dep = None
+        for s2, ended in old_end[r].items():
+            if s2 != s and ended <= start and (dep is None or ended > dep[0]):
+                dep = (ended, new_end[r][s2])
+        causes = hard + ([dep] if dep else [])
+        if not causes:
+            return start - origin[r]
+        old_t, new_t = max(causes)
+        return max(new_t + (start - old_t), *(n for _, n in hard)) if hard else new_t + (start - old_t)
 
     def place(r: int, i: int, begin: float, end: float) -> None:
         t = windows[r].trace

@@ -126,31 +126,40 @@ SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::na
 
 
 def training_steps(t: Trace, steps: int = 4, *, compute_scale: float = 1.0, t0: float = 0.0,
-                   comm: bool = False, gap: float = 20.0, offset: float = 0.0) -> float:
+                   comm: bool = False, gap: float = 20.0) -> float:
     """`steps` training steps of a small transformer: GEMMs, attention, elementwise, a reduction, a copy, memory
-    events, and with `comm` an all-reduce on its own stream overlapping the backward GEMMs. Returns the end."""
+    events, and with `comm` an all-reduce on its own stream overlapping the backward GEMMs. The host runs ahead
+    of the GPU as in an ordinary GPU-bound loop: it launches every 6 us from the step's start, and the GPU runs
+    each kernel when it is launched and its stream is free. Returns the end."""
     now = t0
     for n in range(steps):
         begin = now
-        k = now + 10.0 + offset
-        t.memory(now + 1.0, 1 << 30 + n % 2, 2 << 30, 1 << 20)
-        t.kernel("Memcpy HtoD (Pageable -> Device)", k, 12.0, cat="gpu_memcpy", bytes=1 << 20,
-                 **{"memory bandwidth (GB/s)": 87.4})
+        host = begin + 2.0
+
+        def launch(at: float) -> float:
+            nonlocal host
+            host += 6.0
+            return min(host, at - 1.0)
+
+        k = now + 10.0
+        t.memory(now + 1.0, (1 << 30) + (n % 2) * (64 << 20), 2 << 30, 1 << 20)
+        t.kernel("Memcpy HtoD (Pageable -> Device)", k, 12.0, launch=launch(k), cat="gpu_memcpy",
+                 bytes=1 << 20, **{"memory bandwidth (GB/s)": 87.4})
         k += 12.0 + gap
         for name, dur in ((NORM, 8.0), (GEMM, 60.0 * compute_scale), (FLASH, 45.0 * compute_scale),
                           (GEMM, 40.0 * compute_scale), (ADD, 6.0), (GEMM, 80.0 * compute_scale), (ADD, 5.0)):
-            t.kernel(name, k, dur)
+            t.kernel(name, k, dur, launch=launch(k))
             k += dur + 2.0
         t.memory(k, (1 << 30) + (300 << 20), 2 << 30, 300 << 20)
         bwd = k + gap
         if comm:
-            t.nccl("allreduce", bwd + 30.0, 150.0, nelems=25_000_000)
+            t.nccl("allreduce", bwd + 30.0, 150.0, nelems=25_000_000, launch=launch(bwd + 30.0))
         for name, dur in ((GEMM, 70.0 * compute_scale), (GEMM, 70.0 * compute_scale), (SUM, 12.0), (ADD, 9.0),
                           (GEMM, 50.0 * compute_scale)):
-            t.kernel(name, bwd, dur)
+            t.kernel(name, bwd, dur, launch=launch(bwd))
             bwd += dur + 3.0
         end = max(bwd, bwd + 30.0 + 150.0 if comm else bwd) + 10.0
-        t.kernel("Memset (Device)", end - 8.0, 2.0, cat="gpu_memset")
+        t.kernel("Memset (Device)", end - 8.0, 2.0, cat="gpu_memset", launch=launch(end - 8.0))
         t.memory(end - 1.0, 1 << 30, 2 << 30, 300 << 20)
         t.step(n + 1, begin, end - begin + 2.0, gpu=(begin + 10.0, end - begin))
         now = end + 5.0
