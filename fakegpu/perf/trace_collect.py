@@ -11,6 +11,7 @@ the test HTA uses as well.
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +20,9 @@ from fakegpu.perf.trace_read import TraceFile
 
 STEP_PREFIX = "ProfilerStep"
 MAX_ANNOTATION_NAMES = 4096
-_LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+# Host calls that block until the GPU has finished work: after one, the host's timing follows the GPU's.
+SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+                        "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2"})
 # Metadata PyTorch's record_param_comms writes on the collective's host op and (since 2.1) on the NCCL kernel.
 COLLECTIVE_ARGS = {
     "Collective name": "collective", "In msg nelems": "in_nelems", "Out msg nelems": "out_nelems",
@@ -82,6 +85,7 @@ class RankTrace:
     collectives: dict[int, dict[str, Any]] = field(default_factory=dict)  # activity index -> metadata
     launches: dict[int, float] = field(default_factory=dict)  # correlation -> host launch start (us)
     steps: list[tuple[str, float, float]] = field(default_factory=list)  # host ProfilerStep#N (name, ts, end)
+    syncs: list[tuple[float, float]] = field(default_factory=list)  # blocking host calls (ts, end)
     annotations: dict[str, Annotation] = field(default_factory=dict)
     gpu_annotations: dict[str, Annotation] = field(default_factory=dict)
     memory: dict[str, MemorySeries] = field(default_factory=dict)  # "device" (CUDA) and "host" allocators
@@ -112,8 +116,9 @@ class RankTrace:
 
 
 class _Collector:
-    def __init__(self, trace: RankTrace) -> None:
+    def __init__(self, trace: RankTrace, round_us: bool = False) -> None:
         self.t = trace
+        self.round_us = round_us
         self._name_ids: dict[tuple[str, str], int] = {}
         self._host_collectives: dict[int, dict[str, Any]] = {}  # External id -> metadata of the host op
         self._pending: list[tuple[int, int]] = []  # (activity index, External id) of NCCL kernels without metadata
@@ -154,6 +159,12 @@ class _Collector:
         if ts is None or dur is None or not isinstance(name, str) or dur < 0:
             self._count(t.unusable, "complete event without a number ts, dur >= 0 and a string name")
             return
+        if self.round_us:
+            # HTA's time base: each event shrunk to whole microseconds (start up, end down); a sub-microsecond
+            # event that shrinks past nothing is kept empty rather than negative.
+            end = math.floor(ts + dur)
+            ts = float(math.ceil(ts))
+            dur = max(0.0, end - ts)
         t.first_ts = ts if t.first_ts is None or ts < t.first_ts else t.first_ts
         end = ts + dur
         t.last_ts = end if t.last_ts is None or end > t.last_ts else t.last_ts
@@ -184,6 +195,8 @@ class _Collector:
             # A runtime call and the driver call under it share one correlation: the earlier one launched it.
             if corr not in t.launches or ts < t.launches[corr]:
                 t.launches[corr] = ts
+            if name in SYNC_CALLS:
+                t.syncs.append((ts, end))
             self._count(t.used, f"launch {cat or 'event'}")
             return
         if STEP_PREFIX in name:
@@ -241,11 +254,12 @@ def _collective_args(args: dict[str, Any]) -> dict[str, Any]:
     return {short: args[raw] for raw, short in COLLECTIVE_ARGS.items() if raw in args}
 
 
-def collect(path: str, chunk_bytes: int | None = None) -> RankTrace:
-    """Read one trace file to its end and reduce it; TraceError when it cannot be read."""
+def collect(path: str, chunk_bytes: int | None = None, round_us: bool = False) -> RankTrace:
+    """Read one trace file to its end and reduce it; TraceError when it cannot be read. `round_us`: times in
+    whole microseconds as HolisticTraceAnalysis reads them, to compare with it."""
     f = TraceFile(path) if chunk_bytes is None else TraceFile(path, chunk_bytes)
     trace = RankTrace(path=str(path))
-    c = _Collector(trace)
+    c = _Collector(trace, round_us)
     add = c.add
     for event in f.events():
         add(event)

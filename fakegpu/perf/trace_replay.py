@@ -12,7 +12,9 @@ Definitions (those of HolisticTraceAnalysis, so the numbers can be compared with
     overlap    time communication and compute run together, as a share of communication time.
     exposed    communication time with no compute under it.
 
-Shares are of the span. Times are microseconds, as the trace has them; nothing is rounded.
+Shares are of the span. Times are microseconds, as the trace has them, not rounded; HTA rounds each event inward
+to whole microseconds (start up, end down) when a trace has fractional timestamps (PyTorch 2.4+ writes them),
+which shortens every kernel by up to 1 us: `round_us` reads the trace that way too, to compare with it.
 """
 
 from __future__ import annotations
@@ -92,10 +94,10 @@ def trace_files(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def read_ranks(paths: list[str | Path]) -> dict[int, RankTrace]:
+def read_ranks(paths: list[str | Path], round_us: bool = False) -> dict[int, RankTrace]:
     """Every file read and keyed by its rank (distributedInfo); a set of files must hold every rank once."""
     files = trace_files(paths)
-    traces = [collect(str(f)) for f in files]
+    traces = [collect(str(f), round_us=round_us) for f in files]
     if len(traces) == 1:
         t = traces[0]
         return {t.rank if t.rank is not None else 0: t}
@@ -314,9 +316,12 @@ def cross_rank(per_rank: dict[int, list[Collective]]) -> dict[str, Any]:
             "skew_us": {"mean": statistics.fmean(skews) if skews else 0.0, "max": max(skews, default=0.0)}}
 
 
-def analyse(paths: list[str | Path], include_last_step: bool = False) -> tuple[dict[str, Any], dict[int, Window]]:
-    """The replay-trace report (without a what-if) and the windows it was computed from."""
-    ranks = read_ranks(paths)
+def analyse(paths: list[str | Path], include_last_step: bool = False,
+            round_us: bool = False) -> tuple[dict[str, Any], dict[int, Window]]:
+    """The replay-trace report (without a what-if) and the windows it was computed from. `round_us` reads every
+    event's times as HolisticTraceAnalysis does (start rounded up, end down to whole microseconds), for comparing
+    with it; by default the trace's own (nanosecond) times are used."""
+    ranks = read_ranks(paths, round_us)
     windows = {r: window(t, include_last_step) for r, t in ranks.items()}
     rows = []
     colls = {r: collectives(r, w) for r, w in windows.items()}
@@ -342,7 +347,7 @@ def analyse(paths: list[str | Path], include_last_step: bool = False) -> tuple[d
     report = {
         "schema": SCHEMA,
         "input": {"files": [w.trace.path for w in windows.values()], "ranks": sorted(windows),
-                  "world_size": world, "include_last_step": include_last_step},
+                  "world_size": world, "include_last_step": include_last_step, "round_us": round_us},
         "ranks": rows,
         "across_ranks": _across(rows, across),
         "what_if": None,

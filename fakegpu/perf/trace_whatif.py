@@ -31,6 +31,7 @@ from fakegpu.perf.ops import Attention, Gemm, MemoryOp
 from fakegpu.perf.roofline import Board, pricing
 from fakegpu.perf.trace_kernels import kernel_class, kernel_dtype
 from fakegpu.perf.trace_replay import Collective, Window, collectives
+from fakegpu.perf.trace_retime import replay
 from fakegpu.profiles import Profile, load_catalog
 from fakegpu.profiles.efficiency import Efficiency, load
 
@@ -162,8 +163,8 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
             return d * pcie
         return retime(d, src.of(cls, name), dst.of(cls, name))
 
-    same = _replay(windows, colls, lambda w, i: w.trace.dur[i], lambda c, us: us)
-    new = _replay(windows, colls, new_duration, lambda c, us: pricer(c, source, target, us))
+    same = replay(windows, colls, lambda w, i: w.trace.dur[i], lambda c, us: us)
+    new = replay(windows, colls, new_duration, lambda c, us: pricer(c, source, target, us))
     classes_used = sorted({kernel_class(*w.trace.names[w.trace.name_id[i]]) for w in windows.values()
                            for i in w.kept})
     rows = []
@@ -191,86 +192,3 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
         "basis": basis,
         "notes": notes,
     }
-
-
-def _replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]],
-            duration: Callable[[Window, int], float], price: Callable[[Collective, float], float]) -> dict[int, float]:
-    """Each rank's window re-timed: returns the new span per rank (microseconds)."""
-    order = {r: sorted(w.kept, key=w.trace.start.__getitem__) for r, w in windows.items()}
-    origin = {r: (w.trace.start[order[r][0]] if order[r] else 0.0) for r, w in windows.items()}
-    members: dict[tuple[str, int], list[Collective]] = {}
-    for cs in colls.values():
-        for c in cs.values():
-            members.setdefault((c.group, c.seq), []).append(c)
-    ptr = dict.fromkeys(windows, 0)
-    old_end: dict[int, dict[int, float]] = {r: {} for r in windows}  # per stream: latest original end
-    new_end: dict[int, dict[int, float]] = {r: {} for r in windows}
-    arrivals: dict[tuple[str, int], dict[int, float]] = {}
-    resolved: dict[tuple[str, int], float] = {}
-    first = dict.fromkeys(windows, None)
-    last = dict.fromkeys(windows, 0.0)
-
-    def arrival(r: int, i: int) -> float:
-        """When activity i can start on the new timeline: after whatever it waited for on the old one (the latest
-        of its stream's previous activity, its host launch, and another stream's activity that ended just before
-        it, as an event wait), plus the same delay after it; never before its stream is free or it is launched."""
-        t = windows[r].trace
-        s = t.stream[i]
-        start = t.start[i]
-        hard: list[tuple[float, float]] = []  # (old time, new time) of constraints that always hold
-        if s in old_end[r]:
-            hard.append((old_end[r][s], new_end[r][s]))
-        c = t.corr[i]
-        launch = t.launches.get(c) if c >= 0 else None
-        if launch is not None:
-            hard.append((launch, launch - origin[r]))  # the host's timing is kept
-        dep = None
-        for s2, ended in old_end[r].items():
-            if s2 != s and ended <= start and (dep is None or ended > dep[0]):
-                dep = (ended, new_end[r][s2])
-        causes = hard + ([dep] if dep else [])
-        if not causes:
-            return start - origin[r]
-        old_t, new_t = max(causes)
-        return max(new_t + (start - old_t), *(n for _, n in hard)) if hard else new_t + (start - old_t)
-
-    def place(r: int, i: int, begin: float, end: float) -> None:
-        t = windows[r].trace
-        s = t.stream[i]
-        old_end[r][s] = max(old_end[r].get(s, float("-inf")), t.start[i] + t.dur[i])
-        new_end[r][s] = end
-        first[r] = begin if first[r] is None else min(first[r], begin)
-        last[r] = max(last[r], end)
-
-    def step(r: int, force: bool) -> bool:
-        """Place rank r's next activity; False when it waits for a collective's peers."""
-        i = order[r][ptr[r]]
-        c = colls[r].get(i)
-        begin = arrival(r, i)
-        if c is None:
-            place(r, i, begin, begin + duration(windows[r], i))
-            return True
-        key = (c.group, c.seq)
-        group = members[key]
-        got = arrivals.setdefault(key, {})
-        got.setdefault(r, begin)
-        if key not in resolved:
-            if len(got) < len(group) and not force:
-                return False
-            start_all = max(got.values())
-            transfer = min(m.dur for m in group)
-            resolved[key] = start_all + price(c, transfer)
-        place(r, i, got[r], resolved[key])
-        return True
-
-    while any(ptr[r] < len(order[r]) for r in windows):
-        progressed = False
-        for r in windows:
-            while ptr[r] < len(order[r]) and step(r, False):
-                ptr[r] += 1
-                progressed = True
-        if not progressed:  # peers disagree on collective order: let the earliest blocked rank go alone
-            r = min((r for r in windows if ptr[r] < len(order[r])), key=lambda r: ptr[r])
-            step(r, True)
-            ptr[r] += 1
-    return {r: (last[r] - first[r]) if first[r] is not None else 0.0 for r in windows}

@@ -50,6 +50,10 @@ class Trace:
     def annotate(self, name: str, ts: float, dur: float) -> None:
         self.host(name, ts, dur, cat="user_annotation")
 
+    def next_correlation(self) -> int:
+        self._corr += 1
+        return self._corr - 1
+
     def kernel(self, name: str, ts: float, dur: float, *, launch: float | None = None, stream: int | None = None,
                cat: str = "kernel", **args: Any) -> int:
         """A GPU activity and the cudaLaunchKernel (or cudaMemcpyAsync) that queued it 5 us before."""
@@ -125,42 +129,101 @@ NORM = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10
 SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>()"
 
 
-def training_steps(t: Trace, steps: int = 4, *, compute_scale: float = 1.0, t0: float = 0.0,
-                   comm: bool = False, gap: float = 20.0) -> float:
-    """`steps` training steps of a small transformer: GEMMs, attention, elementwise, a reduction, a copy, memory
-    events, and with `comm` an all-reduce on its own stream overlapping the backward GEMMs. The host runs ahead
-    of the GPU as in an ordinary GPU-bound loop: it launches every 6 us from the step's start, and the GPU runs
-    each kernel when it is launched and its stream is free. Returns the end."""
-    now = t0
+def training_steps(t: Trace | list[Trace], steps: int = 4, *, compute_scale: float | list[float] = 1.0,
+                   t0: float = 0.0, comm: bool = False, gap: float = 20.0) -> float:
+    """`steps` training steps of a small transformer on one rank or several (a list of traces, one scale each):
+    GEMMs, attention, elementwise, a reduction, a copy, memory events, and with `comm` an all-reduce on its own
+    stream overlapping the backward GEMMs, which ends on every rank when the last rank has joined it plus the
+    transfer. The host runs ahead of the GPU as in an ordinary GPU-bound loop (a launch every 6 us from the step's
+    start) and blocks in cudaStreamSynchronize at the step's end (loss.item()). Returns the end."""
+    traces = t if isinstance(t, list) else [t]
+    scales = compute_scale if isinstance(compute_scale, list) else [compute_scale] * len(traces)
+    now = [t0] * len(traces)
+    for n in range(steps):
+        plans = [_forward(tr, n, now[r], scales[r], gap) for r, tr in enumerate(traces)]
+        joined = max(p["bwd"] + 30.0 for p in plans)
+        for r, (tr, p) in enumerate(zip(traces, plans, strict=True)):
+            bwd = p["bwd"]
+            if comm:
+                arrive = bwd + 30.0
+                tr.nccl("allreduce", arrive, joined + 150.0 - arrive, nelems=25_000_000, launch=p["launch"](arrive))
+            for name, dur in ((GEMM, 70.0 * scales[r]), (GEMM, 70.0 * scales[r]), (SUM, 12.0), (ADD, 9.0),
+                              (GEMM, 50.0 * scales[r])):
+                tr.kernel(name, bwd, dur, launch=p["launch"](bwd))
+                bwd += dur + 3.0
+            end = max(bwd, joined + 150.0 if comm else bwd) + 10.0
+            tr.kernel("Memset (Device)", end - 8.0, 2.0, cat="gpu_memset", launch=p["launch"](end - 8.0))
+            tr.memory(end - 1.0, 1 << 30, 2 << 30, 300 << 20)
+            host = p["launch"](end) + 6.0
+            tr.host("cudaStreamSynchronize", host, end + 2.0 - host, cat="cuda_runtime", cbid=131,
+                    correlation=tr.next_correlation())
+            tr.step(n + 1, p["begin"], end - p["begin"] + 2.0, gpu=(p["begin"] + 10.0, end - p["begin"]))
+            now[r] = end + 5.0
+    return max(now)
+
+
+def _forward(t: Trace, n: int, begin: float, scale: float, gap: float) -> dict:
+    host = begin + 2.0
+
+    def launch(at: float) -> float:
+        nonlocal host
+        host += 6.0
+        return min(host, at - 1.0)
+
+    k = begin + 10.0
+    t.memory(begin + 1.0, (1 << 30) + (n % 2) * (64 << 20), 2 << 30, 1 << 20)
+    t.kernel("Memcpy HtoD (Pageable -> Device)", k, 12.0, launch=launch(k), cat="gpu_memcpy",
+             bytes=1 << 20, **{"memory bandwidth (GB/s)": 87.4})
+    k += 12.0 + gap
+    for name, dur in ((NORM, 8.0), (GEMM, 60.0 * scale), (FLASH, 45.0 * scale), (GEMM, 40.0 * scale), (ADD, 6.0),
+                      (GEMM, 80.0 * scale), (ADD, 5.0)):
+        t.kernel(name, k, dur, launch=launch(k))
+        k += dur + 2.0
+    t.memory(k, (1 << 30) + (300 << 20), 2 << 30, 300 << 20)
+    return {"begin": begin, "bwd": k + gap, "launch": launch}
+
+
+def multistream(t: Trace, steps: int = 5, seed: int = 7) -> None:
+    """A busier rank in PyTorch 2.4+'s nanosecond timestamps (three decimals of a microsecond): a compute stream,
+    a second compute stream (a side branch), a copy stream and an NCCL stream, kernel lengths drawn from a seeded
+    generator (3-400 us), idle gaps between steps, and steps that overlap communication with compute partly."""
+    import random
+
+    rnd = random.Random(seed)
+    now = 0.0
+    names = (GEMM, FLASH, ADD, NORM, SUM, "triton_poi_fused_add_mul_0", "void cutlass::Kernel<cutlass_80_"
+             "tensorop_bf16_s16816gemm_relu_bf16_64x64_32x6_tn_align8>(Params)")
     for n in range(steps):
         begin = now
-        host = begin + 2.0
+        host = begin + 1.117
 
         def launch(at: float) -> float:
             nonlocal host
-            host += 6.0
-            return min(host, at - 1.0)
+            host += rnd.uniform(4.0, 9.0)
+            return min(host, at - 0.731)
 
-        k = now + 10.0
-        t.memory(now + 1.0, (1 << 30) + (n % 2) * (64 << 20), 2 << 30, 1 << 20)
-        t.kernel("Memcpy HtoD (Pageable -> Device)", k, 12.0, launch=launch(k), cat="gpu_memcpy",
-                 bytes=1 << 20, **{"memory bandwidth (GB/s)": 87.4})
-        k += 12.0 + gap
-        for name, dur in ((NORM, 8.0), (GEMM, 60.0 * compute_scale), (FLASH, 45.0 * compute_scale),
-                          (GEMM, 40.0 * compute_scale), (ADD, 6.0), (GEMM, 80.0 * compute_scale), (ADD, 5.0)):
-            t.kernel(name, k, dur, launch=launch(k))
-            k += dur + 2.0
-        t.memory(k, (1 << 30) + (300 << 20), 2 << 30, 300 << 20)
-        bwd = k + gap
-        if comm:
-            t.nccl("allreduce", bwd + 30.0, 150.0, nelems=25_000_000, launch=launch(bwd + 30.0))
-        for name, dur in ((GEMM, 70.0 * compute_scale), (GEMM, 70.0 * compute_scale), (SUM, 12.0), (ADD, 9.0),
-                          (GEMM, 50.0 * compute_scale)):
-            t.kernel(name, bwd, dur, launch=launch(bwd))
-            bwd += dur + 3.0
-        end = max(bwd, bwd + 30.0 + 150.0 if comm else bwd) + 10.0
-        t.kernel("Memset (Device)", end - 8.0, 2.0, cat="gpu_memset", launch=launch(end - 8.0))
-        t.memory(end - 1.0, 1 << 30, 2 << 30, 300 << 20)
-        t.step(n + 1, begin, end - begin + 2.0, gpu=(begin + 10.0, end - begin))
-        now = end + 5.0
-    return now
+        k = begin + rnd.uniform(15.0, 40.0)
+        side = k + rnd.uniform(30.0, 90.0)
+        copy = k + rnd.uniform(0.0, 50.0)
+        comm = k + rnd.uniform(150.0, 400.0)
+        for _ in range(30):
+            d = round(rnd.uniform(3.0, 400.0), 3)
+            t.kernel(rnd.choice(names), round(k, 3), d, launch=round(launch(k), 3))
+            k += d + round(rnd.uniform(0.5, 30.0), 3)
+        for _ in range(6):
+            d = round(rnd.uniform(5.0, 120.0), 3)
+            t.kernel(rnd.choice(names), round(side, 3), d, launch=round(launch(side), 3), stream=13)
+            side += d + round(rnd.uniform(10.0, 200.0), 3)
+        for _ in range(3):
+            d = round(rnd.uniform(10.0, 60.0), 3)
+            t.kernel("Memcpy HtoD (Pinned -> Device)", round(copy, 3), d, launch=round(launch(copy), 3),
+                     stream=9, cat="gpu_memcpy", bytes=4 << 20)
+            copy += d + round(rnd.uniform(20.0, 300.0), 3)
+        for _ in range(2):
+            d = round(rnd.uniform(100.0, 900.0), 3)
+            t.nccl("allreduce", round(comm, 3), d, nelems=rnd.randrange(1 << 20, 1 << 26), dtype="BFloat16",
+                   group=1, launch=round(launch(comm), 3))
+            comm += d + round(rnd.uniform(50.0, 500.0), 3)
+        end = max(k, side, copy, comm) + rnd.uniform(5.0, 60.0)
+        t.step(n + 1, begin, round(end - begin, 3))
+        now = end + rnd.uniform(50.0, 400.0)  # the host's data loading between steps: the GPU idles

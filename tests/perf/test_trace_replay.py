@@ -100,9 +100,9 @@ def test_kernel_dtypes_from_names():
 
 
 def _two_ranks(tmp_path, world=2, ranks=(0, 1), slow=1):
-    for r in ranks:
-        t = Trace(rank=r, world=world)
-        training_steps(t, 4, comm=True, compute_scale=1.5 if r == slow else 1.0)
+    traces = [Trace(rank=r, world=world) for r in ranks]
+    training_steps(traces, 4, comm=True, compute_scale=[1.5 if r == slow else 1.0 for r in ranks])
+    for r, t in zip(ranks, traces, strict=True):
         t.write(tmp_path / f"rank{r}.json.gz")
     return tmp_path
 
@@ -131,7 +131,7 @@ def test_a_missing_or_repeated_rank_is_an_error(tmp_path):
     (tmp_path / "c").mkdir()
     _small(tmp_path / "c", "x.json")
     _small(tmp_path / "c", "y.json")
-    with pytest.raises(TraceError, match="no distributedInfo.rank"):
+    with pytest.raises(TraceError, match=r"no distributedInfo\.rank"):
         analyse([tmp_path / "c"])
     (tmp_path / "d").mkdir()
     with pytest.raises(TraceError, match="no trace files"):
@@ -162,7 +162,7 @@ def test_what_if_on_the_same_board_replays_the_trace(tmp_path):
 def test_what_if_scales_gemms_by_the_rooflines_rates(tmp_path):
     t = Trace()
     t.kernel(GEMM, 0, 1000)
-    report, windows = analyse([t.write(tmp_path / "t.json")])
+    _, windows = analyse([t.write(tmp_path / "t.json")])
     catalog = load_catalog()
     h100, a100 = catalog.get("h100"), catalog.get("a100")
     w = what_if(windows, a100)

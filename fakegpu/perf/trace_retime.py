@@ -1,0 +1,152 @@
+"""A trace's GPU timeline played again with new durations (trace_whatif gives them).
+
+Each activity starts after what it waited for in the recording, with the same delay after it:
+  - its stream's previous activity (a stream runs in order);
+  - its host launch: the host's time stays as recorded, except that after a blocking call (cudaStreamSynchronize,
+    a synchronous copy...) that waited for the GPU, the host resumes when the GPU work it waited for ends on the
+    new timeline, so a faster GPU also frees a host that synchronizes every step;
+  - another stream's activity that ended just before it began (a cross-stream event wait).
+A collective starts on every rank when the last rank arrives and lasts the transfer `price` gives it. Played with
+the recorded durations the timeline comes out as recorded, which the what-if reports as its check.
+"""
+
+from __future__ import annotations
+
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable
+
+from fakegpu.perf.trace_replay import Collective, Window
+
+Duration = Callable[[Window, int], float]
+Price = Callable[[Collective, float], float]
+
+
+class _Rank:
+    """One rank's replay state: per stream, the original and new end of each placed activity, in order."""
+
+    def __init__(self, w: Window) -> None:
+        self.w = w
+        self.t = w.trace
+        self.order = sorted(w.kept, key=self.t.start.__getitem__)
+        self.origin = self.t.start[self.order[0]] if self.order else 0.0
+        self.ptr = 0
+        self.old_ends: dict[int, array] = {}
+        self.new_ends: dict[int, array] = {}
+        syncs = sorted(self.t.syncs, key=lambda s: s[1])
+        self.sync_calls = [s[0] for s in syncs]
+        self.sync_ends = [s[1] for s in syncs]
+        self._shift: dict[int, float] = {}
+        self.first: float | None = None
+        self.last = 0.0
+
+    def host(self, at: float) -> float:
+        """Where the host's original time `at` lands on the new timeline."""
+        k = bisect_right(self.sync_ends, at) - 1
+        return at - self.origin + (self.shift(k) if k >= 0 else 0.0)
+
+    def shift(self, k: int) -> float:
+        found = self._shift.get(k)
+        if found is not None:
+            return found
+        call, ret = self.sync_calls[k], self.sync_ends[k]
+        call_new = self.host(call) if call < ret else ret - self.origin
+        waited = self.ended_before(ret)
+        if waited is not None and waited[0] > call:  # the GPU work ended during the call: the call waited for it
+            back = max(call_new, waited[1] + (ret - waited[0]))
+        else:
+            back = call_new + (ret - call)
+        found = self._shift[k] = back - (ret - self.origin)
+        return found
+
+    def ended_before(self, at: float, skip: int | None = None) -> tuple[float, float] | None:
+        """(original end, new end) of the activity, on any stream but `skip`, that ended last at or before `at`."""
+        best = None
+        for s, olds in self.old_ends.items():
+            if s == skip or not olds:
+                continue
+            j = bisect_right(olds, at) - 1
+            if j >= 0 and (best is None or olds[j] > best[0]):
+                best = (olds[j], self.new_ends[s][j])
+        return best
+
+    def arrival(self, i: int) -> float:
+        t = self.t
+        s = t.stream[i]
+        start = t.start[i]
+        hard: list[tuple[float, float]] = []  # (original time, new time) of constraints that always hold
+        olds = self.old_ends.get(s)
+        if olds:
+            hard.append((olds[-1], self.new_ends[s][-1]))
+        c = t.corr[i]
+        launch = t.launches.get(c) if c >= 0 else None
+        if launch is not None:
+            hard.append((launch, self.host(launch)))
+        dep = self.ended_before(start, skip=s)
+        causes = [*hard, dep] if dep else hard
+        if not causes:
+            return start - self.origin
+        old_t, new_t = max(causes)
+        at = new_t + (start - old_t)
+        return max(at, *(n for _, n in hard)) if hard else at
+
+    def place(self, i: int, begin: float, end: float) -> None:
+        s = self.t.stream[i]
+        olds = self.old_ends.get(s)
+        if olds is None:
+            olds = self.old_ends[s] = array("d")
+            self.new_ends[s] = array("d")
+        old_end = self.t.start[i] + self.t.dur[i]
+        olds.append(max(old_end, olds[-1]) if olds else old_end)  # kept sorted for bisect
+        self.new_ends[s].append(end)
+        self.first = begin if self.first is None else min(self.first, begin)
+        self.last = max(self.last, end)
+
+
+def replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]], duration: Duration,
+           price: Price) -> dict[int, float]:
+    """Every rank's window played with `duration` per activity and `price` per collective transfer; returns each
+    rank's new span (microseconds)."""
+    ranks = {r: _Rank(w) for r, w in windows.items()}
+    members: dict[tuple[str, int], list[Collective]] = {}
+    for cs in colls.values():
+        for c in cs.values():
+            members.setdefault((c.group, c.seq), []).append(c)
+    arrivals: dict[tuple[str, int], dict[int, float]] = {}
+    resolved: dict[tuple[str, int], float] = {}
+
+    def step(r: int, force: bool) -> bool:
+        """Place rank r's next activity; False while it waits for a collective's peers."""
+        st = ranks[r]
+        i = st.order[st.ptr]
+        c = colls[r].get(i)
+        begin = st.arrival(i)
+        if c is None:
+            st.place(i, begin, begin + duration(st.w, i))
+            return True
+        key = (c.group, c.seq)
+        got = arrivals.setdefault(key, {})
+        got.setdefault(r, begin)
+        if key not in resolved:
+            group = members[key]
+            if len(got) < len(group) and not force:
+                return False
+            resolved[key] = max(got.values()) + price(c, min(m.dur for m in group))
+        st.place(i, got[r], resolved[key])
+        return True
+
+    def busy() -> list[int]:
+        return [r for r, st in ranks.items() if st.ptr < len(st.order)]
+
+    while pending := busy():
+        progressed = False
+        for r in pending:
+            st = ranks[r]
+            while st.ptr < len(st.order) and step(r, False):
+                st.ptr += 1
+                progressed = True
+        if not progressed:  # the ranks disagree on the order of collectives: let the furthest-behind go alone
+            r = min(pending, key=lambda r: ranks[r].ptr)
+            step(r, True)
+            ranks[r].ptr += 1
+    return {r: (st.last - st.first) if st.first is not None else 0.0 for r, st in ranks.items()}
