@@ -227,3 +227,18 @@ def multistream(t: Trace, steps: int = 5, seed: int = 7) -> None:
         end = max(k, side, copy, comm) + rnd.uniform(5.0, 60.0)
         t.step(n + 1, begin, round(end - begin, 3))
         now = end + rnd.uniform(50.0, 400.0)  # the host's data loading between steps: the GPU idles
+
+
+def write_example(folder: Path) -> None:
+    """tests/data/traces/ddp-2rank: the README's example, two ranks of four steps, rank 1's GEMMs 25% slower."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pair = [Trace(rank=r, world=2) for r in (0, 1)]
+    training_steps(pair, 4, comm=True, compute_scale=[1.0, 1.25])
+    for t in pair:
+        t.write(folder / f"rank{t.rank}.json.gz")
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_example(Path(sys.argv[1]))

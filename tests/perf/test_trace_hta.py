@@ -6,7 +6,8 @@ The definitions are HTA's own (see trace_replay's docstring): the GPU activities
 args.stream; the window drops the last ProfilerStep; compute, communication and memory by HTA's name rules. HTA
 also rounds every event inward to whole microseconds when a trace's timestamps have fractions (PyTorch 2.4+):
 on those traces `round_us` reads them the same way and agrees to rounding noise, and the unrounded default is
-shown to stay within 1 point on a realistic trace. HTA runs in a process of its own (tests/perf/hta_peer.py).
+shown to stay within 1 point on a realistic trace. HTA (installed by the test extras) runs in a process of its
+own (tests/perf/hta_peer.py).
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ from tests.perf.kineto import Trace, multistream, training_steps
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
-# HTA's own venv when the Makefile built one (its dependencies would not fit the main one), else this Python.
-HTA_PYTHON = REPO / ".venv-hta" / "bin" / "python"
 KEYS = ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct")
 
 
 def hta(folder: Path, include_last_step: bool = False) -> dict[int, dict[str, float | None]]:
-    python = str(HTA_PYTHON) if HTA_PYTHON.exists() else sys.executable
-    args = [python, "-m", "tests.perf.hta_peer", str(folder)] + (["--include-last-step"] if include_last_step else [])
+    args = [sys.executable, "-m", "tests.perf.hta_peer", str(folder)]
+    args += ["--include-last-step"] if include_last_step else []
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
