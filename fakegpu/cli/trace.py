@@ -85,6 +85,10 @@ def _render(report: dict) -> None:
         typer.echo(f"\nwhat-if {w['source_profile']} -> {w['target_profile']}: predicted step "
                    f"{_us(w['predicted_step_us'])} (replayed on {w['source_profile']}: {_us(w['source_step_us'])})")
         typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP"]))
+        by_time = sorted(w["classes"].items(), key=lambda kv: -kv[1]["recorded_us"])
+        rows = [(cls, _us(v["recorded_us"]), _us(v["predicted_us"]), w["basis"].get(cls, {}).get("target", ""))
+                for cls, v in by_time]
+        typer.echo("\n" + table(rows, ["KERNELS", "RECORDED", "PREDICTED", f"ON {w['target_profile'].upper()}"]))
         for note in w["notes"]:
             typer.echo(f"note: {note}")
     for note in report["notes"]:

@@ -41,6 +41,9 @@ _MEMORY_KIND = {"elementwise": "elementwise", "reduction": "reduction", "memset"
 # PCIe per-lane rate of each generation, GB/s one way (after line coding).
 _PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
+PCIE, NCCL = "memcpy (host)", "nccl (transfer)"  # what-if classes of their own: priced by links, not the chip
+DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+
 CollectivePricer = Callable[[Collective, Profile, Profile, float], float]
 
 
@@ -149,22 +152,38 @@ def retime(dur_us: float, src: Rate, dst: Rate) -> float:
 def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | None = None, dtype: str = "bf16",
             pricer: CollectivePricer = bandwidth_ratio_pricer) -> dict[str, Any]:
     """The what-if section: per-rank replayed span on the source (a check of the replay) and on the target."""
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
     eff = load()
     source = source_profile(windows, from_profile)
     src, dst = Rates(source, dtype, eff), Rates(target, dtype, eff)
     pcie = pcie_gb_s(source) / pcie_gb_s(target)
     colls = {r: {c.index: c for c in collectives(r, w)} for r, w in windows.items()}
 
+    by_class: dict[str, list[float]] = {}  # class -> [recorded us, re-timed us], collectives by their transfer
+
     def new_duration(w: Window, i: int) -> float:
         name, cat = w.trace.names[w.trace.name_id[i]]
         cls = kernel_class(name, cat)
         d = w.trace.dur[i]
         if cls == "memcpy" and _is_pcie_copy(name):
-            return d * pcie
-        return retime(d, src.of(cls, name), dst.of(cls, name))
+            cls, new = PCIE, d * pcie
+        else:
+            new = retime(d, src.of(cls, name), dst.of(cls, name))
+        slot = by_class.setdefault(cls, [0.0, 0.0])
+        slot[0] += d
+        slot[1] += new
+        return new
+
+    def new_transfer(c: Collective, us: float) -> float:
+        new = pricer(c, source, target, us)
+        slot = by_class.setdefault(NCCL, [0.0, 0.0])
+        slot[0] += us
+        slot[1] += new
+        return new
 
     same = replay(windows, colls, lambda w, i: w.trace.dur[i], lambda c, us: us)
-    new = replay(windows, colls, new_duration, lambda c, us: pricer(c, source, target, us))
+    new = replay(windows, colls, new_duration, new_transfer)
     classes_used = sorted({kernel_class(*w.trace.names[w.trace.name_id[i]]) for w in windows.values()
                            for i in w.kept})
     rows = []
@@ -176,12 +195,12 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
     step = max(x["predicted_step_us"] for x in rows)
     basis = {cls: {"source": src.of(cls, "").basis, "target": dst.of(cls, "").basis}
              for cls in classes_used if cls not in ("nccl",)}
-    basis["nccl"] = {"source": f"{link_gb_s(source):.0f} GB/s GPU-to-GPU (one way)",
-                     "target": f"{link_gb_s(target):.0f} GB/s GPU-to-GPU (one way)"}
-    basis["pcie copies"] = {"source": f"{pcie_gb_s(source):.1f} GB/s", "target": f"{pcie_gb_s(target):.1f} GB/s"}
+    basis[NCCL] = {"source": f"{link_gb_s(source):.0f} GB/s GPU-to-GPU (one way)",
+                   "target": f"{link_gb_s(target):.0f} GB/s GPU-to-GPU (one way)"}
+    basis[PCIE] = {"source": f"PCIe {pcie_gb_s(source):.1f} GB/s", "target": f"PCIe {pcie_gb_s(target):.1f} GB/s"}
     notes = sorted(src.substituted | dst.substituted)
-    notes.append("the host's launch times are kept as recorded: a step whose kernels wait for their launches "
-                 "(launch-bound, or a host that synchronizes with the GPU) speeds up less than its kernels")
+    notes.append("the host's own time is kept as recorded (after a synchronizing call it resumes when the GPU "
+                 "work it waited for ends): a launch-bound step speeds up less than its kernels")
     return {
         "source_profile": source.id,
         "target_profile": target.id,
@@ -189,6 +208,7 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
         "predicted_step_us": step,
         "source_step_us": max(x["replayed_source_step_us"] for x in rows),
         "ranks": rows,
+        "classes": {k: {"recorded_us": a, "predicted_us": b} for k, (a, b) in sorted(by_class.items())},
         "basis": basis,
         "notes": notes,
     }

@@ -1,7 +1,12 @@
-"""Records the small real traces in this folder with torch.profiler (run from the repository root):
+"""Records the small real trace in this folder, mlp-cpu.json.gz, with torch.profiler (from the repository root):
 
-    .venv/bin/python tests/data/traces/record.py cpu OUT.json.gz       # CPU ops, [memory] events, annotations
-    .venv/bin/python -m fakegpu run --mode fakecuda -- .venv/bin/python tests/data/traces/record.py cuda OUT.json.gz
+    .venv/bin/python tests/data/traces/record.py cpu tests/data/traces/mlp-cpu.json.gz
+
+It holds CPU ops, the host allocator's [memory] events, record_function annotations and ProfilerStep#N, and no GPU
+activity: this machine has no GPU. Under fakecuda (`fakegpu run --mode fakecuda -- ... record.py cuda OUT`) the
+profiler's CUDA side fails ("Failed to record CUDA event": its stubs call the real CUDA runtime) and the trace is
+the same kind (CPU ops, host [memory] events, since fakecuda tensors live on the CPU), so none is kept. Traces with
+kernels and NCCL are written by hand (tests/perf/kineto.py).
 
 A two-layer MLP trained for five steps under a profiler schedule (wait 1, warmup 1, active 3), with
 record_function annotations, profile_memory and record_shapes, as a user would profile a training loop.
