@@ -70,7 +70,7 @@ def _render(report: dict) -> None:
                             "OVERLAP", "IDLE", "GPU MEM PEAK",
                             "HOST MEM PEAK"]))
     classes = sorted({c for r in ranks for c in r["classes"]},
-                     key=lambda c: -sum(r["classes"].get(c, {}).get("total_us", 0.0) for r in ranks))
+                     key=lambda c: (-round(sum(r["classes"].get(c, {}).get("total_us", 0.0) for r in ranks), 3), c))
     rows = [(c, *(_us(r["classes"][c]["total_us"]) if c in r["classes"] else "-" for r in ranks)) for c in classes]
     typer.echo("\n" + table(rows, ["KERNELS", *(f"RANK {r['rank']}" for r in ranks)]))
     x = report["across_ranks"]
@@ -85,7 +85,7 @@ def _render(report: dict) -> None:
         typer.echo(f"\nwhat-if {w['source_profile']} -> {w['target_profile']}: predicted step "
                    f"{_us(w['predicted_step_us'])} (replayed on {w['source_profile']}: {_us(w['source_step_us'])})")
         typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP"]))
-        by_time = sorted(w["classes"].items(), key=lambda kv: -kv[1]["recorded_us"])
+        by_time = sorted(w["classes"].items(), key=lambda kv: (-round(kv[1]["recorded_us"], 3), kv[0]))
         rows = [(cls, _us(v["recorded_us"]), _us(v["predicted_us"]), w["basis"].get(cls, {}).get("target", ""))
                 for cls, v in by_time]
         typer.echo("\n" + table(rows, ["KERNELS", "RECORDED", "PREDICTED", f"ON {w['target_profile'].upper()}"]))

@@ -171,7 +171,7 @@ class _Collector:
         args = e.get("args")
         args = args if isinstance(args, dict) else {}
         stream = _int(args.get("stream")) if "stream" in args and cat != "gpu_user_annotation" else None
-        if stream is not None:
+        if stream is not None and stream >= 0:
             i = len(t.start)
             t.start.append(ts)
             t.dur.append(dur)

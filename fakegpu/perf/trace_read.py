@@ -106,14 +106,17 @@ class TraceFile:
         self._pos += 1
         return c
 
-    def _value(self, what: str) -> Any:
-        """Decode one JSON value at the cursor, reading more text until it is complete."""
+    def _value(self, what: str | None) -> Any:
+        """Decode one JSON value at the cursor, reading more text until it is complete. `what` names it in
+        messages; None: the next event (named only when needed, as events are millions)."""
         if self._skip_ws() == "":
+            what = what or self._next_event()
             raise self._fail(f"the trace is truncated: it ends at {self._where()} where {what} should follow")
         while True:
             try:
                 value, end = self._decoder.raw_decode(self._buf, self._pos)
             except json.JSONDecodeError as exc:
+                what = what or self._next_event()
                 if self._cut_short(exc):
                     if not self._eof:
                         self._fill()  # the chunk boundary cut the value: read on
@@ -127,6 +130,9 @@ class TraceFile:
                 continue
             self._pos = end
             return value
+
+    def _next_event(self) -> str:
+        return f"event {self.events_seen + 1:,}"
 
     def _cut_short(self, exc: json.JSONDecodeError) -> bool:
         """Whether the scanner failed only because the text ran out: it stops at the very end, or at the start of
@@ -181,7 +187,7 @@ class TraceFile:
             self._pos += 1
             return
         while True:
-            event = self._value(f"event {self.events_seen + 1:,}")
+            event = self._value(None)
             self.events_seen += 1
             yield event
             c = self._expect(",]", "',' or ']' after an event")

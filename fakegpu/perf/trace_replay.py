@@ -267,8 +267,8 @@ def collectives(rank: int, w: Window) -> list[Collective]:
         seq[group] = n + 1
         nelems = meta.get("in_nelems")
         size = DTYPE_BYTES.get(str(meta.get("dtype")))
-        nbytes = meta.get("in_bytes") if isinstance(meta.get("in_bytes"), int) else (
-            int(nelems) * size if isinstance(nelems, int | float) and size else None)
+        nbytes = int(nelems) * size if isinstance(nelems, int | float) and size else (
+            meta.get("in_bytes") if isinstance(meta.get("in_bytes"), int) else None)
         gs = meta.get("group_size")
         out.append(Collective(rank, i, name, str(meta.get("collective") or collective_from_kernel(name) or "unknown"),
                               group, n, t.start[i], t.dur[i], nbytes, gs if isinstance(gs, int) else None, meta))

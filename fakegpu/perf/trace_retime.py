@@ -25,39 +25,44 @@ Price = Callable[[Collective, float], float]
 class _Rank:
     """One rank's replay state: per stream, the original and new end of each placed activity, in order."""
 
-    def __init__(self, w: Window) -> None:
+    def __init__(self, w: Window, origin: float) -> None:
         self.w = w
         self.t = w.trace
         self.order = sorted(w.kept, key=self.t.start.__getitem__)
-        self.origin = self.t.start[self.order[0]] if self.order else 0.0
+        self.origin = origin  # shared by all ranks, so that arrivals at a collective compare across them
         self.ptr = 0
         self.old_ends: dict[int, array] = {}
         self.new_ends: dict[int, array] = {}
         syncs = sorted(self.t.syncs, key=lambda s: s[1])
         self.sync_calls = [s[0] for s in syncs]
         self.sync_ends = [s[1] for s in syncs]
-        self._shift: dict[int, float] = {}
+        self._shift: list[float] = []
         self.first: float | None = None
         self.last = 0.0
 
-    def host(self, at: float) -> float:
-        """Where the host's original time `at` lands on the new timeline."""
+    def host(self, at: float, below: int | None = None) -> float:
+        """Where the host's original time `at` lands on the new timeline (counting only blocking calls before
+        call `below`, for a call's own start)."""
         k = bisect_right(self.sync_ends, at) - 1
+        if below is not None:
+            k = min(k, below - 1)
         return at - self.origin + (self.shift(k) if k >= 0 else 0.0)
 
     def shift(self, k: int) -> float:
-        found = self._shift.get(k)
-        if found is not None:
-            return found
+        """How far the host moved after blocking call k; earlier calls first (a call's start moved with them)."""
+        for j in range(len(self._shift), k + 1):
+            self._shift.append(self._after_sync(j))
+        return self._shift[k]
+
+    def _after_sync(self, k: int) -> float:
         call, ret = self.sync_calls[k], self.sync_ends[k]
-        call_new = self.host(call) if call < ret else ret - self.origin
+        call_new = self.host(call, below=k)
         waited = self.ended_before(ret)
         if waited is not None and waited[0] > call:  # the GPU work ended during the call: the call waited for it
             back = max(call_new, waited[1] + (ret - waited[0]))
         else:
             back = call_new + (ret - call)
-        found = self._shift[k] = back - (ret - self.origin)
-        return found
+        return back - (ret - self.origin)
 
     def ended_before(self, at: float, skip: int | None = None) -> tuple[float, float] | None:
         """(original end, new end) of the activity, on any stream but `skip`, that ended last at or before `at`."""
@@ -107,7 +112,8 @@ def replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]], 
            price: Price) -> dict[int, float]:
     """Every rank's window played with `duration` per activity and `price` per collective transfer; returns each
     rank's new span (microseconds)."""
-    ranks = {r: _Rank(w) for r, w in windows.items()}
+    origin = min((min(w.trace.start[i] for i in w.kept) for w in windows.values() if w.kept), default=0.0)
+    ranks = {r: _Rank(w, origin) for r, w in windows.items()}
     members: dict[tuple[str, int], list[Collective]] = {}
     for cs in colls.values():
         for c in cs.values():

@@ -154,6 +154,8 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
     """The what-if section: per-rank replayed span on the source (a check of the replay) and on the target."""
     if dtype not in DTYPES:
         raise UsageError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
+    if not any(w.kept for w in windows.values()):
+        raise UsageError("nothing to re-time: the trace has no GPU activity in its window (a CPU-only profile?)")
     eff = load()
     source = source_profile(windows, from_profile)
     src, dst = Rates(source, dtype, eff), Rates(target, dtype, eff)

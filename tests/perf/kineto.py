@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-BASE = 1_733_400_000_000_000.0  # microseconds since the epoch, as Kineto's ts are
+BASE = 5_650_710_000_000.0  # microseconds, as in a torch 2.15 trace here (ts from a base; float64 keeps ns there)
 H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029027840, "computeMajor": 9,
         "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536,
         "regsPerMultiprocessor": 65536, "warpSize": 32, "sharedMemPerBlock": 49152,
@@ -108,7 +108,7 @@ class Trace:
                                       "pg_count": 1, "pg_config": [], "nccl_version": "2.21.5"}
         doc["traceEvents"] = self.events
         doc |= {"traceName": f"rank{self.rank or 0}.json", "displayTimeUnit": "ms",
-                "baseTimeNanoseconds": 1733400000000000000}
+                "baseTimeNanoseconds": 1790857026000000000}
         return doc
 
     def write(self, path: Path) -> Path:

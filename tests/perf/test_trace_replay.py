@@ -241,3 +241,40 @@ def test_an_a100_trace_names_its_board(tmp_path):
     t.kernel(GEMM, 0, 100)
     _, windows = analyse([t.write(tmp_path / "t.json")])
     assert what_if(windows, load_catalog().get("h100"))["source_profile"] == "a100-sxm4-80gb"
+
+
+def test_after_a_synchronizing_call_the_host_follows_the_gpu(tmp_path):
+    """GEMM A [0,1000); the host blocks in cudaStreamSynchronize from 10 to 1002; GEMM B is launched at 1005 and
+    runs at 1010. On a faster board A ends earlier, the host leaves the call earlier, and B comes earlier too."""
+    t = Trace()
+    t.kernel(GEMM, 0, 1000, launch=-5)
+    t.host("cudaStreamSynchronize", 10, 992, cat="cuda_runtime", correlation=t.next_correlation())
+    for k in range(2000):  # a run of calls that waited for nothing (no GPU work ended during them)
+        t.host("cudaStreamSynchronize", 1002.0 + k * 0.001, 0.0005, cat="cuda_runtime",
+               correlation=t.next_correlation())
+    t.kernel(GEMM, 1010, 1000, launch=1005)
+    _, windows = analyse([t.write(tmp_path / "t.json")])
+    w = what_if(windows, load_catalog().get("b200"))
+    new = w["classes"]["gemm"]["predicted_us"] / 2
+    assert w["ranks"][0]["replayed_source_us"] == pytest.approx(2010)
+    assert w["ranks"][0]["predicted_us"] == pytest.approx(2 * new + 10, abs=0.01)
+
+
+def test_a_cpu_only_profile_has_nothing_to_re_time():
+    from fakegpu.errors import UsageError
+    from tests.perf.test_trace_read import CPU_TRACE
+
+    report, windows = analyse([CPU_TRACE])
+    assert report["ranks"][0]["window"]["activities"] == 0 and report["ranks"][0]["compute_pct"] is None
+    assert report["ranks"][0]["memory"]["host"]["peak_allocated_bytes"] > 0
+    validate(report)
+    with pytest.raises(UsageError, match="nothing to re-time"):
+        what_if(windows, load_catalog().get("a100"))
+
+
+def test_an_unknown_dtype_is_refused(tmp_path):
+    from fakegpu.errors import UsageError
+
+    _, windows = analyse([_small(tmp_path)])
+    with pytest.raises(UsageError, match="--dtype: 'bf17'"):
+        what_if(windows, load_catalog().get("a100"), dtype="bf17")
