@@ -91,5 +91,11 @@ def _render(report: dict) -> None:
         typer.echo("\n" + table(rows, ["KERNELS", "RECORDED", "PREDICTED", f"ON {w['target_profile'].upper()}"]))
         for note in w["notes"]:
             typer.echo(f"note: {note}")
+    for r in ranks:
+        e = r["events"]
+        ignored = ", ".join(f"{k} {v}" for k, v in e["ignored"].items())
+        typer.echo(f"rank {r['rank']}: {e['total']:,} events, {sum(e['used'].values()):,} used, "
+                   f"{sum(e['ignored'].values()):,} ignored{f' ({ignored})' if ignored else ''}, "
+                   f"{sum(e['unusable'].values()):,} unusable")
     for note in report["notes"]:
         typer.echo(f"note: {note}")
