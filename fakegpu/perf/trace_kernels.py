@@ -15,7 +15,7 @@ from functools import lru_cache
 
 COMPUTE, COMMUNICATION, MEMORY, OTHER = "compute", "communication", "memory", "other"
 CATEGORIES = (COMPUTE, COMMUNICATION, MEMORY, OTHER)
-CLASSES = ("gemm", "attention", "elementwise", "reduction", "nccl", "memcpy", "memset", "other")
+CLASSES = ("gemm", "attention", "elementwise", "reduction", "nccl", "memcpy", "memset", "sync", "other")
 
 _COMM = re.compile(r"nccl.*Kernel")
 _MEMORY = re.compile(r"Memcpy|Memset|dma")
@@ -57,6 +57,8 @@ def kernel_class(name: str, cat: str = "kernel") -> str:
         return "memcpy"
     if cat == "gpu_memset":
         return "memset"
+    if cat == "cuda_sync":  # a stream or event wait the profiler draws on the GPU track (torch 2.3+): no work
+        return "sync"
     for cls, rule in _CLASS_RULES:
         if rule.search(name):
             return cls

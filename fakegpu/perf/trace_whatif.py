@@ -170,6 +170,8 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
         d = w.trace.dur[i]
         if cls == "memcpy" and _is_pcie_copy(name):
             cls, new = PCIE, d * pcie
+        elif cls == "sync":
+            new = d  # a wait, not work: what it waited for is re-timed instead
         else:
             new = retime(d, src.of(cls, name), dst.of(cls, name))
         slot = by_class.setdefault(cls, [0.0, 0.0])
@@ -196,7 +198,7 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
                      "speedup": same[r] / new[r] if new[r] else None})
     step = max(x["predicted_step_us"] for x in rows)
     basis = {cls: {"source": src.of(cls, "").basis, "target": dst.of(cls, "").basis}
-             for cls in classes_used if cls not in ("nccl",)}
+             for cls in classes_used if cls not in ("nccl", "sync")}
     basis[NCCL] = {"source": f"{link_gb_s(source):.0f} GB/s GPU-to-GPU (one way)",
                    "target": f"{link_gb_s(target):.0f} GB/s GPU-to-GPU (one way)"}
     basis[PCIE] = {"source": f"PCIe {pcie_gb_s(source):.1f} GB/s", "target": f"PCIe {pcie_gb_s(target):.1f} GB/s"}

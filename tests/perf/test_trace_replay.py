@@ -278,3 +278,20 @@ def test_an_unknown_dtype_is_refused(tmp_path):
     _, windows = analyse([_small(tmp_path)])
     with pytest.raises(UsageError, match="--dtype: 'bf17'"):
         what_if(windows, load_catalog().get("a100"), dtype="bf17")
+
+
+def test_cuda_sync_events_count_as_hta_counts_them_and_are_not_re_timed(tmp_path):
+    """torch 2.3+ draws stream and event waits on the GPU track (cat cuda_sync, with a stream): HTA counts them as
+    GPU time of type other (their names hold 'Sync'); the what-if keeps their length."""
+    t = Trace()
+    t.kernel(GEMM, 0, 100)
+    t.events.append({"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7,
+                     "ts": t.events[-3]["ts"] + 100, "dur": 50,
+                     "args": {"cuda_sync_kind": "Event Synchronize", "stream": 7, "correlation": 999,
+                              "device": 0, "context": 1, "wait_on_cuda_event_record_corr_id": 100}})
+    report, windows = analyse([t.write(tmp_path / "t.json")])
+    r = report["ranks"][0]
+    assert r["busy_us"] == 150 and r["compute_us"] == 100 and r["other_us"] == 50
+    assert r["classes"]["sync"]["count"] == 1
+    w = what_if(windows, load_catalog().get("a100"))
+    assert w["classes"]["sync"] == {"recorded_us": 50.0, "predicted_us": 50.0}
