@@ -19,139 +19,20 @@ which shortens every kernel by up to 1 us: `round_us` reads the trace that way t
 
 from __future__ import annotations
 
-import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import TraceError
-from fakegpu.perf.trace_collect import MemorySeries, RankTrace, collect
+from fakegpu.perf.trace_collect import MemorySeries, RankTrace
+from fakegpu.perf.trace_collectives import across_summary, collectives, cross_rank, summary
 from fakegpu.perf.trace_intervals import intersection_length, length, union
-from fakegpu.perf.trace_kernels import (
-    CATEGORIES,
-    CLASSES,
-    COMMUNICATION,
-    COMPUTE,
-    collective_from_kernel,
-    hta_category,
-    kernel_class,
-)
+from fakegpu.perf.trace_kernels import CATEGORIES, CLASSES, COMMUNICATION, COMPUTE, hta_category, kernel_class
+from fakegpu.perf.trace_window import Window, read_ranks, window
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("replay-trace")
 MEMORY_POINTS = 100
 TOP_KERNELS = 10
 TOP_ANNOTATIONS = 20
-TRACE_SUFFIXES = (".json", ".json.gz")
-# Bytes per element of the dtype names PyTorch writes in a collective's metadata (c10's ScalarType names).
-DTYPE_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Short": 2, "Char": 1,
-               "Byte": 1, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "ComplexFloat": 8, "ComplexDouble": 16,
-               "UInt32": 4, "UInt64": 8}
-
-
-@dataclass
-class Window:
-    """One rank's analysed activities and how the window was chosen."""
-
-    trace: RankTrace
-    kept: list[int]
-    steps: int
-    step_names: list[str]
-    outside: int
-    mode: str
-
-
-@dataclass
-class Collective:
-    """One NCCL activity in a window, with the metadata PyTorch recorded for it."""
-
-    rank: int
-    index: int
-    name: str
-    collective: str
-    group: str
-    seq: int
-    start: float
-    dur: float
-    nbytes: int | None
-    group_size: int | None
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
-def trace_files(paths: list[str | Path]) -> list[Path]:
-    """The files to read: each path, or every trace file in a directory."""
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(TRACE_SUFFIXES))
-            if not found:
-                raise TraceError(str(p), "no trace files (*.json, *.json.gz) in this directory")
-            out += found
-        else:
-            out.append(p)
-    if not out:
-        raise TraceError("-", "no trace file given")
-    return out
-
-
-def read_ranks(paths: list[str | Path], round_us: bool = False) -> dict[int, RankTrace]:
-    """Every file read and keyed by its rank (distributedInfo); a set of files must hold every rank once."""
-    files = trace_files(paths)
-    traces = [collect(str(f), round_us=round_us) for f in files]
-    if len(traces) == 1:
-        t = traces[0]
-        return {t.rank if t.rank is not None else 0: t}
-    by_rank: dict[int, RankTrace] = {}
-    for t in traces:
-        if t.rank is None:
-            raise TraceError(t.path, "no distributedInfo.rank: with several files each must say which rank it is")
-        if t.rank in by_rank:
-            raise TraceError(t.path, f"rank {t.rank} again (also {by_rank[t.rank].path})")
-        by_rank[t.rank] = t
-    sizes = {t.world_size for t in traces}
-    if len(sizes) != 1 or None in sizes:
-        raise TraceError(traces[0].path, "the files disagree on distributedInfo.world_size "
-                         f"({', '.join(sorted(map(str, sizes)))})")
-    world = sizes.pop()
-    missing = sorted(set(range(world)) - set(by_rank))
-    if missing:
-        raise TraceError(str(files[0].parent), f"rank(s) {', '.join(map(str, missing))} missing: the files hold "
-                         f"rank(s) {', '.join(map(str, sorted(by_rank)))} of world size {world}")
-    return dict(sorted(by_rank.items()))
-
-
-def window(t: RankTrace, include_last_step: bool = False) -> Window:
-    names = sorted({n for n, _, _ in t.steps}, key=_step_key)
-    n = len(t.start)
-    if len(names) < 2:
-        return Window(t, list(range(n)), max(1, len(names)), names, 0,
-                      "all activities (fewer than two ProfilerStep annotations)")
-    starts = [ts for _, ts, _ in t.steps]
-    ends = [end for _, _, end in t.steps]
-    kept: list[int] = []
-    launches = t.launches
-    if include_last_step:
-        limit = max(ends)
-        for i in range(n):
-            c = t.corr[i]
-            at = launches.get(c) if c >= 0 else t.start[i]
-            if at is not None and at <= limit:
-                kept.append(i)
-        return Window(t, kept, len(names), names, n - len(kept), "activities launched up to the end of the last "
-                      "ProfilerStep")
-    limit = max(starts)
-    for i in range(n):
-        c = t.corr[i]
-        at = launches.get(c) if c >= 0 else t.start[i]
-        if at is not None and at < limit:
-            kept.append(i)
-    return Window(t, kept, len(names) - 1, names[:-1], n - len(kept),
-                  "activities launched before the last ProfilerStep begins (the profiler's stop cuts it off)")
-
-
-def _step_key(name: str) -> tuple[int, str]:
-    digits = "".join(c for c in name.rsplit("#", 1)[-1] if c.isdigit())
-    return (int(digits) if digits else -1, name)
 
 
 def _breakdown(w: Window) -> dict[str, Any]:
@@ -254,68 +135,6 @@ def _series(m: MemorySeries | None, origin: float) -> dict[str, Any]:
             "timeline": timeline}
 
 
-def collectives(rank: int, w: Window) -> list[Collective]:
-    """The window's NCCL activities in order, numbered per process group so ranks can be matched."""
-    t = w.trace
-    seq: dict[str, int] = {}
-    out = []
-    for i in sorted((i for i in w.kept if i in t.collectives), key=t.start.__getitem__):
-        meta = t.collectives[i]
-        name = t.names[t.name_id[i]][0]
-        group = str(meta.get("pg_name", "default"))
-        n = seq.get(group, 0)
-        seq[group] = n + 1
-        nelems = meta.get("in_nelems")
-        size = DTYPE_BYTES.get(str(meta.get("dtype")))
-        nbytes = int(nelems) * size if isinstance(nelems, int | float) and size else (
-            meta.get("in_bytes") if isinstance(meta.get("in_bytes"), int) else None)
-        gs = meta.get("group_size")
-        out.append(Collective(rank, i, name, str(meta.get("collective") or collective_from_kernel(name) or "unknown"),
-                              group, n, t.start[i], t.dur[i], nbytes, gs if isinstance(gs, int) else None, meta))
-    return out
-
-
-def _collective_summary(cs: list[Collective]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for c in cs:
-        slot = out.setdefault(c.collective, {"count": 0, "total_us": 0.0, "bytes": 0, "bytes_known": 0,
-                                             "group_sizes": set()})
-        slot["count"] += 1
-        slot["total_us"] += c.dur
-        if c.nbytes is not None:
-            slot["bytes"] += c.nbytes
-            slot["bytes_known"] += 1
-        if c.group_size:
-            slot["group_sizes"].add(c.group_size)
-    for slot in out.values():
-        slot["group_sizes"] = sorted(slot["group_sizes"])
-        slot["algbw_gb_s"] = slot["bytes"] / (slot["total_us"] * 1e3) if slot["bytes_known"] == slot["count"] \
-            and slot["total_us"] else None
-    return out
-
-
-def cross_rank(per_rank: dict[int, list[Collective]]) -> dict[str, Any]:
-    """Collectives matched across ranks by (process group, order in it): who arrives last, who waits how long."""
-    matched: dict[tuple[str, int], list[Collective]] = {}
-    for cs in per_rank.values():
-        for c in cs:
-            matched.setdefault((c.group, c.seq), []).append(c)
-    wait = dict.fromkeys(per_rank, 0.0)
-    last = dict.fromkeys(per_rank, 0)
-    skews = []
-    for group in matched.values():
-        if len(group) < 2:
-            continue
-        latest = max(group, key=lambda c: c.start)
-        last[latest.rank] += 1
-        skews.append(latest.start - min(c.start for c in group))
-        for c in group:
-            wait[c.rank] += latest.start - c.start
-    n = sum(1 for g in matched.values() if len(g) >= 2)
-    return {"matched_collectives": n, "wait_us": wait, "last_arrivals": last,
-            "skew_us": {"mean": statistics.fmean(skews) if skews else 0.0, "max": max(skews, default=0.0)}}
-
-
 def analyse(paths: list[str | Path], include_last_step: bool = False,
             round_us: bool = False) -> tuple[dict[str, Any], dict[int, Window]]:
     """The replay-trace report (without a what-if) and the windows it was computed from. `round_us` reads every
@@ -338,18 +157,18 @@ def analyse(paths: list[str | Path], include_last_step: bool = False,
             **b,
             "memory": _memory(t, b["start_us"]),
             "annotations": _annotations(t),
-            "collectives": _collective_summary(colls[r]),
+            "collectives": summary(colls[r]),
             "events": {"total": t.events, "used": dict(sorted(t.used.items())),
                        "ignored": dict(sorted(t.ignored.items())), "unusable": dict(sorted(t.unusable.items()))},
         })
-    across = cross_rank(colls) if len(windows) > 1 else None
+    crossed = cross_rank(colls) if len(windows) > 1 else None
     world = next(iter(windows.values())).trace.world_size
     report = {
         "schema": SCHEMA,
         "input": {"files": [w.trace.path for w in windows.values()], "ranks": sorted(windows),
                   "world_size": world, "include_last_step": include_last_step, "round_us": round_us},
         "ranks": rows,
-        "across_ranks": _across(rows, across),
+        "across_ranks": across_summary(rows, crossed),
         "what_if": None,
         "notes": _notes(rows, windows),
     }
@@ -363,52 +182,6 @@ def _annotations(t: RankTrace) -> dict[str, Any]:
 
     return {"host": top(t.annotations), "gpu": top(t.gpu_annotations),
             "distinct": len(t.annotations) + len(t.gpu_annotations)}
-
-
-def _across(rows: list[dict[str, Any]], x: dict[str, Any] | None) -> dict[str, Any]:
-    """The slowest rank and why; stragglers and wait time when collectives can be matched."""
-    if len(rows) == 1:
-        r = rows[0]
-        return {"slowest_rank": r["rank"], "why": "one rank", "stragglers": [], "matched_collectives": 0,
-                "wait_us": {str(r["rank"]): 0.0}, "last_arrivals": {str(r["rank"]): 0},
-                "skew_us": {"mean": 0.0, "max": 0.0}, "step_us": {"min": r["step_us"], "max": r["step_us"]}}
-    by_rank = {r["rank"]: r for r in rows}
-    if x and x["matched_collectives"]:
-        # The rank the others wait for arrives last most often and waits least itself.
-        slow = max(by_rank, key=lambda k: (x["last_arrivals"][k], -x["wait_us"][k]))
-    else:
-        slow = max(by_rank, key=lambda k: by_rank[k]["span_us"])
-    others = [r for k, r in by_rank.items() if k != slow]
-    why = _why(by_rank[slow], others)
-    mean_wait = statistics.fmean(x["wait_us"].values()) if x else 0.0
-    stragglers = sorted(k for k in by_rank if x and x["matched_collectives"]
-                        and x["last_arrivals"][k] > x["matched_collectives"] / len(rows)
-                        and x["wait_us"][k] < mean_wait) if x else []
-    return {
-        "slowest_rank": slow,
-        "why": why,
-        "stragglers": stragglers,
-        "matched_collectives": x["matched_collectives"] if x else 0,
-        "wait_us": {str(k): v for k, v in (x["wait_us"] if x else dict.fromkeys(by_rank, 0.0)).items()},
-        "last_arrivals": {str(k): v for k, v in (x["last_arrivals"] if x else dict.fromkeys(by_rank, 0)).items()},
-        "skew_us": x["skew_us"] if x else {"mean": 0.0, "max": 0.0},
-        "step_us": {"min": min(r["step_us"] for r in rows), "max": max(r["step_us"] for r in rows)},
-    }
-
-
-def _why(slow: dict[str, Any], others: list[dict[str, Any]]) -> str:
-    """The kernel class (or the idle time) by which the slowest rank exceeds the median of the others most."""
-    gaps = {}
-    for cls in CLASSES:
-        mine = slow["classes"].get(cls, {}).get("total_us", 0.0)
-        theirs = statistics.median(o["classes"].get(cls, {}).get("total_us", 0.0) for o in others)
-        if cls != "nccl":  # its NCCL time is what the others spend waiting for it
-            gaps[f"{cls} kernels"] = mine - theirs
-    gaps["idle time (host-bound gaps)"] = slow["idle_us"] - statistics.median(o["idle_us"] for o in others)
-    what, extra = max(gaps.items(), key=lambda kv: kv[1])
-    if extra <= 0:
-        return "no kernel class or idle time exceeds the other ranks' median: it arrives last by launch timing"
-    return f"{extra:.1f} us more {what} than the other ranks' median"
 
 
 def _notes(rows: list[dict[str, Any]], windows: dict[int, Window]) -> list[str]:

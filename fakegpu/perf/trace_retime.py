@@ -16,7 +16,8 @@ from array import array
 from bisect import bisect_right
 from collections.abc import Callable
 
-from fakegpu.perf.trace_replay import Collective, Window
+from fakegpu.perf.trace_collectives import Collective
+from fakegpu.perf.trace_window import Window
 
 Duration = Callable[[Window, int], float]
 Price = Callable[[Collective, float], float]

@@ -29,9 +29,10 @@ from typing import Any
 from fakegpu.errors import UsageError
 from fakegpu.perf.ops import Attention, Gemm, MemoryOp
 from fakegpu.perf.roofline import Board, pricing
+from fakegpu.perf.trace_collectives import Collective, collectives
 from fakegpu.perf.trace_kernels import kernel_class, kernel_dtype
-from fakegpu.perf.trace_replay import Collective, Window, collectives
 from fakegpu.perf.trace_retime import replay
+from fakegpu.perf.trace_window import Window
 from fakegpu.profiles import Profile, load_catalog
 from fakegpu.profiles.efficiency import Efficiency, load
 
