@@ -22,6 +22,8 @@ def replay_trace(
                               "names do not say."),
     include_last_step: bool = typer.Option(False, "--include-last-step", help="Also analyse the last "
                                            "ProfilerStep (usually cut off by the profiler's stop)."),
+    allow_missing_ranks: bool = typer.Option(False, "--allow-missing-ranks", help="Read files that hold only some "
+                                             "of the job's ranks (a sample)."),
     round_us: bool = typer.Option(False, "--round-us", help="Read times as HolisticTraceAnalysis does: each "
                                   "event rounded inward to whole microseconds (to compare with it)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -34,7 +36,8 @@ def replay_trace(
 
     try:
         target = load_catalog().get(profile) if profile else None
-        report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us)
+        report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
+                                  allow_missing_ranks=allow_missing_ranks)
         if target is not None:
             report["what_if"] = what_if(windows, target, from_profile=from_profile, dtype=dtype)
     except FakeGPUError as exc:

@@ -20,9 +20,12 @@ from fakegpu.perf.trace_read import TraceFile
 
 STEP_PREFIX = "ProfilerStep"
 MAX_ANNOTATION_NAMES = 4096
-# Host calls that block until the GPU has finished work: after one, the host's timing follows the GPU's.
-SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-                        "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemcpyDtoH_v2"})
+# Host calls that block until the GPU has finished earlier work: after one, the host's timing follows the GPU's.
+SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+                        "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+# Copies may block until their own copy is done (to or from pageable memory, even the Async ones): the replay
+# treats such a call as blocking when its copy, found by correlation id, ended before the call returned.
+COPY_CALLS = ("cudaMemcpy", "cuMemcpy")
 # Metadata PyTorch's record_param_comms writes on the collective's host op and (since 2.1) on the NCCL kernel.
 COLLECTIVE_ARGS = {
     "Collective name": "collective", "In msg nelems": "in_nelems", "Out msg nelems": "out_nelems",
@@ -85,7 +88,8 @@ class RankTrace:
     collectives: dict[int, dict[str, Any]] = field(default_factory=dict)  # activity index -> metadata
     launches: dict[int, float] = field(default_factory=dict)  # correlation -> host launch start (us)
     steps: list[tuple[str, float, float]] = field(default_factory=list)  # host ProfilerStep#N (name, ts, end)
-    syncs: list[tuple[float, float]] = field(default_factory=list)  # blocking host calls (ts, end)
+    # host calls that may block: (ts, end, correlation of the copy they issued, or -1 for a synchronize call)
+    syncs: list[tuple[float, float, int]] = field(default_factory=list)
     annotations: dict[str, Annotation] = field(default_factory=dict)
     gpu_annotations: dict[str, Annotation] = field(default_factory=dict)
     memory: dict[str, MemorySeries] = field(default_factory=dict)  # "device" (CUDA) and "host" allocators
@@ -196,7 +200,9 @@ class _Collector:
             if corr not in t.launches or ts < t.launches[corr]:
                 t.launches[corr] = ts
             if name in SYNC_CALLS:
-                t.syncs.append((ts, end))
+                t.syncs.append((ts, end, -1))
+            elif name.startswith(COPY_CALLS):
+                t.syncs.append((ts, end, corr))
             self._count(t.used, f"launch {cat or 'event'}")
             return
         if STEP_PREFIX in name:

@@ -22,19 +22,21 @@ _MEMORY = re.compile(r"Memcpy|Memset|dma")
 _NOT_COMPUTE = re.compile(r"nccl.*Kernel|.*Memcpy|Memset|.*Sync")
 
 # Kernel names of the libraries PyTorch calls, matched in this order (first wins). Attention before GEMM: flash
-# and memory-efficient attention kernels are CUTLASS kernels too.
+# and memory-efficient attention kernels are CUTLASS kernels too. Memory-bound kernels whose names hold a GEMM
+# library's name (FBGEMM's embedding lookups, cub's sorts) before GEMM.
 _CLASS_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("nccl", re.compile(r"^nccl", re.I)),
     ("memcpy", re.compile(r"^(Memcpy|dma)", re.I)),
     ("memset", re.compile(r"^Memset", re.I)),
     ("attention", re.compile(r"flash|fmha|attention|attn|sdpa|mem_eff|cutlassF|cutlassB|cudnn.*mha", re.I)),
-    ("gemm", re.compile(r"gemm|gemv|wgmma|xmma|cutlass|cublas|nvjet|s16816|h16816|i16832|_mm_|matmul|"
-                        r"sm\d\d_.*(tensorop|sgemm)|volta_|turing_|ampere_|hopper_|dot_?product", re.I)),
-    ("reduction", re.compile(r"reduce|reduction|softmax|norm|sum_|_sum|mean|argmax|argmin|max_|min_|"
-                             r"cross_entropy|nll_loss|cumsum|scan|topk|sort", re.I)),
-    ("elementwise", re.compile(r"elementwise|vectorized|unrolled|pointwise|triton_poi|copy|fill|cat_|index|"
-                               r"gather|scatter|where|embedding|dropout|gelu|silu|relu|tanh|sigmoid|add|mul|"
-                               r"foreach|adam|sgd|clamp|fused", re.I)),
+    ("reduction", re.compile(r"radix|sort|topk|reduce|softmax|norm_|_norm|layernorm|rmsnorm|cumsum|scan", re.I)),
+    ("elementwise", re.compile(r"embedding|permute|CatArray|gather|scatter|index_|elementwise|vectorized|unrolled|"
+                               r"pointwise|triton_poi", re.I)),
+    ("gemm", re.compile(r"gemm|gemv|wgmma|xmma|cutlass|cublas|nvjet|s16816|h16816|i16832|s1688|h1688|_mm_|"
+                        r"matmul|sm\d\d_.*tensorop|volta_|turing_|ampere_|hopper_|dot_?product", re.I)),
+    ("reduction", re.compile(r"reduction|sum_|_sum|mean|argmax|argmin|max_|min_|cross_entropy|nll_loss", re.I)),
+    ("elementwise", re.compile(r"copy|fill|cat_|where|dropout|gelu|silu|relu|tanh|sigmoid|add|mul|foreach|adam|sgd|"
+                               r"clamp|fused", re.I)),
 )
 
 
@@ -65,13 +67,16 @@ def kernel_class(name: str, cat: str = "kernel") -> str:
     return "other"
 
 
+# cuBLAS and CUTLASS spell the math in: a dtype named outright wins (ampere_fp16_s16816gemm_fp16 is fp16 data
+# with fp32 accumulation); else s1688gemm and s16816gemm are fp32 data on TF32 tensor cores, h.... fp16, i.... int8.
 _DTYPE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("fp8", re.compile(r"e4m3|e5m2|fp8|f8f8", re.I)),
-    ("bf16", re.compile(r"bf16|bfloat16|BFloat16", re.I)),
-    ("fp16", re.compile(r"f16|fp16|half|hgemm|h884|h1688|h16816|__half", re.I)),
-    ("tf32", re.compile(r"tf32", re.I)),
-    ("int8", re.compile(r"i8|int8|imma|i16832", re.I)),
-    ("fp64", re.compile(r"dgemm|f64|double", re.I)),
+    ("bf16", re.compile(r"bf16|bfloat16", re.I)),
+    ("fp16", re.compile(r"f16|fp16|half", re.I)),
+    ("tf32", re.compile(r"tf32|s1688|s16816|s16832", re.I)),
+    ("fp16", re.compile(r"hgemm|h884|h1688|h16816", re.I)),
+    ("int8", re.compile(r"i8816|i16832|int8|imma|_i8", re.I)),
+    ("fp64", re.compile(r"dgemm|d884|f64|double", re.I)),
     ("fp32", re.compile(r"sgemm|f32|float", re.I)),
 )
 

@@ -26,7 +26,7 @@ from fakegpu.perf.trace_collect import MemorySeries, RankTrace
 from fakegpu.perf.trace_collectives import across_summary, collectives, cross_rank, summary
 from fakegpu.perf.trace_intervals import intersection_length, length, union
 from fakegpu.perf.trace_kernels import CATEGORIES, CLASSES, COMMUNICATION, COMPUTE, hta_category, kernel_class
-from fakegpu.perf.trace_window import Window, read_ranks, window
+from fakegpu.perf.trace_window import Window, ranges, read_ranks, window
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("replay-trace")
@@ -135,12 +135,12 @@ def _series(m: MemorySeries | None, origin: float) -> dict[str, Any]:
             "timeline": timeline}
 
 
-def analyse(paths: list[str | Path], include_last_step: bool = False,
-            round_us: bool = False) -> tuple[dict[str, Any], dict[int, Window]]:
+def analyse(paths: list[str | Path], include_last_step: bool = False, round_us: bool = False,
+            allow_missing_ranks: bool = False) -> tuple[dict[str, Any], dict[int, Window]]:
     """The replay-trace report (without a what-if) and the windows it was computed from. `round_us` reads every
     event's times as HolisticTraceAnalysis does (start rounded up, end down to whole microseconds), for comparing
     with it; by default the trace's own (nanosecond) times are used."""
-    ranks = read_ranks(paths, round_us)
+    ranks, missing = read_ranks(paths, round_us, allow_missing_ranks)
     windows = {r: window(t, include_last_step) for r, t in ranks.items()}
     rows = []
     colls = {r: collectives(r, w) for r, w in windows.items()}
@@ -166,11 +166,13 @@ def analyse(paths: list[str | Path], include_last_step: bool = False,
     report = {
         "schema": SCHEMA,
         "input": {"files": [w.trace.path for w in windows.values()], "ranks": sorted(windows),
-                  "world_size": world, "include_last_step": include_last_step, "round_us": round_us},
+                  "world_size": world, "missing_ranks": missing, "include_last_step": include_last_step,
+                  "round_us": round_us},
         "ranks": rows,
         "across_ranks": across_summary(rows, crossed),
         "what_if": None,
-        "notes": _notes(rows, windows),
+        "notes": _notes(rows, windows) + ([f"rank(s) {ranges(missing)} of the job are not in the input: the "
+                                           "wait times are among the ranks given"] if missing else []),
     }
     return report, windows
 

@@ -2,9 +2,10 @@
 
 Each activity starts after what it waited for in the recording, with the same delay after it:
   - its stream's previous activity (a stream runs in order);
-  - its host launch: the host's time stays as recorded, except that after a blocking call (cudaStreamSynchronize,
-    a synchronous copy...) that waited for the GPU, the host resumes when the GPU work it waited for ends on the
-    new timeline, so a faster GPU also frees a host that synchronizes every step;
+  - its host launch: the host's time stays as recorded, except that after a call that waited for the GPU (a
+    synchronize call during which GPU work ended, or a copy call that returned after its own copy finished, as a
+    copy to pageable memory does), the host resumes when that GPU work ends on the new timeline, so a faster GPU
+    also frees a host that synchronizes every step;
   - another stream's activity that ended just before it began (a cross-stream event wait).
 A collective starts on every rank when the last rank arrives and lasts the transfer `price` gives it. Played with
 the recorded durations the timeline comes out as recorded, which the what-if reports as its check.
@@ -37,6 +38,8 @@ class _Rank:
         syncs = sorted(self.t.syncs, key=lambda s: s[1])
         self.sync_calls = [s[0] for s in syncs]
         self.sync_ends = [s[1] for s in syncs]
+        self.sync_copies = [s[2] for s in syncs]
+        self.copies: dict[int, tuple[float, float]] = dict.fromkeys((c for c in self.sync_copies if c >= 0), None)
         self._shift: list[float] = []
         self.first: float | None = None
         self.last = 0.0
@@ -56,10 +59,11 @@ class _Rank:
         return self._shift[k]
 
     def _after_sync(self, k: int) -> float:
-        call, ret = self.sync_calls[k], self.sync_ends[k]
+        call, ret, copy = self.sync_calls[k], self.sync_ends[k], self.sync_copies[k]
         call_new = self.host(call, below=k)
-        waited = self.ended_before(ret)
-        if waited is not None and waited[0] > call:  # the GPU work ended during the call: the call waited for it
+        # A synchronize call waited for the GPU work that ended last during it; a copy call for its own copy.
+        waited = self.ended_before(ret) if copy < 0 else self.copies.get(copy)
+        if waited is not None and call < waited[0] <= ret:
             back = max(call_new, waited[1] + (ret - waited[0]))
         else:
             back = call_new + (ret - call)
@@ -105,6 +109,8 @@ class _Rank:
         old_end = self.t.start[i] + self.t.dur[i]
         olds.append(max(old_end, olds[-1]) if olds else old_end)  # kept sorted for bisect
         self.new_ends[s].append(end)
+        if self.t.corr[i] in self.copies:
+            self.copies[self.t.corr[i]] = (old_end, end)
         self.first = begin if self.first is None else min(self.first, begin)
         self.last = max(self.last, end)
 

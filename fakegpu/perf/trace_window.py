@@ -39,13 +39,15 @@ def trace_files(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def read_ranks(paths: list[str | Path], round_us: bool = False) -> dict[int, RankTrace]:
-    """Every file read and keyed by its rank (distributedInfo); a set of files must hold every rank once."""
+def read_ranks(paths: list[str | Path], round_us: bool = False,
+               allow_missing_ranks: bool = False) -> tuple[dict[int, RankTrace], list[int]]:
+    """Every file read and keyed by its rank (distributedInfo), and the ranks of the job that no file holds. A set
+    of files must hold every rank once, unless `allow_missing_ranks` (a sample of a large job's ranks)."""
     files = trace_files(paths)
     traces = [collect(str(f), round_us=round_us) for f in files]
     if len(traces) == 1:
         t = traces[0]
-        return {t.rank if t.rank is not None else 0: t}
+        return {t.rank if t.rank is not None else 0: t}, []
     by_rank: dict[int, RankTrace] = {}
     for t in traces:
         if t.rank is None:
@@ -59,10 +61,21 @@ def read_ranks(paths: list[str | Path], round_us: bool = False) -> dict[int, Ran
                          f"({', '.join(sorted(map(str, sizes)))})")
     world = sizes.pop()
     missing = sorted(set(range(world)) - set(by_rank))
-    if missing:
-        raise TraceError(str(files[0].parent), f"rank(s) {', '.join(map(str, missing))} missing: the files hold "
-                         f"rank(s) {', '.join(map(str, sorted(by_rank)))} of world size {world}")
-    return dict(sorted(by_rank.items()))
+    if missing and not allow_missing_ranks:
+        raise TraceError(str(files[0].parent), f"rank(s) {ranges(missing)} missing: the files hold rank(s) "
+                         f"{ranges(sorted(by_rank))} of world size {world} (--allow-missing-ranks reads a sample)")
+    return dict(sorted(by_rank.items())), missing
+
+
+def ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8': a 1,024-rank job's missing ranks in a line."""
+    out: list[str] = []
+    for r in ranks:
+        if out and r == int(out[-1].rsplit("-", 1)[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
 
 
 def window(t: RankTrace, include_last_step: bool = False) -> Window:

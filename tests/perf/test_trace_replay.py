@@ -86,6 +86,11 @@ def test_hta_categories_follow_its_name_rules():
     ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80", "attention"), (ADD, "elementwise"), (NORM, "reduction"),
     (SUM, "reduction"), ("ncclDevKernel_AllGather_RING_LL", "nccl"), ("Memset (Device)", "memset"),
     ("triton_poi_fused_add_0", "elementwise"), ("some_custom_kernel", "other"),
+    # names from real A100 traces: FBGEMM's embedding lookups and cub's sorts are not GEMMs
+    ("void fbgemm_gpu::split_embedding_codegen_forward_unweighted_kernel<c10::Half, float>()", "elementwise"),
+    ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, long>>()", "reduction"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align4>(Params)", "gemm"),
+    ("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 64, 64>()", "elementwise"),
 ])
 def test_kernel_classes(name, cls):
     assert kernel_class(name) == cls
@@ -96,6 +101,9 @@ def test_kernel_dtypes_from_names():
     assert kernel_dtype("volta_sgemm_128x64_nn") == "fp32"
     assert kernel_dtype("sm80_xmma_gemm_f16f16_f16f32_f32_nn_n_tilesize96x128x32") == "fp16"
     assert kernel_dtype("cutlass_80_tensorop_s1688gemm_tf32_256x128") == "tf32"
+    assert kernel_dtype("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align4>") == "tf32"
+    assert kernel_dtype("ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_64x3_nn") == "fp16"
+    assert kernel_dtype("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x4_tn") == "bf16"
     assert kernel_dtype("some_kernel") is None
 
 
@@ -122,8 +130,11 @@ def test_two_ranks_from_distributed_info_and_the_straggler(tmp_path):
 def test_a_missing_or_repeated_rank_is_an_error(tmp_path):
     (tmp_path / "a").mkdir()
     _two_ranks(tmp_path / "a", world=3)
-    with pytest.raises(TraceError, match=r"rank\(s\) 2 missing: the files hold rank\(s\) 0, 1 of world size 3"):
+    with pytest.raises(TraceError, match=r"rank\(s\) 2 missing: the files hold rank\(s\) 0-1 of world size 3"):
         analyse([tmp_path / "a"])
+    report, _ = analyse([tmp_path / "a"], allow_missing_ranks=True)
+    assert report["input"]["missing_ranks"] == [2] and any("rank(s) 2 of the job" in n for n in report["notes"])
+    validate(report)
     (tmp_path / "b").mkdir()
     _two_ranks(tmp_path / "b")
     with pytest.raises(TraceError, match="rank 0 again"):
@@ -136,6 +147,12 @@ def test_a_missing_or_repeated_rank_is_an_error(tmp_path):
     (tmp_path / "d").mkdir()
     with pytest.raises(TraceError, match="no trace files"):
         analyse([tmp_path / "d"])
+
+
+def test_rank_ranges():
+    from fakegpu.perf.trace_window import ranges
+
+    assert ranges([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8" and ranges(list(range(2, 128))) == "2-127"
 
 
 def test_one_rank_of_a_larger_job_is_read_alone(tmp_path):
@@ -258,6 +275,22 @@ def test_after_a_synchronizing_call_the_host_follows_the_gpu(tmp_path):
     new = w["classes"]["gemm"]["predicted_us"] / 2
     assert w["ranks"][0]["replayed_source_us"] == pytest.approx(2010)
     assert w["ranks"][0]["predicted_us"] == pytest.approx(2 * new + 10, abs=0.01)
+
+
+def test_a_copy_call_that_waited_for_its_copy_frees_the_host_with_it(tmp_path):
+    """loss.item(): GEMM A [0,1000), then cudaMemcpyAsync to pageable memory called at 10 returns at 1012 after its
+    copy [1000,1010) (same correlation); GEMM B launched at 1015 runs at 1020. The host follows the copy."""
+    t = Trace()
+    t.kernel(GEMM, 0, 1000, launch=-5)
+    corr = t.kernel("Memcpy DtoH (Device -> Pageable)", 1000, 10, cat="gpu_memcpy", launch=10, bytes=4)
+    launch = next(e for e in t.events if e.get("args", {}).get("correlation") == corr and e["cat"] == "cuda_runtime")
+    launch["dur"] = 1002.0  # the call blocks until its copy is done
+    t.kernel(GEMM, 1020, 1000, launch=1015)
+    _, windows = analyse([t.write(tmp_path / "t.json")])
+    w = what_if(windows, load_catalog().get("b200"))
+    gemm, copy = w["classes"]["gemm"]["predicted_us"], w["classes"]["memcpy (host)"]["predicted_us"]
+    assert w["ranks"][0]["replayed_source_us"] == pytest.approx(2020)
+    assert w["ranks"][0]["predicted_us"] == pytest.approx(gemm + copy + 10, abs=0.01)
 
 
 def test_a_cpu_only_profile_has_nothing_to_re_time():
