@@ -84,10 +84,12 @@ def _render(report: dict) -> None:
     w = report["what_if"]
     if w:
         rows = [(r["rank"], _us(r["replayed_source_step_us"]), _us(r["predicted_step_us"]),
-                 f"{r['speedup']:.2f}x" if r["speedup"] else "-") for r in w["ranks"]]
+                 f"{r['speedup']:.2f}x" if r["speedup"] else "-", _pct(r["launch_bound_pct"]["source"]),
+                 _pct(r["launch_bound_pct"]["target"])) for r in w["ranks"]]
         typer.echo(f"\nwhat-if {w['source_profile']} -> {w['target_profile']}: predicted step "
                    f"{_us(w['predicted_step_us'])} (replayed on {w['source_profile']}: {_us(w['source_step_us'])})")
-        typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP"]))
+        typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP", "LAUNCH-BOUND (SOURCE)",
+                                "(TARGET)"]))
         by_time = sorted(w["classes"].items(), key=lambda kv: (-round(kv[1]["recorded_us"], 3), kv[0]))
         rows = [(cls, _us(v["recorded_us"]), _us(v["predicted_us"]), w["basis"].get(cls, {}).get("target", ""))
                 for cls, v in by_time]

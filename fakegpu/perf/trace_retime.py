@@ -16,6 +16,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from fakegpu.perf.trace_collectives import Collective
 from fakegpu.perf.trace_window import Window
@@ -43,6 +44,7 @@ class _Rank:
         self._shift: list[float] = []
         self.first: float | None = None
         self.last = 0.0
+        self.launch_bound = 0  # activities that waited for their launch, not for the GPU
 
     def host(self, at: float, below: int | None = None) -> float:
         """Where the host's original time `at` lands on the new timeline (counting only blocking calls before
@@ -81,24 +83,30 @@ class _Rank:
         return best
 
     def arrival(self, i: int) -> float:
+        """When activity i starts on the new timeline: the latest, on the new timeline, of what it had to wait for
+        (its stream's previous activity, its launch, and the other stream's activity it waited for if that was
+        what it started after in the recording), plus the delay it had after its cause in the recording."""
         t = self.t
         s = t.stream[i]
         start = t.start[i]
-        hard: list[tuple[float, float]] = []  # (original time, new time) of constraints that always hold
+        causes: list[tuple[float, float, bool]] = []  # (old time, new time, is the launch)
         olds = self.old_ends.get(s)
         if olds:
-            hard.append((olds[-1], self.new_ends[s][-1]))
+            causes.append((olds[-1], self.new_ends[s][-1], False))
         c = t.corr[i]
         launch = t.launches.get(c) if c >= 0 else None
         if launch is not None:
-            hard.append((launch, self.host(launch)))
+            causes.append((launch, self.host(launch), True))
         dep = self.ended_before(start, skip=s)
-        causes = [*hard, dep] if dep else hard
+        if dep is not None and (not causes or dep[0] > max(causes)[0]):
+            causes.append((dep[0], dep[1], False))  # an event wait: only when nothing else explains the start
         if not causes:
             return start - self.origin
-        old_t, new_t = max(causes)
-        at = new_t + (start - old_t)
-        return max(at, *(n for _, n in hard)) if hard else at
+        delay = start - max(causes)[0]
+        _, new_t, by_launch = max(causes, key=lambda x: x[1])
+        if by_launch:
+            self.launch_bound += 1
+        return new_t + delay
 
     def place(self, i: int, begin: float, end: float) -> None:
         s = self.t.stream[i]
@@ -115,10 +123,18 @@ class _Rank:
         self.last = max(self.last, end)
 
 
+@dataclass(frozen=True)
+class Played:
+    """One rank's window played again: its span (microseconds) and the share of its activities that started when
+    the host launched them rather than when the GPU was free (a high share: the host sets the pace)."""
+
+    span_us: float
+    launch_bound_pct: float
+
+
 def replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]], duration: Duration,
-           price: Price) -> dict[int, float]:
-    """Every rank's window played with `duration` per activity and `price` per collective transfer; returns each
-    rank's new span (microseconds)."""
+           price: Price) -> dict[int, Played]:
+    """Every rank's window played with `duration` per activity and `price` per collective transfer."""
     origin = min((min(w.trace.start[i] for i in w.kept) for w in windows.values() if w.kept), default=0.0)
     ranks = {r: _Rank(w, origin) for r, w in windows.items()}
     members: dict[tuple[str, int], list[Collective]] = {}
@@ -162,4 +178,5 @@ def replay(windows: dict[int, Window], colls: dict[int, dict[int, Collective]], 
             r = min(pending, key=lambda r: ranks[r].ptr)
             step(r, True)
             ranks[r].ptr += 1
-    return {r: (st.last - st.first) if st.first is not None else 0.0 for r, st in ranks.items()}
+    return {r: Played((st.last - st.first) if st.first is not None else 0.0,
+                      100.0 * st.launch_bound / len(st.order) if st.order else 0.0) for r, st in ranks.items()}

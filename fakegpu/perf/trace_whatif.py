@@ -194,9 +194,10 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
     rows = []
     for r, w in windows.items():
         steps = max(1, w.steps)
-        rows.append({"rank": r, "replayed_source_us": same[r], "predicted_us": new[r],
-                     "replayed_source_step_us": same[r] / steps, "predicted_step_us": new[r] / steps,
-                     "speedup": same[r] / new[r] if new[r] else None})
+        a, b = same[r].span_us, new[r].span_us
+        rows.append({"rank": r, "replayed_source_us": a, "predicted_us": b, "replayed_source_step_us": a / steps,
+                     "predicted_step_us": b / steps, "speedup": a / b if b else None,
+                     "launch_bound_pct": {"source": same[r].launch_bound_pct, "target": new[r].launch_bound_pct}})
     step = max(x["predicted_step_us"] for x in rows)
     basis = {cls: {"source": src.of(cls, "").basis, "target": dst.of(cls, "").basis}
              for cls in classes_used if cls not in ("nccl", "sync")}
