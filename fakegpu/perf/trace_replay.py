@@ -191,9 +191,9 @@ def _notes(rows: list[dict[str, Any]], windows: dict[int, Window]) -> list[str]:
     for r in rows:
         w = r["window"]
         if not w["activities"]:
-            notes.append(f"rank {r['rank']}: no GPU activity (kernel, memcpy, memset) in the window" + (
-                f"; {w['outside_window']} fall outside it" if w["outside_window"] else
-                ": a CPU-only profile has none (profile with ProfilerActivity.CUDA on a GPU)"))
+            notes.append(f"rank {r['rank']}: no GPU activity (kernels, copies, memsets: events with a stream) in "
+                         "the window" + (f"; {w['outside_window']} fall outside it" if w["outside_window"] else
+                                         ": a CPU-only profile has none, nor does a CUPTI counter-range profile"))
         if w["outside_window"]:
             notes.append(f"rank {r['rank']}: {w['outside_window']} GPU activit(ies) outside the window (launched "
                          "in the last, cut-off step, or their launch is not in the trace); --include-last-step keeps "

@@ -156,7 +156,8 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
     if dtype not in DTYPES:
         raise UsageError(f"--dtype: {dtype!r} is not one of {', '.join(DTYPES)}")
     if not any(w.kept for w in windows.values()):
-        raise UsageError("nothing to re-time: the trace has no GPU activity in its window (a CPU-only profile?)")
+        raise UsageError("nothing to re-time: no GPU activity (kernels, copies, memsets) in the window; the "
+                         "report without --profile says why")
     eff = load()
     source = source_profile(windows, from_profile)
     src, dst = Rates(source, dtype, eff), Rates(target, dtype, eff)
