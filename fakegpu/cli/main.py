@@ -13,10 +13,12 @@ from fakegpu.cli import (
     estimate,
     fakecuda,
     faults,
+    k8s,
     metrics,
     perf,
     profiles,
     run,
+    topology,
     trace,
     validate,
     workspace_profiles,
@@ -37,12 +39,14 @@ app.add_typer(container.hook_app, name="hook")
 app.command("devices")(devices.devices)
 app.command("doctor")(doctor.doctor)
 app.command("metrics")(metrics.metrics)
+app.command("device-plugin")(k8s.device_plugin)
 app.add_typer(faults.app, name="fault")
 app.command("demo")(fakecuda.demo)
 app.command("preflight", context_settings={"allow_interspersed_args": False})(fakecuda.preflight)
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
+app.command("simulate-topology")(topology.simulate_topology)
 app.command("replay-trace")(trace.replay_trace)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")

@@ -56,6 +56,13 @@ DRIVER_VARIABLE = "FAKEGPU_DRIVER_VERSION"
 # container's fault board at create. The C fast path leaves such a container to Python.
 FAULTS_VARIABLE = "FAKEGPU_FAULTS"
 NVIDIA_DEVICES_VARIABLE = "NVIDIA_VISIBLE_DEVICES"
+# CDI devices of FakeGPU's spec (hook/fakegpu_hook/cdi.py): the spec's own edits give the inventory it was written
+# for, each device's edits one variable of the prefix whose value selects it as an NVIDIA_VISIBLE_DEVICES entry
+# does. One variable per device because CDI merges the edits of several devices and a repeated name keeps only
+# its last value. Without FAKEGPU_DEVICES these select, before NVIDIA's variables. The C fast path leaves such a
+# container to Python.
+CDI_INVENTORY_VARIABLE = "FAKEGPU_CDI_INVENTORY"
+CDI_DEVICE_PREFIX = "FAKEGPU_CDI_DEVICE_"
 # A FAKEGPU_DEVICES that, stripped and lowercased, is one of these asks for nothing: hands off (unset counts
 # the same).
 OFF_VALUES = ("", "void", "none")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from fakegpu_hook.contract import (
     CAPABILITIES_ALL,
+    CDI_DEVICE_PREFIX,
+    CDI_INVENTORY_VARIABLE,
     CUDA_VERSION_VARIABLE,
     DEFAULT_DRIVER_CAPABILITIES,
     DEVICES_VARIABLE,
@@ -37,6 +39,8 @@ if TYPE_CHECKING:  # typing and collections cost milliseconds at every container
     from fakegpu.devices import Device
 
 ALL_CAPABILITIES = frozenset(DRIVER_CAPABILITIES)
+# The source of a request made by CDI devices, for messages.
+CDI_SOURCE = "the CDI devices (fakegpu.dev/gpu)"
 
 
 class RequestError(ValueError):
@@ -125,6 +129,27 @@ def driver_capabilities(value: str | None, legacy: bool = False) -> frozenset[st
     return ALL_CAPABILITIES if CAPABILITIES_ALL in names else frozenset(names)
 
 
+def cdi_entries(env: list[str]) -> list[str]:
+    """The entries FakeGPU's CDI devices selected, in the order the engine applied them; a variable set twice
+    counts once, with its last value (as everywhere)."""
+    found: dict[str, str] = {}
+    for item in env:
+        if item.startswith(CDI_DEVICE_PREFIX):
+            key, _, value = item.partition("=")
+            found[key] = value.strip()
+    return [v for v in found.values() if v]
+
+
+def _cdi_request(env: list[str], entries: list[str], seed: str | None) -> DeviceRequest:
+    _bounded(CDI_SOURCE, ",".join(entries), MAX_VISIBLE_DEVICES_LENGTH)
+    spec = env_lookup(env, CDI_INVENTORY_VARIABLE)
+    if not spec:
+        raise RequestError(f"{CDI_SOURCE} were given without {CDI_INVENTORY_VARIABLE}: the CDI spec in use was "
+                           "not written by this FakeGPU (`fakegpu cdi generate` writes it again)")
+    visible = None if NVIDIA_ALL in entries else tuple(entries)
+    return DeviceRequest(spec, seed, CDI_SOURCE, visible)
+
+
 def device_request(env: Iterable[str] | None, honour_nvidia: bool = True,
                    inventory: str = DEFAULT_INVENTORY) -> DeviceRequest | None:
     """None when the container asks for nothing (runc then gets config.json untouched); raises RequestError
@@ -136,6 +161,9 @@ def device_request(env: Iterable[str] | None, honour_nvidia: bool = True,
         if value.strip().lower() in OFF_VALUES:
             return None
         return DeviceRequest(value, seed, DEVICES_VARIABLE)
+    cdi = cdi_entries(env)
+    if cdi:
+        return _cdi_request(env, cdi, seed)
     if not honour_nvidia:
         return None
     nvidia = env_lookup(env, NVIDIA_DEVICES_VARIABLE)
@@ -185,7 +213,7 @@ def resolve_request(request: DeviceRequest, seed: str) -> list[Device]:
         devices = resolve_devices(request.spec, seed=seed)
     except FakeGPUError as exc:
         # A FAKEGPU_DEVICES spec is the container's; the inventory is the host's, from the config.
-        host = isinstance(exc, InvalidDeviceSpec) and request.source != DEVICES_VARIABLE
+        host = isinstance(exc, InvalidDeviceSpec) and request.source == NVIDIA_DEVICES_VARIABLE
         raise RequestError(f"{'the inventory (setting inventory)' if host else request.source}: "
                            f"{exc.message}") from exc
     if request.visible is None:

@@ -303,6 +303,9 @@ int device_request(char **env, int n, const settings *s, request *r)
         r->driver = requested_driver(env, n, s);
         return 1;
     }
+    for (int i = 0; i < n; i++)
+        if (!strncmp(env[i], FG_CDI_DEVICE_PREFIX, sizeof FG_CDI_DEVICE_PREFIX - 1))
+            fg_defer("CDI devices (%s...) are selected by the Python runtime", FG_CDI_DEVICE_PREFIX);
     if (!s->honour_nvidia_env)
         return 0;
     const char *nvidia = plain_value(env_lookup(env, n, FG_NVIDIA_DEVICES_VARIABLE), FG_MAX_VISIBLE_DEVICES_LENGTH,

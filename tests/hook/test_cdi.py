@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from fakegpu.cli.main import app
+from fakegpu.devices import resolve_devices
 
 
 def test_cdi_generate(tmp_path):
@@ -15,13 +17,51 @@ def test_cdi_generate(tmp_path):
     assert result.exit_code == 0, result.output
     spec = json.loads(out.read_text())
     assert spec["kind"] == "fakegpu.dev/gpu" and spec["cdiVersion"]
-    assert [d["name"] for d in spec["devices"]] == ["0", "1", "all"]
-    assert all(d["containerEdits"] for d in spec["devices"])
+    gpus = resolve_devices("a100:2", seed="0")
+    assert [d["name"] for d in spec["devices"]] == ["0", gpus[0].uuid, "1", gpus[1].uuid, "all"]
+    # a GPU's two names set one variable (so naming it twice gives it once) to its UUID
+    assert [d["containerEdits"]["env"] for d in spec["devices"]] == [
+        [f"FAKEGPU_CDI_DEVICE_0={gpus[0].uuid}"], [f"FAKEGPU_CDI_DEVICE_0={gpus[0].uuid}"],
+        [f"FAKEGPU_CDI_DEVICE_1={gpus[1].uuid}"], [f"FAKEGPU_CDI_DEVICE_1={gpus[1].uuid}"],
+        ["FAKEGPU_CDI_DEVICE_ALL=all"]]
     edits = spec["containerEdits"]
-    assert "FAKEGPU_DEVICES=a100:2" in edits["env"]
+    assert "FAKEGPU_CDI_INVENTORY=a100:2" in edits["env"]
     hook = edits["hooks"][0]
     assert hook["hookName"] == "createContainer" and hook["path"].endswith("fakegpu-hook")
     assert not any(e.startswith("LD_") for e in hook["env"])
+
+
+def test_cdi_names_mig_devices_by_place_and_uuid():
+    result = CliRunner().invoke(app, ["cdi", "generate", "--devices", "a100:1:mig=3g.40gb+1g.10gb"])
+    assert result.exit_code == 0, result.output
+    spec = json.loads(result.output)
+    (gpu,) = resolve_devices("a100:1:mig=3g.40gb+1g.10gb", seed="0")
+    names = [d["name"] for d in spec["devices"]]
+    assert names == ["0", gpu.uuid, "0:0", gpu.mig[0].uuid, "0:1", gpu.mig[1].uuid, "all"]
+    assert spec["devices"][4]["containerEdits"]["env"] == [f"FAKEGPU_CDI_DEVICE_0_1={gpu.mig[1].uuid}"]
+
+
+def test_cdi_devices_select_as_nvidia_visible_devices_would():
+    from fakegpu_hook.env import CDI_SOURCE, RequestError, device_request, resolve_request
+
+    spec = "h100:4"
+    gpus = resolve_devices(spec, seed="0")
+    base = [f"FAKEGPU_CDI_INVENTORY={spec}", "NVIDIA_VISIBLE_DEVICES=all", "PATH=/bin"]
+    # in the order the engine applied the devices; the CDI devices win over NVIDIA_VISIBLE_DEVICES
+    request = device_request([*base, f"FAKEGPU_CDI_DEVICE_3={gpus[3].uuid}", f"FAKEGPU_CDI_DEVICE_1={gpus[1].uuid}"])
+    assert request.source == CDI_SOURCE and request.visible == (gpus[3].uuid, gpus[1].uuid)
+    # the container numbers them in the host's order, as under NVIDIA_VISIBLE_DEVICES
+    assert [d.uuid for d in resolve_request(request, "0")] == [gpus[1].uuid, gpus[3].uuid]
+    assert device_request([*base, "FAKEGPU_CDI_DEVICE_ALL=all", f"FAKEGPU_CDI_DEVICE_0={gpus[0].uuid}"]).visible \
+        is None
+    # FAKEGPU_DEVICES still decides alone
+    assert device_request(["FAKEGPU_DEVICES=t4", *base, "FAKEGPU_CDI_DEVICE_ALL=all"]).spec == "t4"
+    with pytest.raises(RequestError, match="without FAKEGPU_CDI_INVENTORY"):
+        device_request([f"FAKEGPU_CDI_DEVICE_0={gpus[0].uuid}"])
+    with pytest.raises(RequestError, match="at most"):
+        device_request([*base, *(f"FAKEGPU_CDI_DEVICE_{i}={gpus[0].uuid}" for i in range(1000))])
+    with pytest.raises(RequestError, match="the CDI devices"):
+        resolve_request(device_request([*base, "FAKEGPU_CDI_DEVICE_9=GPU-nope"]), "0")
 
 
 def test_cdi_generate_bad_spec():

@@ -586,6 +586,14 @@ HANDED_OVER = {
     "runc-missing": Case(env={"FAKEGPU_LOW_LEVEL_RUNTIME": "no-such-runc"}),
     "fault-plan": Case(edit=_env_add('FAKEGPU_FAULTS={"faults": [{"xid": 79, "device": 1}]}')),
     "fault-plan-not-asking-for-gpus": Case(bundle="plain", edit=_env_add("FAKEGPU_FAULTS=faults: []")),
+    # CDI devices of FakeGPU's spec select from the inventory the spec was written for (hook/fakegpu_hook/cdi.py)
+    "cdi-two-gpus": _nvidia(f"FAKEGPU_CDI_INVENTORY={MIG_INVENTORY}", f"FAKEGPU_CDI_DEVICE_2={_uuid(2, MIG_INVENTORY)}",
+                            f"FAKEGPU_CDI_DEVICE_1={_uuid(1, MIG_INVENTORY)}"),
+    "cdi-a-mig-device": _nvidia(f"FAKEGPU_CDI_INVENTORY={MIG_INVENTORY}", f"FAKEGPU_CDI_DEVICE_0_1={_mig_uuid(0, 1)}"),
+    "cdi-all": _nvidia("FAKEGPU_CDI_INVENTORY=h100:2", "FAKEGPU_CDI_DEVICE_ALL=all"),
+    "cdi-without-inventory": _nvidia(f"FAKEGPU_CDI_DEVICE_0={_uuid(0)}"),
+    "cdi-unknown-uuid": _nvidia("FAKEGPU_CDI_INVENTORY=a100:4",
+                                "FAKEGPU_CDI_DEVICE_0=GPU-00000000-0000-0000-0000-000000000000"),
 }
 
 

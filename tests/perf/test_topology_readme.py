@@ -1,0 +1,46 @@
+"""The README's simulate-topology section runs as shown: each `$ fakegpu simulate-topology ...` block's output is
+what the command prints today (the model is deterministic: no timing, no randomness)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from tests.perf.conftest import REPO, runner
+
+
+def _examples() -> list[tuple[str, str]]:
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("## How fast do collectives run? `simulate-topology`")
+    section = readme[start:readme.index("\n## ", start + 1)].splitlines()
+    out = []
+    for i, line in enumerate(section):
+        if line.startswith("    $ fakegpu simulate-topology "):
+            shown = []
+            for later in section[i + 1:]:
+                if later and not later.startswith("    "):
+                    break
+                shown.append(later[4:])
+            out.append((line[len("    $ "):], "\n".join(shown).strip("\n")))
+    return out
+
+
+EXAMPLES = _examples()
+
+
+def test_the_section_has_its_examples():
+    assert len(EXAMPLES) == 3
+    assert any("--model-dir" in cmd for cmd, _ in EXAMPLES)
+    assert any("--fabric-file examples/topology/two-hgx-h100.yaml" in cmd for cmd, _ in EXAMPLES)
+
+
+@pytest.mark.parametrize("command,shown", EXAMPLES, ids=[c for c, _ in EXAMPLES])
+def test_each_example_prints_what_the_readme_shows(command, shown, monkeypatch):
+    from fakegpu.cli.main import app
+
+    monkeypatch.chdir(REPO)
+    result = runner.invoke(app, shlex.split(command)[1:])
+    assert result.exit_code == 0, result.output
+    printed = "\n".join(line.rstrip() for line in result.stdout.splitlines()).strip("\n")
+    assert printed == shown
