@@ -121,3 +121,16 @@ class UsageError(FakeGPUError):
 
     exit_code = EXIT_USAGE
     code = "usage"
+
+
+class TraceError(FakeGPUError):
+    """A profiler trace that cannot be read as PyTorch writes one: truncated, not JSON, not a Kineto trace, a broken
+    gzip stream, or a set of per-rank files with a rank missing; names the file and where reading stopped."""
+
+    exit_code = EXIT_USAGE
+    code = "trace-invalid"
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason

@@ -19,6 +19,7 @@ from fakegpu.cli import (
     profiles,
     run,
     topology,
+    trace,
     validate,
     workspace_profiles,
 )
@@ -47,6 +48,7 @@ app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
 app.command("simulate-topology")(topology.simulate_topology)
+app.command("replay-trace")(trace.replay_trace)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)

@@ -8,9 +8,18 @@ from a model's config.json (`model_ops`).
 The topology model (`simulate.simulate`): a cluster's fabric as directed links with capacities and latencies
 (`topology`, from a file: `fabric_file`; the data of fabrics, shares and latencies: `fabric_kinds` and
 `fabrics.yaml`), collectives as the loads their algorithms put on those links (`collectives`), and a training
-step's communication (`training_comm`). Later rooms-within-the-room sit beside these modules: trace reading and
-replay, the simulated timeline writer; they price kernels through the same `roofline.estimate_op` and
-collectives through `collectives`.
+step's communication (`training_comm`).
 
-Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`, `fakegpu.simulate-topology/v1`).
+Trace replay (`trace_replay.analyse`, `trace_whatif.what_if`): PyTorch profiler traces read as a stream
+(`trace_read`), reduced per rank to arrays of GPU activities (`trace_collect`), classified (`trace_kernels`),
+measured by HolisticTraceAnalysis's definitions (`trace_replay`, `trace_window`, `trace_intervals`,
+`trace_collectives`), and re-timed for another board with the roofline's prices (`trace_whatif`, played again by
+`trace_retime`); collectives are priced through one replaceable function (`trace_whatif.CollectivePricer`, by
+default a bandwidth ratio) that the topology model can take over.
+
+Later rooms-within-the-room sit beside these modules: the simulated timeline writer; it prices kernels through the
+same `roofline.estimate_op` and collectives through `collectives`.
+
+Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`, `fakegpu.simulate-topology/v1`,
+`fakegpu.replay-trace/v1`).
 """

@@ -1,0 +1,106 @@
+"""`fakegpu replay-trace`: where a PyTorch profiler trace's GPU time went, per rank and across ranks, and what the
+same step would take on another board."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from fakegpu.cli.output import emit_json, fail
+from fakegpu.errors import FakeGPUError
+from fakegpu.text import table
+
+
+def replay_trace(
+    traces: list[Path] = typer.Argument(..., help="Trace files (.json or .json.gz), one per rank, or a directory "
+                                        "of them."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="What-if: re-time the trace for this board."),
+    from_profile: str | None = typer.Option(None, "--from-profile", help="The board the trace was recorded on "
+                                            "(default: the trace's deviceProperties)."),
+    dtype: str = typer.Option("bf16", "--dtype", help="What-if: the dtype of GEMM and attention kernels whose "
+                              "names do not say."),
+    include_last_step: bool = typer.Option(False, "--include-last-step", help="Also analyse the last "
+                                           "ProfilerStep (usually cut off by the profiler's stop)."),
+    allow_missing_ranks: bool = typer.Option(False, "--allow-missing-ranks", help="Read files that hold only some "
+                                             "of the job's ranks (a sample)."),
+    round_us: bool = typer.Option(False, "--round-us", help="Read times as HolisticTraceAnalysis does: each "
+                                  "event rounded inward to whole microseconds (to compare with it)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Replay a PyTorch profiler (Kineto) trace: compute, communication, overlap, idle, kernels, memory per rank;
+    stragglers across ranks; with --profile, the predicted step time on another board."""
+    from fakegpu.perf.trace_replay import analyse
+    from fakegpu.perf.trace_whatif import what_if
+    from fakegpu.profiles import load_catalog
+
+    try:
+        target = load_catalog().get(profile) if profile else None
+        report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
+                                  allow_missing_ranks=allow_missing_ranks)
+        if target is not None:
+            report["what_if"] = what_if(windows, target, from_profile=from_profile, dtype=dtype)
+    except FakeGPUError as exc:
+        raise fail("replay-trace", exc, as_json) from exc
+    if as_json:
+        emit_json("replay-trace", report)
+        return
+    _render(report)
+
+
+def _us(value: float | None) -> str:
+    from fakegpu.perf.units import seconds_text
+
+    return "-" if value is None else seconds_text(value * 1e-6)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def _bytes(value: int | None) -> str:
+    return "-" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def _render(report: dict) -> None:
+    ranks = report["ranks"]
+    rows = [(r["rank"], r["window"]["steps"], _us(r["span_us"]), _us(r["step_us"]), _pct(r["compute_pct"]),
+             _pct(r["non_compute_pct"]), _pct(r["communication_pct"]), _pct(r["exposed_communication_pct"]),
+             _pct(r["overlap_pct"]), _pct(r["idle_pct"]), _bytes(r["memory"]["device"]["peak_allocated_bytes"]),
+             _bytes(r["memory"]["host"]["peak_allocated_bytes"]))
+            for r in ranks]
+    typer.echo(table(rows, ["RANK", "STEPS", "SPAN", "STEP", "COMPUTE", "NON-COMPUTE", "COMM", "EXPOSED",
+                            "OVERLAP", "IDLE", "GPU MEM PEAK",
+                            "HOST MEM PEAK"]))
+    classes = sorted({c for r in ranks for c in r["classes"]},
+                     key=lambda c: (-round(sum(r["classes"].get(c, {}).get("total_us", 0.0) for r in ranks), 3), c))
+    rows = [(c, *(_us(r["classes"][c]["total_us"]) if c in r["classes"] else "-" for r in ranks)) for c in classes]
+    typer.echo("\n" + table(rows, ["KERNELS", *(f"RANK {r['rank']}" for r in ranks)]))
+    x = report["across_ranks"]
+    if len(ranks) > 1:
+        typer.echo(f"\nslowest rank: {x['slowest_rank']} ({x['why']}); {x['matched_collectives']} collectives "
+                   f"matched, skew mean {_us(x['skew_us']['mean'])}, max {_us(x['skew_us']['max'])}")
+        typer.echo("wait for peers: " + ", ".join(f"rank {k} {_us(v)}" for k, v in x["wait_us"].items()))
+    w = report["what_if"]
+    if w:
+        rows = [(r["rank"], _us(r["replayed_source_step_us"]), _us(r["predicted_step_us"]),
+                 f"{r['speedup']:.2f}x" if r["speedup"] else "-", _pct(r["launch_bound_pct"]["source"]),
+                 _pct(r["launch_bound_pct"]["target"])) for r in w["ranks"]]
+        typer.echo(f"\nwhat-if {w['source_profile']} -> {w['target_profile']}: predicted step "
+                   f"{_us(w['predicted_step_us'])} (replayed on {w['source_profile']}: {_us(w['source_step_us'])})")
+        typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP", "LAUNCH-BOUND (SOURCE)",
+                                "(TARGET)"]))
+        by_time = sorted(w["classes"].items(), key=lambda kv: (-round(kv[1]["recorded_us"], 3), kv[0]))
+        rows = [(cls, _us(v["recorded_us"]), _us(v["predicted_us"]), w["basis"].get(cls, {}).get("target", ""))
+                for cls, v in by_time]
+        typer.echo("\n" + table(rows, ["KERNELS", "RECORDED", "PREDICTED", f"ON {w['target_profile'].upper()}"]))
+        for note in w["notes"]:
+            typer.echo(f"note: {note}")
+    for r in ranks:
+        e = r["events"]
+        ignored = ", ".join(f"{k} {v}" for k, v in e["ignored"].items())
+        typer.echo(f"rank {r['rank']}: {e['total']:,} events, {sum(e['used'].values()):,} used, "
+                   f"{sum(e['ignored'].values()):,} ignored{f' ({ignored})' if ignored else ''}, "
+                   f"{sum(e['unusable'].values()):,} unusable")
+    for note in report["notes"]:
+        typer.echo(f"note: {note}")
