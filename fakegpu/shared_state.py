@@ -16,6 +16,12 @@ real driver reaps a killed process's context. Layout (native byte order, fixed o
     16  name      64 bytes what nvidia-smi shows, NUL-terminated, no tab or newline
     80  used      u64[64]  bytes in use per device index: 0 = this process does not use that device
     592 busy      u64[64][BUSY_SLOTS] per device, how long this process kept it busy in each recent time slot
+    ... instance  u8[64]   per device, the MIG GPU instance the process's memory is in: its GPU instance ID + 1;
+                           0 = the whole board (a board not in MIG mode)
+
+A process that uses a MIG device (CUDA_VISIBLE_DEVICES=MIG-...) has its slice's memory, which other slices'
+processes do not compete for: readers charge a process's bytes to its instance (NVML's MIG handles, nvidia-smi's
+MIG devices table and process list), and a slice's allocator leaves only what its own instance's processes hold.
 
 Busy time is what utilization, power, temperature and clocks follow (native/nvml/model.c). Time is cut into slots
 of SLOT_NS (CLOCK_MONOTONIC, which every process and container of a host shares); a device's ring holds the last
@@ -53,7 +59,7 @@ import time
 
 from fakegpu.devices import MAX_DEVICES
 
-MAGIC = b"FGSTATE3"  # 3: busy words carry time by kind (2: a busy bit per slot)
+MAGIC = b"FGSTATE4"  # 4: a MIG instance per device (3: busy words carry time by kind; 2: a busy bit per slot)
 # Also hook/fakegpu_hook/contract.py's CONTAINER_DIR (the hook may not import this package): gen_contract checks.
 CONTAINER_DIR = "/run/fakegpu"
 NAME_LEN = 64
@@ -74,7 +80,8 @@ WORK_MEMORY = 1
 BUSY_GAP_NS = 2_000_000
 KERNEL_NS = 10_000  # a kernel of unknown size: the H200's smallest fills, adds and copies took 9-11 us (perf.json)
 BUSY_AHEAD_NS = 100_000_000  # how far queued work may run ahead of the wall clock
-SIZE = OFF_BUSY + 8 * BUSY_SLOTS * MAX_DEVICES
+OFF_INSTANCE = OFF_BUSY + 8 * BUSY_SLOTS * MAX_DEVICES
+SIZE = OFF_INSTANCE + MAX_DEVICES
 SUFFIX = ".proc"
 
 
@@ -175,6 +182,12 @@ class StateFile:
         # byte by byte), so a reader never sees half a counter.
         struct.pack_into("Q", self._map, OFF_USED + 8 * device, used_bytes)
 
+    def set_instance(self, device: int, gpu_instance: int | None) -> None:
+        """The MIG GPU instance (its ID) this process's memory on `device` is in; None: the whole board."""
+        if not 0 <= device < MAX_DEVICES:
+            raise ValueError(f"device index {device}: expected 0..{MAX_DEVICES - 1}")
+        self._map[OFF_INSTANCE + device] = 0 if gpu_instance is None else gpu_instance + 1
+
     def busy(self, device: int, kind: int = WORK_MEMORY, start_ns: int | None = None,
              end_ns: int | None = None) -> None:
         """Work of `kind` ran on the device from start_ns to end_ns (CLOCK_MONOTONIC; both default to now: a moment's
@@ -263,9 +276,9 @@ class UsageReader:
         self._mtime_ns: int | None = None
         self._scanned_ns = 0
 
-    def used(self, board: int, except_pid: int) -> list[tuple[int, int]]:
-        """(pid, bytes) of every live process but `except_pid` that holds memory on `board`, by pid (NVML's order);
-        empty without a folder."""
+    def used(self, board: int, except_pid: int, gpu_instance: int | None = None) -> list[tuple[int, int]]:
+        """(pid, bytes) of every live process but `except_pid` that holds memory on `board` (with `gpu_instance`:
+        in that MIG instance only), by pid (NVML's order); empty without a folder."""
         if not 0 <= board < MAX_DEVICES:
             return []
         try:
@@ -277,7 +290,10 @@ class UsageReader:
         if mtime != self._mtime_ns or now - self._scanned_ns >= self.ttl_ns:
             self._scan(mtime, now)
         at = OFF_USED + 8 * board
-        found = ((pid, struct.unpack_from("=Q", m, at)[0]) for pid, m in self._maps if pid != except_pid)
+        maps = [(pid, m) for pid, m in self._maps if pid != except_pid]
+        if gpu_instance is not None:
+            maps = [(pid, m) for pid, m in maps if m[OFF_INSTANCE + board] == gpu_instance + 1]
+        found = ((pid, struct.unpack_from("=Q", m, at)[0]) for pid, m in maps)
         return [(pid, used) for pid, used in found if used]
 
     def close(self) -> None:

@@ -155,6 +155,7 @@ def header() -> str:
         f"#define FG_STATE_OFF_NAME {shared_state.OFF_NAME}",
         f"#define FG_STATE_OFF_USED {shared_state.OFF_USED}",
         f"#define FG_STATE_OFF_BUSY {shared_state.OFF_BUSY}",
+        f"#define FG_STATE_OFF_INSTANCE {shared_state.OFF_INSTANCE}",
         f"#define FG_STATE_BUSY_SLOTS {shared_state.BUSY_SLOTS}",
         f"#define FG_STATE_SLOT_NS {shared_state.SLOT_NS}LL",
         f"#define FG_STATE_SLOT_US {shared_state.SLOT_US}",

@@ -26,6 +26,17 @@ from fakegpu.shared_state import (
 )
 
 
+def gpu_instances(runtime: Runtime) -> dict[int, int]:
+    """{board index: GPU instance ID} of the MIG devices this process's CUDA sees."""
+    migs = [d for d in runtime.devices if d.device.uuid.startswith("MIG-")]
+    if not migs or not runtime.spec:
+        return {}
+    from fakegpu.devices import resolve_devices
+
+    boards = resolve_devices(runtime.spec)  # as Runtime.from_spec resolved them
+    return {d.board: m.gi_id for d in migs for m in boards[d.board].mig or () if m.uuid == d.device.uuid}
+
+
 class Publisher:
     def __init__(self, runtime: Runtime, directory: str | None = None) -> None:
         self.runtime = runtime
@@ -37,19 +48,22 @@ class Publisher:
         self.lock = threading.Lock()
         self.closed = False
         # One device's memory serves every process on it: each allocator leaves what the others hold. A MIG
-        # instance has memory of its own, but the state counts per board, so instances are not charged for it.
+        # instance has memory of its own: its allocator leaves what the processes in the same instance hold.
         self.reader = UsageReader(self.dir)
         self._reader_lock = threading.Lock()
+        self.instances = gpu_instances(runtime)
         for d in runtime.devices:
-            if not d.device.uuid.startswith("MIG-"):
-                d.allocator.others = functools.partial(self.others, d.board)
+            d.allocator.others = functools.partial(self.others, d.board, self.instances.get(d.board))
         atexit.register(self.close)
 
-    def others(self, board: int) -> list[tuple[int | None, int]]:
-        """(pid, bytes) of the run's other processes on the board now (their files, as NVML reads them), and
-        (None, bytes) for what memory-pressure faults hold outside the run."""
+    def others(self, board: int, gpu_instance: int | None = None) -> list[tuple[int | None, int]]:
+        """(pid, bytes) of the run's other processes on the board now (their files, as NVML reads them; with
+        `gpu_instance`, those in that MIG instance), and (None, bytes) for what memory-pressure faults hold outside
+        the run (on a whole board: a fault takes the board's memory, not a slice's)."""
         with self._reader_lock:
-            found: list[tuple[int | None, int]] = list(self.reader.used(board, os.getpid()))
+            found: list[tuple[int | None, int]] = list(self.reader.used(board, os.getpid(), gpu_instance))
+        if gpu_instance is not None:
+            return found
         faults = self.runtime.faults
         held = faults.pressure(board) if faults is not None else 0
         return [*found, (None, held)] if held else found
@@ -79,6 +93,8 @@ class Publisher:
                     return
             for index, (now, then) in enumerate(zip(used, before, strict=True)):
                 if now != then:
+                    # the instance first: a reader that sees the bytes sees where they are
+                    self.file.set_instance(index, self.instances.get(index) if now else None)
                     self.file.set(index, now)
             self.published = used
 

@@ -68,7 +68,7 @@ typedef struct {
     int mig_mode;           /* MIG mode on: the spec or table gave a layout (fakegpu/devices/mig.py) */
     unsigned mig_count;
     fg_mig_instance mig[FG_MIG_MAX_INSTANCES];
-    int mig_slice; /* CUDA's view of one MIG instance (fg_devices_cuda_view), not a whole board */
+    int mig_slice; /* CUDA's view of one MIG instance (fg_devices_cuda_view): its GPU instance ID + 1; 0: a board */
 } fg_device;
 
 typedef struct {

@@ -202,14 +202,15 @@ static int refresh(fg_state_reader *r, long long ttl_ns)
     return 1;
 }
 
-unsigned long long fg_state_reader_used(fg_state_reader *r, long long ttl_ns, unsigned device, unsigned except_pid,
-                                        int again)
+unsigned long long fg_state_reader_used(fg_state_reader *r, long long ttl_ns, unsigned device, int instance,
+                                        unsigned except_pid, int again)
 {
     unsigned long long sum = 0;
     if (device >= FG_MAX_DEVICES || (again && !refresh(r, ttl_ns)))
         return 0;
     for (unsigned i = 0; i < r->n; i++)
-        if (r->files[i]->pid != except_pid)
+        if (r->files[i]->pid != except_pid &&
+            (instance < 0 || atomic_load_explicit(&r->files[i]->instance[device], memory_order_relaxed) == instance))
             sum += atomic_load_explicit(&r->files[i]->used[device], memory_order_relaxed);
     return sum;
 }
@@ -229,6 +230,7 @@ void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_snapshot *out
             p->pid = f->pid;
             p->device = dev;
             p->used_bytes = used;
+            p->instance = atomic_load_explicit(&f->instance[dev], memory_order_relaxed);
             p->type = f->type == 'G' ? 'G' : 'C';
             memcpy(p->name, f->name, sizeof p->name);
             p->name[sizeof p->name - 1] = '\0';

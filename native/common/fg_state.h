@@ -29,6 +29,7 @@ typedef struct {
     char name[FG_STATE_NAME_LEN];
     _Atomic uint64_t used[FG_MAX_DEVICES]; /* bytes per device; 0: the device is not this process's */
     _Atomic uint64_t busy[FG_MAX_DEVICES][FG_STATE_BUSY_SLOTS]; /* slot k's word at [dev][k % SLOTS]: see below */
+    _Atomic uint8_t instance[FG_MAX_DEVICES]; /* the MIG GPU instance ID + 1 the memory is in; 0: whole board */
 } fg_state_file;
 
 _Static_assert(offsetof(fg_state_file, pid) == FG_STATE_OFF_PID, "pid offset differs from shared_state.py");
@@ -37,12 +38,14 @@ _Static_assert(offsetof(fg_state_file, name) == FG_STATE_OFF_NAME, "name offset 
 _Static_assert(offsetof(fg_state_file, used) == FG_STATE_OFF_USED, "used offset differs from shared_state.py");
 _Static_assert(FG_STATE_SLOT_US < (1 << FG_STATE_US_BITS), "a slot's microseconds fit their field");
 _Static_assert(offsetof(fg_state_file, busy) == FG_STATE_OFF_BUSY, "busy offset differs from shared_state.py");
+_Static_assert(offsetof(fg_state_file, instance) == FG_STATE_OFF_INSTANCE, "instance offset differs");
 _Static_assert(sizeof(fg_state_file) == FG_STATE_SIZE, "size differs from shared_state.py");
 
 typedef struct {
     unsigned pid;
     unsigned device;
     unsigned long long used_bytes;
+    unsigned instance; /* its MIG GPU instance ID + 1 on that device; 0: the whole board */
     char type; /* 'C' or 'G' */
     char name[FG_STATE_NAME_LEN];
 } fg_proc;
@@ -109,10 +112,11 @@ FG_HIDDEN void fg_state_reader_read(fg_state_reader *r, long long ttl_ns, fg_sna
  * mapped (each at most FG_STATE_SLOT_US; slots outside the ring read as idle). */
 FG_HIDDEN void fg_state_reader_busy(const fg_state_reader *r, unsigned device, uint64_t first, unsigned n,
                                     uint32_t *compute_us, uint32_t *memory_us);
-/* The bytes every live process but `except_pid` holds on the device (a board index): the same mappings and rescan
- * rules as fg_state_reader_read, without copying the entries. With `refresh` 0 the folder is not looked at (no
- * system call): the processes the last refresh mapped, their counters as they are now. */
-FG_HIDDEN unsigned long long fg_state_reader_used(fg_state_reader *r, long long ttl_ns, unsigned device,
+/* The bytes every live process but `except_pid` holds on the device (a board index), with `instance` >= 0 only
+ * those whose memory is in that MIG instance (its GPU instance ID + 1; 0: the whole board): the same mappings and
+ * rescan rules as fg_state_reader_read, without copying the entries. With `refresh` 0 the folder is not looked at
+ * (no system call): the processes the last refresh mapped, their counters as they are now. */
+FG_HIDDEN unsigned long long fg_state_reader_used(fg_state_reader *r, long long ttl_ns, unsigned device, int instance,
                                                   unsigned except_pid, int refresh);
 /* The next read scans the folder again. */
 FG_HIDDEN void fg_state_reader_invalidate(fg_state_reader *r);

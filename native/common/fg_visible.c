@@ -79,7 +79,7 @@ static void slice_of(const fg_device *board, const fg_mig_instance *m, fg_device
     out->mig_supported = 0;
     out->mig_mode = 0;
     out->mig_count = 0;
-    out->mig_slice = 1;
+    out->mig_slice = (int)m->gi_id + 1;
 }
 
 void fg_devices_cuda_view(fg_devset *set, const char *visible, unsigned board[FG_MAX_DEVICES])

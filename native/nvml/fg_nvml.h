@@ -76,7 +76,8 @@ FG_HIDDEN nvmlReturn_t fg_lookup_any(nvmlDevice_t h, const fg_device **d, const 
 /* Give every MIG handle its board and index (once, when the devices load). */
 FG_HIDDEN void fg_mig_handles_init(void);
 /* A MIG device's framebuffer: its profile's memory. */
-FG_HIDDEN void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total);
+FG_HIDDEN void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total,
+                             unsigned long long *used);
 /* A MIG device's BAR1: its share of the board's (parent_total), all free. */
 FG_HIDDEN void fg_mig_bar1(const fg_device *d, const fg_mig_instance *m, unsigned long long parent_total,
                            nvmlBAR1Memory_t *out);
@@ -118,8 +119,9 @@ FG_HIDDEN nvmlReturn_t fg_copy_out(char *dst, unsigned length, const char *src);
 
 /* ---- the dynamic model (model.c) ---- */
 FG_HIDDEN void fg_usage_of(unsigned index, fg_usage *u);
-/* This device's process entries, pid order; returns how many (at most max). type 'C', 'G' or 0 for both. */
-FG_HIDDEN unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max);
+/* This device's process entries, pid order; returns how many (at most max). type 'C', 'G' or 0 for both;
+ * instance >= 0: only those whose memory is in that MIG instance (GPU instance ID + 1). */
+FG_HIDDEN unsigned fg_procs_of(unsigned index, int instance, char type, fg_proc *out, unsigned max);
 FG_HIDDEN void fg_state_invalidate(void);
 FG_HIDDEN unsigned long long fg_mem_allocated(const fg_device *d, const fg_usage *u);
 /* Utilization, power, temperature, clocks, event reasons and P-state of a whole board, pins applied. */

@@ -8,9 +8,8 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
     FG_DEVICE_OR_MIG(device, d, m);
     FG_NEED(memory);
     if (m) {
-        fg_mig_memory(d, m, &memory->total);
-        memory->used = 0;
-        memory->free = memory->total;
+        fg_mig_memory(d, m, &memory->total, &memory->used);
+        memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
         return NVML_SUCCESS;
     }
     fg_usage u;
@@ -30,9 +29,9 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     if (m) {
-        fg_mig_memory(d, m, &memory->total);
-        memory->reserved = memory->used = 0;
-        memory->free = memory->total;
+        fg_mig_memory(d, m, &memory->total, &memory->used);
+        memory->reserved = 0;
+        memory->free = memory->total > memory->used ? memory->total - memory->used : 0;
         return NVML_SUCCESS;
     }
     fg_usage u;

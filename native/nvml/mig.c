@@ -2,9 +2,8 @@
  * the one compute instance `nvidia-smi mig -cgi ... -C` makes) and the queries that take a MIG handle.
  *
  * The layout comes from the device table (fg_devices.c places it, as fakegpu/devices/mig.py does); nothing
- * here changes it. Per-slice memory use is not recorded: the CUDA shims publish each process's use per board
- * (native/cuda/driver/state.c), so a MIG device reports 0 bytes used rather than a guess at which slice holds
- * what. */
+ * here changes it. A MIG device's memory in use is its processes': the CUDA shims publish each process's use per
+ * board with the instance it is in (native/cuda/driver/state.c, fakegpu/shared_state.py). */
 #include <stdint.h>
 
 #include "fg_nvml.h"
@@ -152,11 +151,18 @@ nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, nvmlDeviceAttributes_t
     return nvmlDeviceGetAttributes_v2(device, attributes);
 }
 
-/* The MIG side of nvmlDeviceGetMemoryInfo(_v2) (memory.c): the profile's memory, nothing used or reserved
- * (see the top of this file). */
-void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total)
+/* The MIG side of nvmlDeviceGetMemoryInfo(_v2) (memory.c): the profile's memory, used by the processes in this
+ * instance, nothing reserved. */
+void fg_mig_memory(const fg_device *d, const fg_mig_instance *m, unsigned long long *total, unsigned long long *used)
 {
     *total = (unsigned long long)d->mig_board.profiles[m->profile].memory_mib * MIB;
+    static __thread fg_proc procs[FG_STATE_MAX_PROCS];
+    unsigned n = fg_procs_of(d->index, (int)m->gi_id + 1, 0, procs, FG_STATE_MAX_PROCS);
+    *used = 0;
+    for (unsigned i = 0; i < n; i++)
+        *used += procs[i].used_bytes;
+    if (*used > *total)
+        *used = *total;
 }
 
 /* The board's BAR1 split by memory slices, less the MiB the driver keeps: an A100 80GB's 3g.40gb, 2g.20gb and

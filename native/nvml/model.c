@@ -103,13 +103,14 @@ void fg_usage_of(unsigned index, fg_usage *u)
     pthread_mutex_unlock(&cache_lock);
 }
 
-unsigned fg_procs_of(unsigned index, char type, fg_proc *out, unsigned max)
+unsigned fg_procs_of(unsigned index, int instance, char type, fg_proc *out, unsigned max)
 {
     unsigned n = 0;
     pthread_mutex_lock(&cache_lock);
     refresh_locked();
     for (unsigned i = 0; i < cache.n && n < max; i++)
-        if (cache.procs[i].device == index && (!type || cache.procs[i].type == type))
+        if (cache.procs[i].device == index && (!type || cache.procs[i].type == type) &&
+            (instance < 0 || cache.procs[i].instance == (unsigned)instance))
             out[n++] = cache.procs[i];
     pthread_mutex_unlock(&cache_lock);
     return n;

@@ -4,12 +4,14 @@
 #include "fg_nvml.h"
 
 /* Fill any of the three process-info layouts. v2 and v3 share a layout (nvmlProcessInfo_t is v2's). */
+/* A MIG device handle lists the processes whose memory is in its instance; a board's handle lists them all, each
+ * with its instance's IDs (NVML's 0xFFFFFFFF where the process uses the whole board). */
 static nvmlReturn_t list(nvmlDevice_t device, char type, unsigned int *infoCount, void *infos, int v1)
 {
-    FG_DEVICE(device, d);
+    FG_DEVICE_OR_MIG(device, d, m);
     FG_NEED(infoCount);
     static __thread fg_proc procs[FG_STATE_MAX_PROCS];
-    unsigned n = fg_procs_of(d->index, type, procs, FG_STATE_MAX_PROCS);
+    unsigned n = fg_procs_of(d->index, m ? (int)m->gi_id + 1 : -1, type, procs, FG_STATE_MAX_PROCS);
     unsigned room = *infoCount;
     *infoCount = n;
     if (n > room)
@@ -25,8 +27,12 @@ static nvmlReturn_t list(nvmlDevice_t device, char type, unsigned int *infoCount
             nvmlProcessInfo_v2_t *p = (nvmlProcessInfo_v2_t *)infos + i;
             p->pid = procs[i].pid;
             p->usedGpuMemory = procs[i].used_bytes;
-            p->gpuInstanceId = 0xFFFFFFFF; /* no MIG */
-            p->computeInstanceId = 0xFFFFFFFF;
+            const fg_mig_instance *in = NULL;
+            for (unsigned k = 0; k < d->mig_count && procs[i].instance; k++)
+                if (d->mig[k].gi_id + 1 == procs[i].instance)
+                    in = &d->mig[k];
+            p->gpuInstanceId = in ? in->gi_id : 0xFFFFFFFF; /* 0xFFFFFFFF: no MIG */
+            p->computeInstanceId = in ? in->ci_id : 0xFFFFFFFF;
         }
     }
     return NVML_SUCCESS;
@@ -106,7 +112,7 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUti
     FG_NEED(processSamplesCount);
     FG_NOT_IN_MIG_MODE(d);
     static __thread fg_proc procs[FG_STATE_MAX_PROCS];
-    unsigned n = fg_procs_of(d->index, 0, procs, FG_STATE_MAX_PROCS);
+    unsigned n = fg_procs_of(d->index, -1, 0, procs, FG_STATE_MAX_PROCS);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     unsigned long long now_us = (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;

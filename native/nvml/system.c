@@ -53,7 +53,7 @@ static int proc_name(unsigned pid, char *out, size_t len)
     for (unsigned i = 0; i < fg_devs.count; i++) {
         fg_proc p;
         fg_proc procs[FG_STATE_MAX_PROCS];
-        unsigned n = fg_procs_of(i, 0, procs, FG_STATE_MAX_PROCS);
+        unsigned n = fg_procs_of(i, -1, 0, procs, FG_STATE_MAX_PROCS);
         for (unsigned k = 0; k < n; k++) {
             p = procs[k];
             if (p.pid == pid && p.name[0]) {

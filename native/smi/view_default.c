@@ -111,7 +111,12 @@ static int process_rows(const smi_gpus *g, int wide_pid)
                 int name_width = wide_pid ? 35 : 41;
                 cut_front(shown, sizeof shown, name, (size_t)name_width);
                 snprintf(mem, sizeof mem, "%lluMiB", smi_mib(procs[i].usedGpuMemory));
-                printf("|%5u   N/A  N/A%*u%7s   %-*s%11s |\n", g->index[k], wide_pid ? 16 : 10, procs[i].pid,
+                char gi[12] = "N/A", ci[12] = "N/A"; /* a process in a MIG instance shows its IDs */
+                if (procs[i].gpuInstanceId != 0xFFFFFFFF) {
+                    snprintf(gi, sizeof gi, "%u", procs[i].gpuInstanceId);
+                    snprintf(ci, sizeof ci, "%u", procs[i].computeInstanceId);
+                }
+                printf("|%5u %5s%5s%*u%7s   %-*s%11s |\n", g->index[k], gi, ci, wide_pid ? 16 : 10, procs[i].pid,
                        graphics ? "G" : "C", name_width, shown, mem);
                 any = 1;
             }

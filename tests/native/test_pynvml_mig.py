@@ -22,8 +22,11 @@ MIG_WALK = Path(__file__).with_name("pynvml_mig_walk.py")
 LAYOUT_SPEC = "a100:1:mig=3g.40gb+2g.20gb+1g.10gb"
 MIB = 1 << 20
 # What a MIG device handle answers; every other query pynvml_walk.py asks a whole GPU is refused.
+# A MIG handle also lists the processes in its instance (nvml.h: per-instance process queries take MIG handles).
 MIG_ANSWERS = {"name", "uuid", "index", "memory", "memory_v2", "bar1", "compute_mode", "attributes", "is_mig",
-               "gpu_instance_id", "compute_instance_id", "parent_index", "by_uuid", "by_uuid_index"}
+               "gpu_instance_id", "compute_instance_id", "parent_index", "by_uuid", "by_uuid_index",
+               "compute_procs", "compute_procs_v2", "compute_procs_v3", "graphics_procs", "graphics_procs_v2",
+               "graphics_procs_v3"}
 
 
 def mig_walk(native: NativeEnv, spec: str) -> dict:

@@ -43,15 +43,21 @@ static uint64_t device_total(unsigned i)
 }
 
 /* The state counts per board of the device table: the sum of this process's CUDA devices on it (CUDA_VISIBLE_DEVICES
- * renumbers; MIG slices share their board). */
+ * renumbers; MIG slices share their board), and the MIG instance it is in when the device is a slice. */
 static void publish(unsigned board)
 {
     unsigned long long sum = 0;
+    unsigned instance = 0;
     for (unsigned i = 0; i < fgd.devs.count; i++)
-        if (fgd.board[i] == board)
+        if (fgd.board[i] == board) {
             sum += device_total(i);
-    if (board < FG_MAX_DEVICES)
+            if (fgd.devs.dev[i].mig_slice && device_total(i))
+                instance = (unsigned)fgd.devs.dev[i].mig_slice;
+        }
+    if (board < FG_MAX_DEVICES) {
+        atomic_store_explicit(&file->instance[board], (uint8_t)instance, memory_order_relaxed);
         atomic_store_explicit(&file->used[board], sum, memory_order_relaxed);
+    }
 }
 
 void fgd_state_changed(int device)
@@ -114,10 +120,10 @@ static unsigned self_pid;
 
 unsigned long long fgd_others_used(int device)
 {
-    /* A MIG instance has memory of its own, but the state counts per board: what another process holds there may
-     * be in another instance, so instances are not charged for it. */
-    if (device < 0 || (unsigned)device >= fgd.devs.count || fgd.devs.dev[device].mig_slice)
+    /* A MIG instance has memory of its own: it is charged only what the processes in the same instance hold. */
+    if (device < 0 || (unsigned)device >= fgd.devs.count)
         return 0;
+    int instance = fgd.devs.dev[device].mig_slice ? fgd.devs.dev[device].mig_slice : -1;
     pthread_mutex_lock(&reader_lock);
     if (!reader_open) {
         char dir[512];
@@ -129,8 +135,10 @@ unsigned long long fgd_others_used(int device)
     int look = !looked_ns || now - looked_ns >= LOOK_NS;
     if (look)
         looked_ns = now;
-    unsigned long long used = fg_state_reader_used(&reader, READ_TTL_NS, fgd.board[device], self_pid, look);
+    unsigned long long used = fg_state_reader_used(&reader, READ_TTL_NS, fgd.board[device], instance, self_pid, look);
     pthread_mutex_unlock(&reader_lock);
+    if (instance > 0)
+        return used; /* a fault plan's pressure takes the board's memory, not a slice's */
     return used + fg_fault_pressure(fgd.board[device]); /* memory a fault plan has taken outside the run */
 }
 
