@@ -1,0 +1,251 @@
+"""From a Scan to the analyze-repo report: the entry points (declared, run, referenced, notebooks, or given), the
+import graph each one reaches, its verdict with the chain of evidence behind it, and the repository's summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fakegpu.analyze.repo.modules import chain, reach
+from fakegpu.analyze.repo.python_scan import Site
+from fakegpu.analyze.repo.scan import Scan
+from fakegpu.analyze.repo.verdict import KINDS, PATHS, Launch, command, site_path, worse
+from fakegpu.reports import schema_id
+
+SCHEMA = schema_id("analyze-repo")
+_DISTRIBUTED_LAUNCHERS = ("torchrun", "deepspeed", "accelerate launch")
+
+
+@dataclass
+class Entry:
+    path: str
+    name: str
+    launch: Launch
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _where(scan: Scan, path: str, line: int | None) -> dict[str, Any]:
+    """A location; in a notebook the line becomes the code cell's number and the line within it."""
+    out: dict[str, Any] = {"path": path, "line": line}
+    starts = scan.cells.get(path)
+    if starts and line:
+        cell = max(i for i, s in enumerate(starts) if s <= line) if starts[0] <= line else 0
+        out = {"path": path, "line": line - starts[cell] + 1, "cell": cell + 1}
+    return out
+
+
+def _launch_for(scan: Scan, path: str) -> Launch:
+    if path.endswith(".ipynb"):
+        return Launch(["jupyter", "nbconvert", "--to", "notebook", "--execute", path])
+    name = scan.index.name_of.get(path, "")
+    folder = path.rpartition("/")[0]
+    if "." in name and scan.index.root_of.get(path) != folder:  # inside a package: relative imports need -m
+        return Launch(["python", "-m", name.removesuffix(".__main__")])
+    return Launch(["python", path])
+
+
+def find_entries(scan: Scan) -> tuple[dict[str, Entry], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Entry points by file, the declared ones that name no module in the tree, and the `__main__` blocks that
+    are not entry points (test runners, empty blocks), with why."""
+    entries: dict[str, Entry] = {}
+    unresolved: list[dict[str, Any]] = []
+    not_entries: list[dict[str, Any]] = []
+
+    def add(path: str, name: str, launch: Launch, source: dict[str, Any]) -> Entry:
+        entry = entries.setdefault(path, Entry(path, name, launch))
+        entry.sources.append(source)
+        if launch.distributed and not entry.launch.distributed:
+            entry.launch = launch
+        return entry
+
+    for d in scan.declared:
+        module, _, func = d.target.partition(":")
+        module = module.strip()
+        func = func.split("[", 1)[0].strip()
+        found = scan.index.resolve(module)
+        declared = {"how": d.kind, "path": d.path, "line": d.line, "detail": f"{d.name} = {d.target}"}
+        if not found:
+            unresolved.append({**declared, "reason": f"module {module} is not in the tree"})
+            continue
+        entry = add(found, d.name, Launch([d.name]), declared)
+        facts = scan.python.get(found)
+        if func and facts is not None and func.split(".", 1)[0] not in facts.names:
+            entry.notes.append(f"{d.name}: {module} defines no {func} at top level")
+    for path, facts in scan.python.items():
+        if path.endswith("__main__.py"):
+            add(path, scan.index.name_of.get(path, path).removesuffix(".__main__"), _launch_for(scan, path),
+                {"how": "main-module", "path": path, "line": 1, "detail": "run with python -m"})
+        elif path.endswith(".ipynb"):
+            add(path, path, _launch_for(scan, path), {"how": "notebook", "path": path, "line": None,
+                                                      "detail": "code cells"})
+        elif facts.main is not None:
+            main = facts.main
+            where = {"path": path, "line": main.line}
+            if main.test_runner:
+                not_entries.append({**where, "reason": "its __main__ block only starts a test runner"})
+            elif not main.runs:
+                not_entries.append({**where, "reason": "its __main__ block does nothing"})
+            else:
+                add(path, path, _launch_for(scan, path), {**where, "how": "main-block",
+                                                          "detail": 'if __name__ == "__main__":'})
+    files = set(scan.all_files)
+    for ref in scan.commands:
+        if ref.module:
+            found = scan.index.resolve(ref.module) or scan.index.resolve(f"{ref.module}.__main__")
+        else:
+            folder = ref.path.rpartition("/")[0]
+            script = (ref.script or "").removeprefix("./")
+            found = next((c for c in (f"{folder}/{script}" if folder else script, script) if c in files), None)
+        if not found or found not in scan.python:
+            continue
+        target = ["-m", ref.module] if ref.module else [found]
+        launcher = ref.launcher.split() if ref.launcher != "torchrun" else ["torchrun", "--nproc-per-node", "2"]
+        if launcher[0].startswith("python"):
+            launcher = ["python"]
+        launch = Launch([*launcher, *target], distributed=ref.launcher in _DISTRIBUTED_LAUNCHERS)
+        add(found, found, launch, {"how": "command", "path": ref.path, "line": ref.line,
+                                   "detail": f"{ref.launcher} {' '.join(target)}", "gpu_image": ref.in_gpu_image})
+    return entries, unresolved, not_entries
+
+
+def _edges(scan: Scan) -> dict[str, list[str]]:
+    edges = {}
+    for path, facts in scan.python.items():
+        seen: dict[str, None] = {}
+        for imp in facts.imports:
+            for target in scan.index.targets(imp.module, imp.names, path):
+                if target != path:
+                    seen[target] = None
+        edges[path] = list(seen)
+    return edges
+
+
+def _sites_of(scan: Scan) -> dict[str, list[tuple[str, str, Site]]]:
+    """Per file: (path, judged kind, site) for every site, plus a reached prebuilt CUDA module as one site."""
+    out: dict[str, list[tuple[str, str, Site]]] = {}
+    for path, facts in scan.python.items():
+        out[path] = [(*site_path(s.kind, s.detail), s) for s in facts.sites]
+    for path, native in scan.extension_modules.items():
+        out[path] = [("native", "prebuilt-cuda", Site("prebuilt-cuda", native.detail, 1))]
+    return out
+
+
+def _reason(scan: Scan, kind: str, path_: str, count: int, first: tuple[str, Site], parent: dict | None,
+            optional: bool) -> dict[str, Any]:
+    file, site = first
+    out = {"kind": kind, "path": path_, "why": KINDS.get(kind, (path_, kind))[1], "count": count,
+           "site": {**_where(scan, file, site.line), "detail": site.detail}, "optional": optional}
+    if parent is not None:
+        out["via"] = chain(parent, file)
+    return out
+
+
+def judge(scan: Scan, entry: Entry, edges: dict[str, list[str]], sites: dict[str, list[tuple[str, str, Site]]],
+          containers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    parent, bounded = reach(entry.path, edges)
+    required: dict[str, list] = {}  # kind -> [count, first (file, site), path]
+    optional: dict[str, list] = {}
+    for file in parent:  # breadth-first order: the first site of a kind is the nearest one
+        for path_, kind, site in sites.get(file, ()):
+            bucket = optional if site.optional else required
+            got = bucket.setdefault(kind, [0, (file, site), path_])
+            got[0] += 1
+    verdict = "cpu"
+    for _count, _first, path_ in required.values():
+        verdict = worse(verdict, path_)
+    reasons = [_reason(scan, kind, p, n, first, parent, False) for kind, (n, first, p) in required.items()]
+    reasons += [_reason(scan, kind, p, n, first, parent, True) for kind, (n, first, p) in optional.items()
+                if kind not in required]
+    container = next((containers[s["path"]] for s in entry.sources if s.get("gpu_image") and s["path"] in containers),
+                     None)
+    if container and verdict != "real-gpu":
+        verdict = "container"
+        reasons.append({"kind": container["kind"], "path": "container", "why": "started by a Dockerfile on a CUDA base "
+                        "image: run the image under FakeGPU's runtime", "count": 1,
+                        "site": {"path": container["path"], "line": container["line"], "detail": container["detail"]},
+                        "optional": False})
+    reasons.sort(key=lambda r: (r["optional"], -PATHS.index(r["path"]), r["kind"]))
+    cmd, meaning = command(verdict, entry.launch, container)
+    optional_worse = [r for r in reasons if r["optional"] and PATHS.index(r["path"]) > PATHS.index(verdict)]
+    notes = list(entry.notes)
+    if optional_worse:
+        notes.append("with its optional packages installed it reaches " + ", ".join(
+            sorted({r["kind"] for r in optional_worse})) + ": that path needs " + max(
+            (r["path"] for r in optional_worse), key=PATHS.index))
+    return {"name": entry.name, "path": entry.path, "module": scan.index.name_of.get(entry.path),
+            "declared_by": entry.sources, "verdict": verdict, "command": cmd, "meaning": meaning,
+            "reasons": reasons, "reached_modules": len(parent), "bounded": bounded, "notes": notes}
+
+
+def build(scan: Scan, given: list[str] | None = None) -> dict[str, Any]:
+    entries, unresolved, not_entries = find_entries(scan)
+    if given:
+        chosen = {}
+        for path in given:
+            chosen[path] = entries.get(path) or Entry(path, path, _launch_for(scan, path))
+            chosen[path].sources.append({"how": "given", "path": path, "line": None, "detail": "--entry"})
+        entries = chosen
+    edges = _edges(scan)
+    sites = _sites_of(scan)
+    containers = {i.path: {"kind": i.kind, "path": i.path, "line": i.line, "detail": i.detail}
+                  for i in scan.infra if i.kind == "cuda-base-image"}
+    judged = [judge(scan, e, edges, sites, containers) for e in sorted(entries.values(), key=lambda e: e.path)]
+    all_sites = [{"kind": kind, "path_needed": p, **_where(scan, file, s.line), "detail": s.detail,
+                  "optional": s.optional} for file, items in sites.items() for p, kind, s in items]
+    return {
+        "schema": SCHEMA,
+        "root": str(scan.root),
+        "scanned": {"files": scan.files, "bytes": scan.bytes, "by_kind": dict(sorted(scan.by_kind.items())),
+                    "python_parsed": scan.parsed, "python_pattern_read": scan.pattern_read,
+                    "seconds": round(scan.seconds, 3)},
+        "skipped": {reason: {"count": n, "examples": scan.skips.examples[reason]}
+                    for reason, n in sorted(scan.skips.counts.items())},
+        "entries": judged,
+        "unresolved_entries": unresolved,
+        "not_entries": not_entries,
+        "sites": all_sites,
+        "native": [{"path": n.path, "kind": n.kind, "detail": n.detail} for n in scan.native],
+        "dependencies": _dependencies(scan),
+        "infrastructure": [{"kind": i.kind, "detail": i.detail, "path": i.path, "line": i.line} for i in scan.infra],
+        "unread": [{"path": u.path, "line": u.line, "reason": u.reason} for u in scan.unread],
+        "summary": _summary(scan, judged, all_sites),
+    }
+
+
+def _dependencies(scan: Scan) -> list[dict[str, Any]]:
+    seen = set()
+    out = []
+    for d in scan.dependencies:
+        key = (d.path, d.line, d.name, d.group)
+        if key not in seen:
+            seen.add(key)
+            out.append({"name": d.name, "spec": d.spec, "path": d.path, "line": d.line, "source": d.source,
+                        "group": d.group, "gpu": d.kind})
+    return out
+
+
+def _summary(scan: Scan, judged: list[dict[str, Any]], sites: list[dict[str, Any]]) -> dict[str, Any]:
+    counts = {p: sum(1 for e in judged if e["verdict"] == p) for p in PATHS}
+    kinds: dict[str, dict[str, Any]] = {}
+    for s in sites:
+        got = kinds.setdefault(s["kind"], {"kind": s["kind"], "path": s["path_needed"], "count": 0, "optional": 0,
+                                           "first": None})
+        got["count"] += 1
+        got["optional"] += s["optional"]
+        if got["first"] is None and not s["optional"]:
+            got["first"] = {k: s[k] for k in ("path", "line", "detail") if k in s}
+    repo = "cpu"
+    for k in kinds.values():
+        if k["count"] > k["optional"]:
+            repo = worse(repo, k["path"])
+    if any(n.kind in ("cuda-source", "ptx", "cuda-binary") for n in scan.native):
+        repo = worse(repo, "real-gpu" if any(n.kind == "cuda-source" and not n.detail.startswith("CUDA header")
+                                             for n in scan.native) else "native")
+    if any(i.kind in ("cuda-base-image", "compose-gpu", "docker-gpus") for i in scan.infra):
+        repo = worse(repo, "container")
+    gpu_deps = sorted({d.name for d in scan.dependencies if d.kind})
+    return {"verdict": max((e["verdict"] for e in judged), key=PATHS.index) if judged else repo,
+            "repository_verdict": repo, "entries_by_verdict": counts,
+            "kinds": sorted(kinds.values(), key=lambda k: (-PATHS.index(k["path"]), k["kind"])),
+            "gpu_dependencies": gpu_deps}
