@@ -1,6 +1,6 @@
 """Just enough of an ELF64 little-endian file for linkage questions: its DT_NEEDED, RPATH/RUNPATH and SONAME, its
-section names (a `.nv_fatbin` section holds CUDA device code) and the names of the symbols it defines. Standard library only; reads the headers and the tables it needs, not the
-whole file."""
+section names (a `.nv_fatbin` section holds CUDA device code) and the names of the symbols it defines. Standard
+library only; reads the headers and the tables it needs, not the whole file."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ import typer
 
 from fakegpu import __version__
 from fakegpu.cli import (
+    analyze,
     cluster,
     container,
     devices,
@@ -42,6 +43,7 @@ app.command("preflight", context_settings={"allow_interspersed_args": False})(fa
 app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
+app.command("analyze-repo")(analyze.analyze_repo)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)

@@ -23,7 +23,7 @@ def module_name(rel: str, packages: set[str], root_name: str) -> tuple[str, str]
             break
         folder, _, name = folder.rpartition("/")
         chain.append(name)
-    return ".".join(reversed(chain)), folder if folder not in packages else ""
+    return ".".join(reversed(chain)), folder if folder not in packages else ".."  # the root is a package: its parent
 
 
 @dataclass

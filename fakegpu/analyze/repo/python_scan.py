@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 # A file holding none of these and importing none of TRIGGER_MODULES cannot hold a site this module finds: every
 # detector needs a name that one of its imports binds, or one of these in the text.
@@ -113,12 +114,45 @@ def _is_main_test(test: ast.AST) -> bool:
             and any(_const_str(s) == "__main__" for s in sides))
 
 
+def _skip(_scanner: object, _node: ast.AST) -> None:
+    return None
+
+
 def _is_test_runner(name: str) -> bool:
     return name in _TEST_RUNNERS or name.endswith("run_tests") or name.split(".", 1)[0] in (
         "unittest", "pytest", "doctest", "absltest")
 
 
+# Leaves and markers that hold nothing a detector looks at: not descended into (half of a tree's nodes).
+_LEAVES = (ast.Name, ast.Constant, ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop, ast.alias,
+           ast.Pass, ast.Break, ast.Continue, ast.Global, ast.Nonlocal)
+
+
 class _Scanner(ast.NodeVisitor):
+    """ast.NodeVisitor's traversal, with the handler looked up once per node class and leaves skipped: parsing and
+    visiting are most of a scan's time."""
+
+    _handlers: ClassVar[dict[type, object]] = {}
+
+    def visit(self, node: ast.AST) -> None:
+        kind = type(node)
+        handler = self._handlers.get(kind)
+        if handler is None:
+            handler = getattr(type(self), "visit_" + kind.__name__, None) or (
+                _skip if issubclass(kind, _LEAVES) else type(self).generic_visit)
+            self._handlers[kind] = handler
+        handler(self, node)  # type: ignore[operator]
+
+    def generic_visit(self, node: ast.AST) -> None:
+        for name in node._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, ast.AST):
+                        self.visit(item)
+            elif isinstance(value, ast.AST):
+                self.visit(value)
+
     def __init__(self, package: str) -> None:
         self.package = package
         self.aliases: dict[str, str] = {}
@@ -383,11 +417,10 @@ def scan_python(source: bytes | str, package: str = "") -> PythonFacts:
     return scanner.facts
 
 
-_IMPORT = re.compile(rb"^([ \t]*)(?:from[ \t]+([.\w]+)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
-                     re.M)
-_TOP_DEF = re.compile(rb"^(?:async[ \t]+)?(?:def|class)[ \t]+(\w+)|^(\w+)[ \t]*(?::[^=\n]*)?=", re.M)
-
-
+# Found by the literal word first (the regex engine searches for a literal prefix fast), then checked to start its
+# line: a `^`-anchored pattern in multiline mode is tried at every byte of the file.
+_IMPORT_WORD = re.compile(rb"import[ \t(\\]")
+_FROM_PREFIX = re.compile(rb"[ \t]*from[ \t]+([.\w]+)[ \t]+")
 _TYPE_CHECKING = re.compile(rb"^([ \t]*)if[ \t]+(?:typing\.)?TYPE_CHECKING[ \t]*:", re.M)
 
 
@@ -402,30 +435,44 @@ def _type_checking_blocks(source: bytes) -> list[tuple[int, int]]:
 
 
 def imports_by_pattern(source: bytes, package: str = "") -> PythonFacts:
-    """Imports and top-level names of a file that is not parsed, read by pattern: close enough for the import
-    graph (`if TYPE_CHECKING:` bodies are left out; an `import` line inside a docstring would count)."""
+    """Imports of a file that is not parsed, read by pattern: close enough for the import graph (`if
+    TYPE_CHECKING:` bodies are left out; an `import` line inside a docstring would count)."""
     facts = PythonFacts(parsed=False)
     blocks = _type_checking_blocks(source) if b"TYPE_CHECKING" in source else []
-    for m in _IMPORT.finditer(source):
-        if any(a <= m.start() < b for a, b in blocks):
-            continue
-        indent, module, names, plain = m.groups()
-        line = source.count(b"\n", 0, m.start()) + 1
-        lazy = bool(indent)
-        if module is not None:
-            text = module.decode("ascii", "replace")
-            level = len(text) - len(text.lstrip("."))
-            target = absolute(text.lstrip(".") or None, level, package)
-            if target:
-                listed = names.decode("utf-8", "replace").strip("() \t\r\n")
-                facts.imports.append(Import(target, tuple(n.split()[0] for n in listed.replace("\n", ",").split(",")
-                                                          if n.strip() and not n.strip().startswith("#")),
-                                            line, lazy))
+    line, counted = 1, 0
+    for m in _IMPORT_WORD.finditer(source):
+        at = m.start()
+        start = source.rfind(b"\n", 0, at) + 1
+        prefix = source[start:at]
+        if prefix.strip():
+            origin = _FROM_PREFIX.fullmatch(prefix)
+            if origin is None:
+                continue  # the word inside a line: prose, a string, `importlib`
         else:
-            for part in plain.decode("utf-8", "replace").split(","):
+            origin = None
+        if blocks and any(a <= at < b for a, b in blocks):
+            continue
+        line += source.count(b"\n", counted, at)
+        counted = at
+        end = source.find(b"\n", m.end())
+        rest = source[m.end() - 1:end if end >= 0 else len(source)]
+        if rest.lstrip(b" \t").startswith(b"(") and b")" not in rest:
+            close = source.find(b")", m.end())
+            rest = source[m.end() - 1:close if close >= 0 else len(source)]
+        text = b"\n".join(part.split(b"#", 1)[0] for part in rest.split(b"\n")).split(b";", 1)[0].decode(
+            "utf-8", "replace")
+        lazy = prefix[:1] in (b" ", b"\t")
+        if origin is not None:
+            module = origin.group(1).decode("ascii", "replace")
+            level = len(module) - len(module.lstrip("."))
+            target = absolute(module.lstrip(".") or None, level, package)
+            if target:
+                names = [n.split()[0] for n in text.replace("\n", ",").replace("\\", ",").strip("() \t\r").split(",")
+                         if n.strip() and not n.strip().startswith("#")]
+                facts.imports.append(Import(target, tuple(n.strip("()") for n in names if n.strip("()")), line, lazy))
+        else:
+            for part in text.split(","):
                 words = part.split()
                 if words:
                     facts.imports.append(Import(words[0], (), line, lazy))
-    for m in _TOP_DEF.finditer(source):
-        facts.names.add((m.group(1) or m.group(2)).decode("ascii", "replace"))
     return facts

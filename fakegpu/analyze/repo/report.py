@@ -3,6 +3,7 @@ import graph each one reaches, its verdict with the chain of evidence behind it,
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,20 @@ def _launch_for(scan: Scan, path: str) -> Launch:
     return Launch(["python", path])
 
 
+def _defines(scan: Scan, path: str, name: str) -> bool:
+    facts = scan.python.get(path)
+    if facts is None:
+        return True  # not Python we read: nothing to say
+    if facts.parsed:
+        return name in facts.names or "*" in facts.names
+    try:  # read by pattern only: look for the definition in the text
+        text = (scan.root / path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    return re.search(rf"^(?:async\s+)?(?:def|class)\s+{re.escape(name)}\b|^{re.escape(name)}\s*[:=]|import.*\b"
+                     rf"{re.escape(name)}\b", text, re.M) is not None
+
+
 def find_entries(scan: Scan) -> tuple[dict[str, Entry], list[dict[str, Any]], list[dict[str, Any]]]:
     """Entry points by file, the declared ones that name no module in the tree, and the `__main__` blocks that
     are not entry points (test runners, empty blocks), with why."""
@@ -69,8 +84,7 @@ def find_entries(scan: Scan) -> tuple[dict[str, Entry], list[dict[str, Any]], li
             unresolved.append({**declared, "reason": f"module {module} is not in the tree"})
             continue
         entry = add(found, d.name, Launch([d.name]), declared)
-        facts = scan.python.get(found)
-        if func and facts is not None and func.split(".", 1)[0] not in facts.names:
+        if func and not _defines(scan, found, func.split(".", 1)[0]):
             entry.notes.append(f"{d.name}: {module} defines no {func} at top level")
     for path, facts in scan.python.items():
         if path.endswith("__main__.py"):
@@ -113,6 +127,10 @@ def _edges(scan: Scan) -> dict[str, list[str]]:
     edges = {}
     for path, facts in scan.python.items():
         seen: dict[str, None] = {}
+        name = scan.index.name_of.get(path, "")
+        if "." in name:  # a module in a package runs its packages' __init__ first, under any import or -m
+            for target in scan.index.targets(name.rpartition(".")[0], (), path):
+                seen[target] = None
         for imp in facts.imports:
             for target in scan.index.targets(imp.module, imp.names, path):
                 if target != path:

@@ -4,6 +4,7 @@ kind; the results are facts (sites, imports, dependencies, infrastructure, nativ
 from __future__ import annotations
 
 import ast
+import gc
 import json
 import re
 import time
@@ -96,6 +97,18 @@ def _installed_scripts(root: Path, top: str) -> tuple[list[deps.Declared], str |
 
 def scan(root: Path, max_bytes: int = MAX_TEXT_BYTES) -> Scan:
     """Walk and read the tree at `root` once."""
+    # Syntax trees are many small objects that die young: the cyclic collector's passes over them cost a third of
+    # the parsing time and free nothing, so it is off for the scan.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _scan(root, max_bytes)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _scan(root: Path, max_bytes: int) -> Scan:
     start = time.perf_counter()
     result = Scan(root)
     files = list(walk(root, result.skips))
