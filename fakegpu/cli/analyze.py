@@ -39,7 +39,7 @@ def analyze_repo(
     if as_json:
         emit_json("analyze-repo", report)
         return
-    _render(report)
+    _render(report, str(path))
 
 
 def _at(where: dict[str, Any]) -> str:
@@ -48,12 +48,12 @@ def _at(where: dict[str, Any]) -> str:
     return f"{where['path']}{cell}{line}"
 
 
-def _render(report: dict[str, Any]) -> None:
+def _render(report: dict[str, Any], shown_root: str) -> None:
     scanned = report["scanned"]
     kinds = scanned["by_kind"]
-    typer.echo(f"{report['root']}: {scanned['files']} files, {kinds.get('python', 0)} Python "
-               f"({scanned['python_parsed']} parsed, {scanned['python_pattern_read']} with no GPU-facing name, "
-               f"imports read only), {scanned['seconds']:.1f} s")
+    typer.echo(f"{shown_root}: {scanned['files']} files, {kinds.get('python', 0)} Python "
+               f"({scanned['python_parsed']} parsed, {scanned['python_pattern_read']} with no GPU-facing name: "
+               "imports read only)")
     for reason, skipped in report["skipped"].items():
         shown = ", ".join(e["path"] + (f" ({e['bytes']} bytes)" if "bytes" in e else "")
                           + (f" (line {e['line']}: {e['error']})" if reason == "syntax-error" else "")
@@ -66,8 +66,8 @@ def _render(report: dict[str, Any]) -> None:
                f"{summary['repository_verdict']})" if report["entries"] else
                f"verdict: {summary['repository_verdict']} (no entry point found; whole tree)")
     for e in report["entries"]:
-        how = e["declared_by"][0]
-        typer.echo(f"\n{e['name']}  [{e['verdict']}]  {e['path']} ({how['how']}, {_at(how)})")
+        how = "; ".join(f"{d['how']} {_at(d)}" for d in e["declared_by"])
+        typer.echo(f"\n{e['name']}  [{e['verdict']}]  {e['path']} ({how})")
         typer.echo(f"  try: {e['command']}")
         typer.echo(f"       {e['meaning']}")
         for r in e["reasons"]:

@@ -14,11 +14,13 @@ _CUDA_IMAGE = re.compile(r"(?i)^\s*FROM\s+(?:--platform=\S+\s+)?(\S*(?:nvidia/cu
                          r"\S*cuda|cuda)\S*)", re.M)
 _GPUS_FLAG = re.compile(r"--gpus[= ]+\S+")
 _GPU_LABEL = re.compile(r"(?i)(gpu|cuda|nvidia|\ba100\b|\bh100\b|\bh200\b|\bl4\b|\bt4\b|\bv100\b|\bb200\b)")
-# A command that runs Python code of the repository: launcher, then `-m module` or a script path.
+# A command that runs Python code of the repository: launcher, then `-m module` or a script path. Words may be
+# apart by blanks or by `", "` (a Dockerfile's exec form: CMD ["python3", "serve.py"]).
+_GAP = r"(?:\s|\"\s*,\s*\"|'\s*,\s*')+"
 _COMMAND = re.compile(r"(?P<launcher>\bpython[0-9.]*|\btorchrun|\bdeepspeed|\baccelerate\s+launch|"
                       r"torch\.distributed\.(?:run|launch))"
-                      r"(?P<options>(?:\s+-{1,2}[\w-]+(?:[= ][^\s\"',\]]+)?)*?)\s+"
-                      r"(?:-m\s+(?P<module>[A-Za-z_][\w.]*)|(?P<script>[\w./-]+\.py)\b)")
+                      rf"(?P<options>(?:{_GAP}-{{1,2}}[\w-]+(?:[= ][^\s\"',\]]+)?)*?){_GAP}"
+                      r"(?:-m" + _GAP + r"(?P<module>[A-Za-z_][\w.]*)|(?P<script>[\w./-]+\.py)\b)")
 
 
 @dataclass

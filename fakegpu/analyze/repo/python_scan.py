@@ -114,6 +114,14 @@ def _is_main_test(test: ast.AST) -> bool:
             and any(_const_str(s) == "__main__" for s in sides))
 
 
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else None
+
+
 def _skip(_scanner: object, _node: ast.AST) -> None:
     return None
 
@@ -241,8 +249,9 @@ class _Scanner(ast.NodeVisitor):
     def _main(self, node: ast.If) -> None:
         work = [s for s in node.body if not isinstance(s, ast.Pass)
                 and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
-        calls = [self.canonical(c.func) or (c.func.id if isinstance(c.func, ast.Name) else None)
-                 for s in work for c in ast.walk(s) if isinstance(c, ast.Call)]
+        # The block's own imports are not bound yet (it is judged before its body is visited): fall back to the
+        # dotted name as written.
+        calls = [self.canonical(c.func) or _dotted(c.func) for s in work for c in ast.walk(s) if isinstance(c, ast.Call)]
         runners = [c for c in calls if c and _is_test_runner(c)]
         runner = bool(runners) and all(c in runners or c in ("sys.exit", "exit") for c in calls)
         self.facts.main = MainBlock(node.lineno, bool(work), runner)
@@ -383,13 +392,16 @@ class _Scanner(ast.NodeVisitor):
         keywords = {k.arg: k.value for k in node.keywords if k.arg}
         sources = keywords.get("sources") or (node.args[1] if short == "load" and len(node.args) > 1 else None)
         literal = [_const_str(e) or "" for e in sources.elts] if isinstance(sources, (ast.List, ast.Tuple)) else []
+        # A computed source list (str(Path(__file__).parent / "k.cu")) still names its files in string constants.
+        named = [c.value for c in ast.walk(sources) if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                 ] if sources is not None else []
         with_cuda = keywords.get("with_cuda")
         if short == "CUDAExtension" or (isinstance(with_cuda, ast.Constant) and with_cuda.value is True):
             cuda = "CUDA"
         elif short == "load_inline":
             cuda = "CUDA" if "cuda_sources" in keywords or len(node.args) > 2 else "C++ only"
         elif short == "load":
-            cuda = "CUDA" if any(s.endswith((".cu", ".cuh")) for s in literal) else (
+            cuda = "CUDA" if any(s.endswith((".cu", ".cuh")) for s in named) else (
                 "C++ only" if literal and all(literal) else "sources not literal")
         elif short == "CppExtension":
             cuda = "C++ only"

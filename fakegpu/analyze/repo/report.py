@@ -174,7 +174,7 @@ def judge(scan: Scan, entry: Entry, edges: dict[str, list[str]], sites: dict[str
         verdict = worse(verdict, path_)
     reasons = [_reason(scan, kind, p, n, first, parent, False) for kind, (n, first, p) in required.items()]
     reasons += [_reason(scan, kind, p, n, first, parent, True) for kind, (n, first, p) in optional.items()
-                if kind not in required]
+                if kind not in required and p != "cpu"]
     container = next((containers[s["path"]] for s in entry.sources if s.get("gpu_image") and s["path"] in containers),
                      None)
     if container and verdict != "real-gpu":
