@@ -1,7 +1,6 @@
 """Serves the model with the fused kernel (the example analyze-repo judges: real-gpu)."""
 
 import torch
-
 from fused import fused_add
 from model import TinyNet
 

@@ -4,7 +4,6 @@ import os
 
 import torch
 import torch.distributed as dist
-
 from model import TinyNet
 
 

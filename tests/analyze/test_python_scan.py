@@ -213,5 +213,6 @@ def test_needs_parse():
     plain = b"import os\nfrom torch import nn\n"
     assert not needs_parse(plain, imports_by_pattern(plain).imports)
     for source in (b"x.cuda()", b"if __name__ == '__main__': pass", b"import torch.distributed as d",
-                   b"from torch import distributed", b"import flash_attn", b"from torch.utils.cpp_extension import load"):
+                   b"from torch import distributed", b"import flash_attn",
+                   b"from torch.utils.cpp_extension import load"):
         assert needs_parse(source, imports_by_pattern(source).imports), source

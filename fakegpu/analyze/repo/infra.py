@@ -19,7 +19,7 @@ _GPU_LABEL = re.compile(r"(?i)(gpu|cuda|nvidia|\ba100\b|\bh100\b|\bh200\b|\bl4\b
 _GAP = r"(?:\s|\"\s*,\s*\"|'\s*,\s*')+"
 _COMMAND = re.compile(r"(?P<launcher>\bpython[0-9.]*|\btorchrun|\bdeepspeed|\baccelerate\s+launch|"
                       r"torch\.distributed\.(?:run|launch))"
-                      rf"(?P<options>(?:{_GAP}-{{1,2}}[\w-]+(?:[= ][^\s\"',\]]+)?)*?){_GAP}"
+                      rf"(?P<options>(?:{_GAP}-{{1,2}}[\w-]+(?:(?:=|{_GAP})[^\s\"',\]-][^\s\"',\]]*)?)*?){_GAP}"
                       r"(?:-m" + _GAP + r"(?P<module>[A-Za-z_][\w.]*)|(?P<script>[\w./-]+\.py)\b)")
 
 

@@ -251,7 +251,8 @@ class _Scanner(ast.NodeVisitor):
                 and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
         # The block's own imports are not bound yet (it is judged before its body is visited): fall back to the
         # dotted name as written.
-        calls = [self.canonical(c.func) or _dotted(c.func) for s in work for c in ast.walk(s) if isinstance(c, ast.Call)]
+        calls = [self.canonical(c.func) or _dotted(c.func)
+                 for s in work for c in ast.walk(s) if isinstance(c, ast.Call)]
         runners = [c for c in calls if c and _is_test_runner(c)]
         runner = bool(runners) and all(c in runners or c in ("sys.exit", "exit") for c in calls)
         self.facts.main = MainBlock(node.lineno, bool(work), runner)

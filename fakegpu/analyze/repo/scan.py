@@ -182,7 +182,8 @@ def _python(result: Scan, f: File, data: bytes) -> None:
     name = result.index.name_of.get(f.rel, "")
     package = name if f.rel.endswith("__init__.py") else name.rpartition(".")[0]
     quick = imports_by_pattern(data, package)
-    if not needs_parse(data, quick.imports):
+    setup_py = f.rel.rpartition("/")[2] == "setup.py"
+    if not setup_py and not needs_parse(data, quick.imports):
         result.python[f.rel] = quick
         result.pattern_read += 1
         return
@@ -195,7 +196,7 @@ def _python(result: Scan, f: File, data: bytes) -> None:
         return
     result.parsed += 1
     result.python[f.rel] = facts
-    if f.rel.rpartition("/")[2] == "setup.py":
+    if setup_py:
         try:
             text = data.decode("utf-8", "replace")
             found, scripts, unread = deps.read_setup_py(ast.parse(data), text, f.rel)

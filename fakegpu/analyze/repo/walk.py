@@ -49,7 +49,7 @@ def kind_of(rel: str) -> str:
         return "setup-cfg"
     if name == "entry_points.txt" and rel.count("/") >= 1 and rel.split("/")[-2].endswith((".dist-info", ".egg-info")):
         return "entry-points"
-    if _REQUIREMENTS.match(name):
+    if _REQUIREMENTS.match(name) or (suffix in ("txt", "in") and rel.rpartition("/")[0].endswith("requirements")):
         return "requirements"
     if _DOCKERFILE.match(name):
         return "dockerfile"
