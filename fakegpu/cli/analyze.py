@@ -84,9 +84,12 @@ def _render(report: dict[str, Any], shown_root: str) -> None:
 
 def _repository(report: dict[str, Any]) -> None:
     sections = [
-        ("GPU-facing sites", [f"{k['kind']} -> {k['path']}: {k['count']} ({k['optional']} optional)"
-                              + (f", first {_at(k['first'])} {k['first']['detail']}" if k["first"] else "")
-                              for k in report["summary"]["kinds"]]),
+        ("the whole tree is " + report["summary"]["repository_verdict"] + " because",
+         [f"{w['path']}: {w['reason']}" + (f", e.g. {_at(w['example'])} {w['example']['detail']}" if w["example"]
+                                            else "") for w in report["summary"]["repository_reasons"]]),
+        ("optional GPU use (named, not deciding: on some installations or configurations only)",
+         [f"{k['kind']} -> {k['path']}: {k['optional']} site(s)" for k in report["summary"]["kinds"]
+          if k["optional"] and k["path"] != "cpu"]),
         ("native code", [f"{n['path']}: {n['detail']}" for n in report["native"]]),
         ("GPU dependencies", [f"{d['spec']} ({_at(d)}{', ' + d['group'] if d['group'] else ''})"
                               for d in report["dependencies"] if d["gpu"]]),

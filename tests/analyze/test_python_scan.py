@@ -93,6 +93,7 @@ def test_cpp_extensions_say_whether_they_build_cuda():
         "torch.utils.cpp_extension.load() [sources not literal]": 10,
     }
     assert sum(1 for _, d, _, _ in got if d == "torch.utils.cpp_extension.load() [CUDA]") == 2
+    assert [optional for _, d, _, optional in got if "not literal" in d] == [True]  # named, does not decide
 
 
 def test_triton_kernels_and_gpu_libraries():

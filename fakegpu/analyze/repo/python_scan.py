@@ -7,7 +7,9 @@ runs and is left out. A third-party GPU library's site is marked optional when i
 installations or configurations: inside `try: ... except ImportError`, under an `if is_x_available():` test or
 any other `if`, or through a name imported inside a function (a deferred import is how libraries keep an extra
 optional). PyTorch's own CUDA sites (torch.cuda, .cuda(), device="cuda", torch.compile, torch.distributed) are
-never optional: on a fake GPU `torch.cuda.is_available()` is true and the CUDA path is the one taken.
+never optional: on a fake GPU `torch.cuda.is_available()` is true and the CUDA path is the one taken. A
+cpp_extension build whose sources cannot be read (a wrapper passing its arguments on) is optional too: it may
+build CUDA code or not.
 
 Parsing dominates a scan, so a file is parsed only when it can hold a site (needs_parse: a few substrings, or an
 import of a GPU-facing module); the others' imports are read with a pattern (imports_by_pattern)."""
@@ -84,10 +86,11 @@ def needs_parse(source: bytes, imports: list[Import]) -> bool:
     if has_trigger(source):
         return True
     for imp in imports:
-        if imp.module.split(".", 1)[0] in LIBRARIES or imp.module.startswith(TRIGGER_MODULES):
+        if imp.module.split(".", 1)[0] in LIBRARIES:
             return True
-        if imp.module == "torch" and any(n in ("cuda", "distributed", "compile") for n in imp.names):
-            return True
+        for name in (imp.module, *(f"{imp.module}.{n}" for n in imp.names)):
+            if name.startswith(TRIGGER_MODULES):
+                return True
     return False
 
 
@@ -400,15 +403,21 @@ class _Scanner(ast.NodeVisitor):
         if short == "CUDAExtension" or (isinstance(with_cuda, ast.Constant) and with_cuda.value is True):
             cuda = "CUDA"
         elif short == "load_inline":
-            cuda = "CUDA" if "cuda_sources" in keywords or len(node.args) > 2 else "C++ only"
+            spread = any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords)
+            cuda = "CUDA" if "cuda_sources" in keywords or len(node.args) > 2 else (
+                "sources not literal" if spread else "C++ only")
         elif short == "load":
             cuda = "CUDA" if any(s.endswith((".cu", ".cuh")) for s in named) else (
-                "C++ only" if literal and all(literal) else "sources not literal")
+                "C++ only" if (literal and all(literal)) or any(s.endswith((".cpp", ".cc", ".cxx", ".c"))
+                                                                for s in named) else "sources not literal")
         elif short == "CppExtension":
             cuda = "C++ only"
         else:
             return  # BuildExtension, include_paths, CUDA_HOME...: helpers, not a build of kernels by themselves
         self.site("cpp-extension", f"{name}() [{cuda}]", node)
+        if cuda == "sources not literal":
+            # It may build CUDA or not (a wrapper passing its arguments on): named, but it does not decide.
+            self.facts.sites[-1].optional = True
 
     def _jax(self, name: str, node: ast.Call, first: str | None) -> None:
         strings = [first] + [_const_str(k.value) for k in node.keywords if k.arg in ("backend", "platform")]

@@ -254,16 +254,32 @@ def _summary(scan: Scan, judged: list[dict[str, Any]], sites: list[dict[str, Any
         if got["first"] is None and not s["optional"]:
             got["first"] = {k: s[k] for k in ("path", "line", "detail") if k in s}
     repo = "cpu"
+    why: list[dict[str, Any]] = []
     for k in kinds.values():
         if k["count"] > k["optional"]:
             repo = worse(repo, k["path"])
-    if any(n.kind in ("cuda-source", "ptx", "cuda-binary") for n in scan.native):
-        repo = worse(repo, "real-gpu" if any(n.kind == "cuda-source" and not n.detail.startswith("CUDA header")
-                                             for n in scan.native) else "native")
-    if any(i.kind in ("cuda-base-image", "compose-gpu", "docker-gpus") for i in scan.infra):
+            why.append({"path": k["path"], "reason": f"{k['count'] - k['optional']} {k['kind']} site(s) that are "
+                        "not optional", "example": k["first"]})
+    kernels = [n for n in scan.native if n.kind == "cuda-source" and "__global__" in n.detail
+               and not n.detail.startswith("CUDA header")]
+    other = [n for n in scan.native if n.kind in ("ptx", "cuda-binary", "shared-object")]
+    if kernels:
+        repo = worse(repo, "real-gpu")
+        why.append({"path": "real-gpu", "reason": f"{len(kernels)} CUDA source file(s) with __global__ kernels",
+                    "example": {"path": kernels[0].path, "line": None, "detail": kernels[0].detail}})
+    if other:
+        repo = worse(repo, "native")
+        why.append({"path": "native", "reason": f"{len(other)} prebuilt CUDA file(s) (PTX, cubin, libraries)",
+                    "example": {"path": other[0].path, "line": None, "detail": other[0].detail}})
+    containers = [i for i in scan.infra if i.kind in ("cuda-base-image", "compose-gpu", "docker-gpus")]
+    if containers:
         repo = worse(repo, "container")
+        why.append({"path": "container", "reason": f"{len(containers)} GPU container definition(s)",
+                    "example": {"path": containers[0].path, "line": containers[0].line,
+                                "detail": containers[0].detail}})
+    why.sort(key=lambda w: -PATHS.index(w["path"]))
     gpu_deps = sorted({d.name for d in scan.dependencies if d.kind})
     return {"verdict": max((e["verdict"] for e in judged), key=PATHS.index) if judged else repo,
-            "repository_verdict": repo, "entries_by_verdict": counts,
+            "repository_verdict": repo, "repository_reasons": why, "entries_by_verdict": counts,
             "kinds": sorted(kinds.values(), key=lambda k: (-PATHS.index(k["path"]), k["kind"])),
             "gpu_dependencies": gpu_deps}
