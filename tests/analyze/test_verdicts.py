@@ -69,6 +69,22 @@ def test_optional_libraries_do_not_decide_but_are_named(tmp_path):
     assert app["notes"] == ["with its optional packages installed it reaches flash-attn: that path needs real-gpu"]
 
 
+def test_a_reexported_optional_name_stays_optional(tmp_path):
+    write_tree(tmp_path, {
+        "compat.py": "try:\n    import triton\nexcept ImportError:\n    triton = None\n",
+        "kernels.py": "from compat import triton\n@triton.jit\ndef k(x):\n    pass\n",
+        "main.py": "import kernels\nif __name__ == '__main__':\n    print(kernels)\n",
+        "hard.py": "import triton\n@triton.jit\ndef k(x):\n    pass\nif __name__ == '__main__':\n    k()\n",
+    })
+    report = analyze(str(tmp_path))
+    main = entry(report, "main.py")
+    assert main["verdict"] == "cpu"
+    assert [(r["kind"], r["site"]["path"], r["site"]["line"], r["optional"]) for r in main["reasons"]] == [
+        ("triton-kernel", "kernels.py", 2, True)]
+    # (and `import kernels` there is the tree's own kernels.py, not Hugging Face's package: no hub-kernels site)
+    assert entry(report, "hard.py")["verdict"] == "real-gpu"
+
+
 def test_entry_points_from_every_source(tmp_path):
     write_tree(tmp_path, {
         "pyproject.toml": '[project]\nname = "p"\n[project.scripts]\np-train = "pkg.train:main"\n'

@@ -50,6 +50,8 @@ class Site:
     detail: str
     line: int
     optional: bool = False  # runs only where an optional package is installed
+    origin: str | None = None  # `pkg.mod.name` when the site's name came from another module (a re-export)
+    top: str | None = None  # the top-level module a library site names (a module of the tree may shadow it)
 
 
 @dataclass
@@ -73,6 +75,7 @@ class PythonFacts:
     imports: list[Import] = field(default_factory=list)
     main: MainBlock | None = None
     names: set[str] = field(default_factory=set)  # top-level functions, classes and assigned names
+    deferred: set[str] = field(default_factory=set)  # top-level names bound only under try/if (optional)
     parsed: bool = True
 
 
@@ -81,12 +84,12 @@ def has_trigger(source: bytes) -> bool:
 
 
 def needs_parse(source: bytes, imports: list[Import]) -> bool:
-    """Whether a file can hold a site: one of TRIGGERS in its text, or an import of a GPU library or of a
-    GPU-facing part of torch (`from torch import distributed`, `import torch.utils.cpp_extension as ext`)."""
+    """Whether a file can hold a site: one of TRIGGERS in its text, or an import of a GPU library (a re-export
+    `from .compat import triton` too) or of a GPU-facing part of torch (`from torch import distributed`)."""
     if has_trigger(source):
         return True
     for imp in imports:
-        if imp.module.split(".", 1)[0] in LIBRARIES:
+        if imp.module.split(".", 1)[0] in LIBRARIES or any(n in LIBRARIES for n in imp.names):
             return True
         for name in (imp.module, *(f"{imp.module}.{n}" for n in imp.names)):
             if name.startswith(TRIGGER_MODULES):
@@ -171,6 +174,8 @@ class _Scanner(ast.NodeVisitor):
         self.facts = PythonFacts()
         self.optional = 0  # depth of try/except ImportError and `if` blocks around the node
         self.through_deferred = False  # the call or decorator being judged goes through a deferred name
+        self.origin: str | None = None  # and the binding it came through
+        self.top: str | None = None  # and the top-level module its name resolves to
         self.functions = 0
 
     # names -------------------------------------------------------------------------------------------------
@@ -186,14 +191,26 @@ class _Scanner(ast.NodeVisitor):
 
     def site(self, kind: str, detail: str, node: ast.AST, deferred: bool = False) -> None:
         optional = kind not in _PYTORCH_KINDS and (self.optional > 0 or deferred or self.through_deferred)
-        self.facts.sites.append(Site(kind, detail, node.lineno, optional))
+        self.facts.sites.append(Site(kind, detail, node.lineno, optional, self.origin, self.top))
 
     def bind(self, alias: str, target: str) -> None:
         self.aliases[alias] = target
         if self.optional or self.functions:
             self.deferred.add(alias)
+            if not self.functions:
+                self.facts.deferred.add(alias)
         else:
             self.deferred.discard(alias)
+            self.facts.deferred.discard(alias)
+
+    def _through(self, node: ast.AST) -> None:
+        """Note, for the sites the call or decorator `node` makes, whether its name is deferred here and which
+        binding it came through (a module of the repository may have bound it optionally: report.py looks)."""
+        root = self._root_alias(node)
+        self.through_deferred = root in self.deferred
+        target = self.aliases.get(root or "", "")
+        self.origin = target if "." in target else None
+        self.top = target.split(".", 1)[0] or None
 
     def _root_alias(self, node: ast.AST) -> str | None:
         while isinstance(node, ast.Attribute):
@@ -204,7 +221,9 @@ class _Scanner(ast.NodeVisitor):
     def _library(self, module: str, node: ast.AST) -> None:
         kind = LIBRARIES.get(module.split(".", 1)[0])
         if kind:
+            self.top = module.split(".", 1)[0]
             self.site(kind, f"import {module}", node, deferred=self.functions > 0)
+            self.top = None
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -286,9 +305,9 @@ class _Scanner(ast.NodeVisitor):
             target = deco.func if isinstance(deco, ast.Call) else deco
             name = self.canonical(target)
             if name:
-                self.through_deferred = self._root_alias(target) in self.deferred
-                self._decorator(name, deco)
-                self.through_deferred = False
+                self._through(target)
+                self._decorator(name, _dotted(target) or name, deco)
+                self.through_deferred, self.origin, self.top = False, None, None
             self.visit(deco)
         if not isinstance(node, ast.ClassDef):
             self.visit(node.args)
@@ -299,9 +318,11 @@ class _Scanner(ast.NodeVisitor):
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _function
 
-    def _decorator(self, name: str, node: ast.AST) -> None:
-        if name.startswith("triton.") and name.rsplit(".", 1)[-1] in ("jit", "autotune", "heuristics"):
-            self.site("triton-kernel", f"@{name}", node)
+    def _decorator(self, name: str, written: str, node: ast.AST) -> None:
+        parts = name.split(".")
+        # `triton` re-exported by a module of the repository (torch's `from .triton_compat import triton`) too
+        if "triton" in parts[:-1] and parts[-1] in ("jit", "autotune", "heuristics"):
+            self.site("triton-kernel", f"@{written}", node)
         elif name in ("torch.compile", "torch.compiler.compile"):
             self.site("torch-compile", f"@{name}", node)
 
@@ -340,11 +361,11 @@ class _Scanner(ast.NodeVisitor):
                     self.site("torch-cuda", f'.to("{value}")', node)
 
     def _named_call(self, name: str, node: ast.Call) -> None:
-        self.through_deferred = self._root_alias(node.func) in self.deferred
+        self._through(node.func)
         try:
             self._judge_call(name, node)
         finally:
-            self.through_deferred = False
+            self.through_deferred, self.origin, self.top = False, None, None
 
     def _judge_call(self, name: str, node: ast.Call) -> None:
         top = name.split(".", 1)[0]

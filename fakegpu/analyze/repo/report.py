@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakegpu.analyze.repo.modules import chain, reach
-from fakegpu.analyze.repo.python_scan import Site
+from fakegpu.analyze.repo.python_scan import LIBRARIES, Site
 from fakegpu.analyze.repo.scan import Scan
 from fakegpu.analyze.repo.verdict import KINDS, PATHS, Launch, command, site_path, worse
 from fakegpu.reports import schema_id
@@ -139,11 +139,31 @@ def _edges(scan: Scan) -> dict[str, list[str]]:
     return edges
 
 
+def _reexported_optional(scan: Scan, site: Site, path: str) -> Site:
+    """A site whose name another module of the tree binds only optionally (`try: import triton` there, `from
+    .compat import triton` here) is optional too."""
+    if site.optional or not site.origin or site.kind in ("torch-cuda", "torch-compile", "distributed"):
+        return site
+    module, _, name = site.origin.rpartition(".")
+    source = scan.index.resolve(module, path)
+    facts = scan.python.get(source) if source else None
+    if facts is not None and name in facts.deferred:
+        return Site(site.kind, site.detail, site.line, True, site.origin)
+    return site
+
+
+def _shadowed(scan: Scan, site: Site, path: str) -> bool:
+    """A library site whose module is the tree's own (a `kernels.py` beside the script is not Hugging Face's
+    `kernels`, a `triton/` folder of the project is not Triton)."""
+    return site.top in LIBRARIES and scan.index.resolve(site.top, path) is not None
+
+
 def _sites_of(scan: Scan) -> dict[str, list[tuple[str, str, Site]]]:
     """Per file: (path, judged kind, site) for every site, plus a reached prebuilt CUDA module as one site."""
     out: dict[str, list[tuple[str, str, Site]]] = {}
     for path, facts in scan.python.items():
-        out[path] = [(*site_path(s.kind, s.detail), s) for s in facts.sites]
+        out[path] = [(*site_path(s.kind, s.detail), _reexported_optional(scan, s, path)) for s in facts.sites
+                     if not _shadowed(scan, s, path)]
     for path, native in scan.extension_modules.items():
         out[path] = [("native", "prebuilt-cuda", Site("prebuilt-cuda", native.detail, 1))]
     return out
