@@ -85,7 +85,7 @@ def _render(report: dict[str, Any], shown_root: str) -> None:
 def _repository(report: dict[str, Any]) -> None:
     sections = [
         ("the whole tree is " + report["summary"]["repository_verdict"] + " because",
-         [f"{w['path']}: {w['reason']}" + (f", e.g. {_at(w['example'])} {w['example']['detail']}" if w["example"]
+         [f"{w['path']}: {w['reason']}" + (f", e.g. {_at(w['example'])}: {w['example']['detail']}" if w["example"]
                                             else "") for w in report["summary"]["repository_reasons"]]),
         ("optional GPU use (named, not deciding: on some installations or configurations only)",
          [f"{k['kind']} -> {k['path']}: {k['optional']} site(s)" for k in report["summary"]["kinds"]

@@ -105,7 +105,7 @@ def test_this_projects_tests_folder():
     assert walk["command"] == "fakegpu run --devices a100:1 -- python -m tests.native.pynvml_walk"
     assert entry(report, "fakecuda/test_distributed.py")["verdict"] == "fakecuda"
     native = {n["path"]: n["detail"] for n in report["native"]}
-    assert native["data/cuda/count.cu"] == "1 __global__ function(s)"
+    assert native["data/cuda/count.cu"] == "1 __global__ kernel"
     # the placeholder libraries of the test root file systems are empty files: named, not dropped
     assert "data/rootfs/debian/usr/lib/x86_64-linux-gnu/libc.so.6" in [
         e["path"] for e in report["skipped"]["unreadable"]["examples"]]

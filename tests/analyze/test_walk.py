@@ -73,3 +73,21 @@ def test_a_syntax_error_does_not_cut_the_import_graph(tmp_path):
     report = analyze(str(tmp_path), "--entry", str(tmp_path / "main.py"))
     assert report["skipped"]["syntax-error"]["count"] == 1
     assert report["entries"][0]["verdict"] == "fakecuda"
+
+
+def test_the_enclosing_work_trees_rules_apply_to_a_subfolder(tmp_path):
+    write_tree(tmp_path, {
+        ".git/info/exclude": "*.secret\n",
+        ".gitignore": "*.tmp\nproject/skip/\n",
+        "project/.gitignore": "/local.py\n",
+        "project/inner/.gitignore": "",
+        "project/inner/a.tmp": "", "project/inner/b.secret": "", "project/inner/c.py": "",
+        "project/inner/local.py": "",  # anchored to project/, not inner/
+        "project/skip/x.py": "",
+    })
+    skips = Skips()
+    kept = [f.rel for f in walk(tmp_path / "project" / "inner", skips)]
+    assert kept == [".gitignore", "c.py", "local.py"]
+    assert {e["path"] for e in skips.examples["ignored"]} == {"a.tmp", "b.secret"}
+    kept = [f.rel for f in walk(tmp_path / "project", Skips())]
+    assert kept == [".gitignore", "inner/.gitignore", "inner/c.py", "inner/local.py"]

@@ -231,8 +231,8 @@ def _text_file(result: Scan, f: File, max_bytes: int) -> None:
                              error=getattr(exc, "msg", str(exc)))
     elif kind == "cuda-source":
         kernels = text.count("__global__")
-        result.native.append(NativeFile(f.rel, kind, f"{kernels} __global__ function(s)" if kernels else
-                                        "CUDA header/source, no __global__ function"))
+        result.native.append(NativeFile(f.rel, kind, f"{kernels} __global__ kernel{'s' if kernels != 1 else ''}"
+                                        if kernels else "CUDA header/source, no __global__ kernel"))
     elif kind == "ptx":
         entries = len(re.findall(r"\.entry\s", text))
         result.native.append(NativeFile(f.rel, kind, f"PTX, {entries} kernel entr{'y' if entries == 1 else 'ies'}"))

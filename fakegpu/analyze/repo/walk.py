@@ -92,23 +92,26 @@ class File:
 
 class _Ignores:
     """The .gitignore rules in force in one folder: its ancestors' and its own, each matched relative to the folder
-    that holds it, the deepest decision winning (git's order)."""
+    that holds it, the deepest decision winning (git's order). An entry is (base, prefix, spec): a path `rel` of
+    the scan is matched as prefix + rel below base; prefix places the scan's root inside a folder above it."""
 
-    def __init__(self, chain: tuple[tuple[str, pathspec.GitIgnoreSpec], ...] = ()) -> None:
+    def __init__(self, chain: tuple[tuple[str, str, pathspec.GitIgnoreSpec], ...] = ()) -> None:
         self.chain = chain
 
-    def below(self, folder_rel: str, folder: Path) -> _Ignores:
+    def with_file(self, path: Path, base: str, prefix: str = "") -> _Ignores:
         try:
-            lines = (folder / ".gitignore").read_text(encoding="utf-8", errors="replace").splitlines()
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             return self
-        spec = pathspec.GitIgnoreSpec.from_lines(lines)
-        return _Ignores((*self.chain, (folder_rel, spec)))
+        return _Ignores((*self.chain, (base, prefix, pathspec.GitIgnoreSpec.from_lines(lines))))
+
+    def below(self, folder_rel: str, folder: Path) -> _Ignores:
+        return self.with_file(folder / ".gitignore", folder_rel)
 
     def ignored(self, rel: str, is_dir: bool) -> bool:
         decision = None
-        for base, spec in self.chain:
-            sub = rel[len(base) + 1:] if base else rel
+        for base, prefix, spec in self.chain:
+            sub = prefix + (rel[len(base) + 1:] if base else rel)
             got = spec.check_file(sub + "/" if is_dir else sub).include
             if got is not None:
                 decision = got
@@ -116,14 +119,19 @@ class _Ignores:
 
 
 def _root_ignores(root: Path) -> _Ignores:
+    """The rules git applies at `root`: when it lies inside a work tree, the .git/info/exclude and .gitignore
+    files from the work tree's top down to it, then root's own."""
+    top = next((d for d in (root, *root.parents) if (d / ".git").exists()), None)
     chain = _Ignores()
-    exclude = root / ".git" / "info" / "exclude"
-    if exclude.is_file():
-        try:
-            chain = _Ignores((("", pathspec.GitIgnoreSpec.from_lines(exclude.read_text(errors="replace")
-                                                                        .splitlines())),))
-        except OSError:
-            pass
+    if top is not None:
+        inside = root.relative_to(top).as_posix()
+        prefix = "" if inside == "." else inside + "/"
+        chain = chain.with_file(top / ".git" / "info" / "exclude", "", prefix)
+        folder = top
+        for part in ([] if inside == "." else inside.split("/")):
+            chain = chain.with_file(folder / ".gitignore", "", prefix[len(folder.relative_to(top).as_posix()) + 1:]
+                                    if folder != top else prefix)
+            folder = folder / part
     return chain.below("", root)
 
 
