@@ -91,3 +91,10 @@ def test_the_enclosing_work_trees_rules_apply_to_a_subfolder(tmp_path):
     assert {e["path"] for e in skips.examples["ignored"]} == {"a.tmp", "b.secret"}
     kept = [f.rel for f in walk(tmp_path / "project", Skips())]
     assert kept == [".gitignore", "inner/.gitignore", "inner/c.py", "inner/local.py"]
+
+
+def test_a_folder_the_work_tree_ignores_is_read_when_asked_for(tmp_path):
+    # e.g. a virtual environment's site-packages/transformers inside a checkout that ignores .venv/
+    write_tree(tmp_path, {".git/HEAD": "", ".gitignore": ".venv/\n*.tmp\n",
+                          ".venv/lib/pkg/a.py": "", ".venv/lib/pkg/b.tmp": ""})
+    assert [f.rel for f in walk(tmp_path / ".venv" / "lib" / "pkg", Skips())] == ["a.py", "b.tmp"]

@@ -120,18 +120,38 @@ class _Ignores:
 
 def _root_ignores(root: Path) -> _Ignores:
     """The rules git applies at `root`: when it lies inside a work tree, the .git/info/exclude and .gitignore
-    files from the work tree's top down to it, then root's own."""
+    files from the work tree's top down to it, then root's own. A root that the work tree itself ignores (a
+    virtual environment's site-packages) was asked for by name: only its own rules apply there."""
     top = next((d for d in (root, *root.parents) if (d / ".git").exists()), None)
+    if top is None or top == root:
+        base = _Ignores().with_file(root / ".git" / "info" / "exclude", "")
+        return base.below("", root)
+    parts = root.relative_to(top).parts
+    # (folder relative to top, spec) for each rule file above root, to ask whether root itself is ignored
+    above: list[tuple[str, pathspec.GitIgnoreSpec]] = []
     chain = _Ignores()
-    if top is not None:
-        inside = root.relative_to(top).as_posix()
-        prefix = "" if inside == "." else inside + "/"
-        chain = chain.with_file(top / ".git" / "info" / "exclude", "", prefix)
-        folder = top
-        for part in ([] if inside == "." else inside.split("/")):
-            chain = chain.with_file(folder / ".gitignore", "", prefix[len(folder.relative_to(top).as_posix()) + 1:]
-                                    if folder != top else prefix)
-            folder = folder / part
+    for i in range(len(parts) + 1):
+        folder = "/".join(parts[:i])
+        files = [top / ".git" / "info" / "exclude"] if i == 0 else []
+        files.append(top / folder / ".gitignore")
+        if i == len(parts):
+            break
+        for path in files:
+            try:
+                spec = pathspec.GitIgnoreSpec.from_lines(path.read_text(encoding="utf-8", errors="replace")
+                                                         .splitlines())
+            except OSError:
+                continue
+            above.append((folder, spec))
+            chain = _Ignores((*chain.chain, ("", "/".join(parts[i:]) + "/", spec)))
+        here = "/".join(parts[:i + 1])
+        decision = None
+        for base, spec in above:
+            got = spec.check_file((here[len(base) + 1:] if base else here) + "/").include
+            if got is not None:
+                decision = got
+        if decision:
+            return _Ignores().below("", root)
     return chain.below("", root)
 
 
