@@ -213,7 +213,50 @@ def test_pattern_reader_matches_the_parser_on_imports():
 def test_needs_parse():
     plain = b"import os\nfrom torch import nn\n"
     assert not needs_parse(plain, imports_by_pattern(plain).imports)
-    for source in (b"x.cuda()", b"if __name__ == '__main__': pass", b"import torch.distributed as d",
-                   b"from torch import distributed", b"import flash_attn",
+    for source in (b"x.cuda()", b"if __name__ == '__main__': pass", b"dist.init_process_group()",
+                   b"from torch import cuda", b"import flash_attn",
                    b"from torch.utils.cpp_extension import load"):
         assert needs_parse(source, imports_by_pattern(source).imports), source
+
+
+def _pieces_and_whole(data: bytes, monkeypatch) -> tuple:
+    from fakegpu.analyze.repo import python_scan
+
+    assert len(data) > python_scan.CHUNKED_FROM
+    pieces = scan_python(data)
+    with monkeypatch.context() as m:
+        m.setattr(python_scan, "CHUNKED_FROM", 1 << 40)
+        whole = scan_python(data)
+    return pieces, whole
+
+
+@pytest.mark.parametrize("doc", ["", 'DOC = """\ndef not_a_function():\n    pass\n"""\n'])
+def test_a_large_file_read_in_pieces_gives_what_the_whole_parse_gives(doc, monkeypatch):
+    # With DOC, a column-0 `def` inside a string cuts a piece wrongly: the whole file is parsed instead.
+    quiet = "".join(f"def quiet_{i}(a,\n        b):\n    return a + b\n\n" for i in range(400))
+    source = textwrap.dedent("""\
+        import torch
+        import triton
+        from torch.cuda import synchronize as sync
+        @triton.jit
+        def kernel(
+            x,
+        ):
+            pass
+        """) + doc + quiet + textwrap.dedent("""\
+        class Model(torch.nn.Module):
+            def forward(self, x):
+                sync()
+                return x.cuda()
+        LIMIT = 3
+        if __name__ == "__main__":
+            Model().forward(torch.zeros(LIMIT))
+        """)
+    lines = source.splitlines()
+    pieces, whole = _pieces_and_whole(source.encode(), monkeypatch)
+    assert [(s.kind, s.detail, s.line) for s in pieces.sites] == [(s.kind, s.detail, s.line) for s in whole.sites]
+    assert [(s.kind, s.line) for s in pieces.sites] == [
+        ("triton", 2), ("triton-kernel", 4), ("torch-cuda", lines.index("        sync()") + 1),
+        ("torch-cuda", lines.index("        return x.cuda()") + 1)]
+    assert pieces.main == whole.main and pieces.main.line == lines.index('if __name__ == "__main__":') + 1
+    assert pieces.names == whole.names and {"quiet_399", "Model", "kernel", "LIMIT"} <= pieces.names

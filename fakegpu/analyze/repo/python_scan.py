@@ -23,9 +23,13 @@ from typing import ClassVar
 
 # A file holding none of these and importing none of TRIGGER_MODULES cannot hold a site this module finds: every
 # detector needs a name that one of its imports binds, or one of these in the text.
-TRIGGERS = (b"cuda", b"__main__", b"torch.compile", b"torch.distributed", b"_dynamo", b"nccl")
-TRIGGER_MODULES = ("torch.distributed", "torch.utils.cpp_extension", "torch._dynamo", "torch.compiler",
-                   "torch.nn.parallel", "torch.compile", "torch.cuda")
+TRIGGERS = (b"cuda", b"__main__", b"torch.compile", b"init_process_group", b"new_group", b"DistributedDataParallel",
+            b"init_device_mesh", b"_dynamo.optimize", b"init_distributed")
+TRIGGER_MODULES = ("torch.utils.cpp_extension", "torch.compile", "torch.cuda")
+# Parts of torch whose names, once imported under an alias, can make a site in text without any trigger
+# (`from torch.cuda import synchronize as sync`, `from torch.nn.parallel import DistributedDataParallel as DDP`).
+_GPU_TORCH = ("torch.cuda", "torch.distributed", "torch.nn.parallel", "torch.utils.cpp_extension", "torch.compile",
+              "torch._dynamo", "torch.compiler")
 _PYTORCH_KINDS = ("torch-cuda", "torch-compile", "distributed")
 
 # Third-party packages whose import alone is evidence: package -> site kind (verdict.py gives each kind its path).
@@ -152,8 +156,9 @@ class _Scanner(ast.NodeVisitor):
         kind = type(node)
         handler = self._handlers.get(kind)
         if handler is None:
-            handler = getattr(type(self), "visit_" + kind.__name__, None) or (
-                _skip if issubclass(kind, _LEAVES) else type(self).generic_visit)
+            # Leaves first: ast.NodeVisitor itself defines visit_Constant (a deprecation shim) that would be found
+            handler = _skip if issubclass(kind, _LEAVES) else (
+                getattr(type(self), "visit_" + kind.__name__, None) or type(self).generic_visit)
             self._handlers[kind] = handler
         handler(self, node)  # type: ignore[operator]
 
@@ -167,10 +172,14 @@ class _Scanner(ast.NodeVisitor):
             elif isinstance(value, ast.AST):
                 self.visit(value)
 
-    def __init__(self, package: str) -> None:
+    def __init__(self, package: str, source: bytes = b"") -> None:
         self.package = package
+        self.source = source
+        # byte offset of each line's start, to cut a function's text out of the source (see _quiet)
+        self.lines = [0, *(m.end() for m in re.finditer(b"\n", source))] if source else []
         self.aliases: dict[str, str] = {}
         self.deferred: set[str] = set()  # names bound only by optional or in-function imports
+        self.gpu_aliases: set[bytes] = set()  # names bound to GPU-facing modules (their text makes code not quiet)
         self.facts = PythonFacts()
         self.optional = 0  # depth of try/except ImportError and `if` blocks around the node
         self.through_deferred = False  # the call or decorator being judged goes through a deferred name
@@ -195,6 +204,9 @@ class _Scanner(ast.NodeVisitor):
 
     def bind(self, alias: str, target: str) -> None:
         self.aliases[alias] = target
+        if (target.split(".", 1)[0] in LIBRARIES or target.rsplit(".", 1)[-1] in LIBRARIES
+                or target.startswith(_GPU_TORCH)):
+            self.gpu_aliases.add(alias.encode())
         if self.optional or self.functions:
             self.deferred.add(alias)
             if not self.functions:
@@ -311,10 +323,25 @@ class _Scanner(ast.NodeVisitor):
             self.visit(deco)
         if not isinstance(node, ast.ClassDef):
             self.visit(node.args)
+        if self._quiet(node):
+            return
         self.functions += 1
         for child in node.body:
             self.visit(child)
         self.functions -= 1
+
+    def _quiet(self, node: ast.AST) -> bool:
+        """Whether a function's or class's text holds nothing a detector needs: no trigger, no import, no name
+        bound to a GPU-facing module. Its body is then not visited: most of a parsed file's functions are quiet,
+        and visiting is half of a scan's time."""
+        if not self.lines or node.end_lineno is None or node.end_lineno >= len(self.lines):
+            return False
+        return self.quiet_text(self.source[self.lines[node.lineno - 1]:self.lines[node.end_lineno]])
+
+    def quiet_text(self, text: bytes) -> bool:
+        if b"import" in text or any(t in text for t in TRIGGERS):
+            return False
+        return not any(alias in text for alias in self.gpu_aliases)
 
     visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _function
 
@@ -451,12 +478,66 @@ class _Scanner(ast.NodeVisitor):
             self.site("tensorflow-gpu", f"{name}({first!r})" if first else f"{name}()", node)
 
 
+CHUNKED_FROM = 16 << 10  # bytes: smaller files are parsed whole (splitting them saves nothing)
+_TOP_DEF = re.compile(rb"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.M)
+_TOP_BLOCK = re.compile(rb"^(?:@|async[ \t]+def[ \t]|def[ \t]|class[ \t])", re.M)
+# A line that starts a top-level statement: not indented, not a comment, not the closing bracket or quotes of a
+# signature or string that began above.
+_TOP_LINE = re.compile(rb"^[^ \t\r\n#)\]}'\"]", re.M)
+
+
+def _chunks(source: bytes) -> list[tuple[int, int, bool]]:
+    """(start, end, is_definition) byte ranges of a module's top-level pieces: each function or class with its
+    decorators, and the statements between them. Found from lines that start at column 0, so a string or bracket
+    spanning such a line can cut a piece wrongly; the caller then parses the whole file instead."""
+    cuts: list[tuple[int, bool]] = [(0, False)]
+    decorated = False
+    for m in _TOP_LINE.finditer(source):
+        at = m.start()
+        block = _TOP_BLOCK.match(source, at) is not None
+        if block and not decorated:
+            cuts.append((at, True))
+        elif not block and cuts[-1][1] and not decorated:
+            cuts.append((at, False))  # module-level code after a definition
+        decorated = source.startswith(b"@", at)
+    cuts.append((len(source), False))
+    return [(a, b, definition) for (a, definition), (b, _) in zip(cuts, cuts[1:], strict=False) if b > a]
+
+
 def scan_python(source: bytes | str, package: str = "") -> PythonFacts:
     """The facts of one Python source; `package` is the dotted package it lives in (for relative imports).
-    Raises SyntaxError (and ValueError for a NUL byte) as ast.parse does."""
-    tree = ast.parse(source)
-    scanner = _Scanner(package)
-    scanner.visit(tree)
+    Raises SyntaxError (and ValueError for a NUL byte) as ast.parse does.
+
+    Parsing is most of a scan's time, so a large file is parsed piece by piece (_chunks) and a function or class
+    whose text is quiet (see _Scanner._quiet) is not parsed at all; the pieces carry their own line numbers. If a
+    piece does not parse on its own, the whole file is parsed as one."""
+    data = source.encode("utf-8") if isinstance(source, str) else source
+    if len(data) >= CHUNKED_FROM and b"\0" not in data:
+        try:
+            return _scan_in_pieces(data, package)
+        except SyntaxError:
+            pass
+    scanner = _Scanner(package, data)
+    scanner.visit(ast.parse(source))
+    return scanner.facts
+
+
+def _scan_in_pieces(data: bytes, package: str) -> PythonFacts:
+    scanner = _Scanner(package, data)
+    coding = re.match(rb"(?:[^\n]*\n)?[ \t\f]*#.*?coding[:=]", data)
+    if coding or data.startswith(b"\xef\xbb\xbf"):
+        raise SyntaxError("an encoding declaration: parsed whole")
+    line = counted = 0
+    for start, end, definition in _chunks(data):
+        line += data.count(b"\n", counted, start)
+        counted = start
+        piece = data[start:end]
+        if definition and scanner.quiet_text(piece):
+            name = _TOP_DEF.search(piece)
+            if name:
+                scanner.facts.names.add(name.group(1).decode("ascii", "replace"))
+            continue
+        scanner.visit(ast.parse(b"\n" * line + piece))
     return scanner.facts
 
 
