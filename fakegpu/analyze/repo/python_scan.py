@@ -17,6 +17,7 @@ import of a GPU-facing module); the others' imports are read with a pattern (imp
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -501,7 +502,7 @@ def _chunks(source: bytes) -> list[tuple[int, int, bool]]:
             cuts.append((at, False))  # module-level code after a definition
         decorated = source.startswith(b"@", at)
     cuts.append((len(source), False))
-    return [(a, b, definition) for (a, definition), (b, _) in zip(cuts, cuts[1:], strict=False) if b > a]
+    return [(a, b, definition) for (a, definition), (b, _) in itertools.pairwise(cuts) if b > a]
 
 
 def scan_python(source: bytes | str, package: str = "") -> PythonFacts:
