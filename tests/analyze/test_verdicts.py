@@ -164,6 +164,8 @@ def test_clear_errors_with_close_matches(tmp_path):
     assert code == 2 and "ignored by .gitignore" in message
     code, message = analyze_error(str(tmp_path), "--entry", "data.csv")
     assert code == 2 and "not a Python file or notebook" in message
+    code, message = analyze_error("/dev/null")
+    assert code == 2 and message.startswith("/dev/null: not a folder or a regular file")
     code, message = analyze_error(str(tmp_path), "--max-file-size", "2G")
     assert code == 2 and message.startswith("--max-file-size: '2G' is not a size")
 

@@ -39,6 +39,9 @@ def _root(path: Path) -> tuple[Path, str | None]:
         return path.resolve(), None
     if path.is_file():
         return path.resolve().parent, path.name
+    if path.exists():
+        raise UsageError(f"{path}: not a folder or a regular file (a repository folder, or one Python file or "
+                         "notebook in it)")
     parent = path.parent if str(path.parent) else Path(".")
     hint = ""
     if parent.is_dir():
