@@ -47,6 +47,7 @@ def test_every_skip_is_reported_with_its_reason(tmp_path):
         "nul.py": b"import torch\x00\x01\x02",
         "bad.so": b"not an elf at all",
         "ok.py": "import torch\nif __name__ == '__main__':\n    torch.cuda.init()\n",
+        "generated.py": "import torch\nx = " + " + ".join(["1"] * 20000) + "\ny = torch.zeros(1).cuda()\n",
     })
     os.symlink(tmp_path, tmp_path / "loop")
     report = analyze(str(tmp_path))
@@ -58,7 +59,9 @@ def test_every_skip_is_reported_with_its_reason(tmp_path):
     assert skipped["binary"]["examples"] == [{"path": "nul.py"}]
     assert skipped["unreadable"]["examples"][0]["path"] == "bad.so"
     assert skipped["link"]["examples"][0]["path"] == "loop/"
-    assert report["scanned"]["files"] == 5
+    assert skipped["too-deep"]["examples"] == [{"path": "generated.py", "error": "nested too deeply for Python's "
+                                                "parser", "mentions_gpu_terms": True}]
+    assert report["scanned"]["files"] == 6
     # a larger limit reads it
     report = analyze(str(tmp_path), "--max-file-size", "4MiB")
     assert "too-large" not in report["skipped"]

@@ -194,13 +194,18 @@ def _python(result: Scan, f: File, data: bytes) -> None:
         result.skips.add("syntax-error", f.rel, line=line, error=getattr(exc, "msg", str(exc)))
         result.python[f.rel] = quick  # the import graph still goes through it
         return
+    except (RecursionError, MemoryError):  # generated code: an expression thousands of levels deep
+        result.skips.add("too-deep", f.rel, error="nested too deeply for Python's parser",
+                         mentions_gpu_terms=True)  # it was parsed because it has a trigger
+        result.python[f.rel] = quick
+        return
     result.parsed += 1
     result.python[f.rel] = facts
     if setup_py:
         try:
             text = data.decode("utf-8", "replace")
             found, scripts, unread = deps.read_setup_py(ast.parse(data), text, f.rel)
-        except (SyntaxError, ValueError):
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             return
         result.dependencies += found
         result.declared += scripts
@@ -229,6 +234,8 @@ def _text_file(result: Scan, f: File, max_bytes: int) -> None:
         except (SyntaxError, ValueError) as exc:
             result.skips.add("syntax-error", f.rel, line=getattr(exc, "lineno", None),
                              error=getattr(exc, "msg", str(exc)))
+        except (RecursionError, MemoryError):
+            result.skips.add("too-deep", f.rel, error="nested too deeply for Python's parser")
     elif kind == "cuda-source":
         kernels = text.count("__global__")
         result.native.append(NativeFile(f.rel, kind, f"{kernels} __global__ kernel{'s' if kernels != 1 else ''}"

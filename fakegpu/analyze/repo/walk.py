@@ -70,7 +70,8 @@ def kind_of(rel: str) -> str:
 @dataclass
 class Skips:
     """Files and folders the scan did not read, by reason: ignored (.gitignore, git's own folder), link (a
-    symbolic link to a folder, not followed), unreadable, binary, too-large, syntax-error, no-toml-reader."""
+    symbolic link to a folder, not followed), unreadable, binary, too-large, syntax-error, too-deep (nested beyond
+    what Python's parser takes)."""
 
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[dict]] = field(default_factory=dict)
