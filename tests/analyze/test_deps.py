@@ -148,3 +148,18 @@ def test_all_of_them_in_one_report(tmp_path):
     train = report["entries"][0]
     assert (train["name"], train["path"], train["verdict"]) == ("demo-train", "demo/train.py", "fakecuda")
     assert train["command"] == "fakegpu preflight --devices a100:1 -- demo-train"
+
+
+def test_odd_but_valid_files_are_read_without_a_crash(tmp_path):
+    write_tree(tmp_path, {
+        "pyproject.toml": '[project]\ndependencies = "torch"\nscripts = ["x"]\noptional-dependencies = 3\n'
+                          '[tool.poetry]\ngroup = ["dev"]\ndependencies = {torch = {version = "*", extras = 1}}\n',
+        "compose.yaml": "services:\n  a:\n    deploy: [1, 2]\n  b: 3\n  c:\n    deploy: {resources: {reservations: "
+                        "{devices: [{capabilities: gpu}, 7]}}}\n",
+        ".github/workflows/ci.yml": "jobs:\n  a:\n    runs-on: 3\n    container: {}\n  b: []\n",
+        "environment.yml": "- not a mapping\n",
+        "README.md": "python setup.py build_ext --inplace\n",
+    })
+    report = analyze(str(tmp_path))
+    assert [d["name"] for d in report["dependencies"]] == ["torch"]
+    assert report["infrastructure"] == [] and report["entries"] == []

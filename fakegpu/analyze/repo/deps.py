@@ -78,6 +78,15 @@ def gpu_kind(name: str, extras: str = "") -> str | None:
     return None
 
 
+def _table(value: Any) -> dict:
+    """A table of a hand-written file, or an empty one where the file has something else there."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 def _line_of(text: str, needle: str, default: int = 1) -> int:
     at = text.find(needle)
     return text.count("\n", 0, at) + 1 if at >= 0 else default
@@ -161,31 +170,30 @@ def read_pyproject(text: str, rel: str, reader: ModuleType | None = None
         return [], [], [Unread(rel, 1, f"not valid TOML: {exc}")]
     deps: list[Dependency] = []
     scripts: list[Declared] = []
-    project = doc.get("project", {}) if isinstance(doc.get("project"), dict) else {}
-    for spec in project.get("dependencies", []) or []:
+    project = _table(doc.get("project"))
+    for spec in _list(project.get("dependencies")):
         if isinstance(spec, str) and (d := requirement(spec, rel, _line_of(text, spec), "pyproject")):
             deps.append(d)
-    for group, specs in (project.get("optional-dependencies") or {}).items():
-        for spec in specs if isinstance(specs, list) else []:
+    for group, specs in _table(project.get("optional-dependencies")).items():
+        for spec in _list(specs):
             if isinstance(spec, str) and (d := requirement(spec, rel, _line_of(text, spec), "pyproject", group)):
                 deps.append(d)
     for key, kind in (("scripts", "console-script"), ("gui-scripts", "gui-script")):
-        for name, target in (project.get(key) or {}).items():
+        for name, target in _table(project.get(key)).items():
             scripts.append(Declared(name, str(target), kind, rel, _line_of(text, f"{name} =", _line_of(text, name))))
-    poetry = doc.get("tool", {}).get("poetry", {}) if isinstance(doc.get("tool"), dict) else {}
-    if isinstance(poetry, dict):
-        tables = [(None, poetry.get("dependencies") or {})]
-        tables += [(g, (t or {}).get("dependencies") or {}) for g, t in (poetry.get("group") or {}).items()]
-        for group, table in tables:
-            for name, spec in table.items() if isinstance(table, dict) else []:
-                if normalize(name) == "python":
-                    continue
-                extras = ",".join(spec.get("extras", [])) if isinstance(spec, dict) else ""
-                deps.append(Dependency(normalize(name), f"{name} {spec}", rel, _line_of(text, f"{name} ="),
-                                       "pyproject", group, gpu_kind(name, extras)))
-        for name, target in (poetry.get("scripts") or {}).items():
-            if isinstance(target, str):
-                scripts.append(Declared(name, target, "console-script", rel, _line_of(text, f"{name} =")))
+    poetry = _table(_table(doc.get("tool")).get("poetry"))
+    tables = [(None, _table(poetry.get("dependencies")))]
+    tables += [(g, _table(_table(t).get("dependencies"))) for g, t in _table(poetry.get("group")).items()]
+    for group, table in tables:
+        for name, spec in table.items():
+            if normalize(name) == "python":
+                continue
+            extras = ",".join(str(e) for e in _list(spec.get("extras"))) if isinstance(spec, dict) else ""
+            deps.append(Dependency(normalize(name), f"{name} {spec}", rel, _line_of(text, f"{name} ="),
+                                   "pyproject", group, gpu_kind(name, extras)))
+    for name, target in _table(poetry.get("scripts")).items():
+        if isinstance(target, str):
+            scripts.append(Declared(name, target, "console-script", rel, _line_of(text, f"{name} =")))
     return deps, scripts, []
 
 

@@ -51,6 +51,8 @@ def commands(text: str, rel: str) -> list[CommandRef]:
     out = []
     for m in _COMMAND.finditer(text):
         launcher = " ".join(m.group("launcher").split())
+        if m.group("script") and m.group("script").rsplit("/", 1)[-1] == "setup.py":
+            continue  # a build (`python setup.py build_ext`), not a program of the repository
         if launcher.startswith("python") and m.group("module") in ("pip", "venv", "ensurepip", "pytest", "build",
                                                                    "http.server", "json.tool", "site", "twine"):
             continue
@@ -76,6 +78,10 @@ def gpus_flags(text: str, rel: str) -> list[Infra]:
             for m in _GPUS_FLAG.finditer(text) if "docker" in text[max(0, m.start() - 200):m.start()]]
 
 
+def _dict(value: object) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def _load(text: str) -> object:
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
@@ -93,10 +99,11 @@ def read_compose(text: str, rel: str) -> tuple[list[Infra], str | None]:
         if not isinstance(service, dict):
             continue
         at = _line(text, max(text.find(f"{name}:"), 0))
-        devices = (((service.get("deploy") or {}).get("resources") or {}).get("reservations") or {}).get("devices")
+        devices = _dict(_dict(_dict(service.get("deploy")).get("resources")).get("reservations")).get("devices")
         for device in devices if isinstance(devices, list) else []:
-            if isinstance(device, dict) and (device.get("driver") == "nvidia" or "gpu" in (device.get("capabilities")
-                                                                                         or [])):
+            capabilities = device.get("capabilities") if isinstance(device, dict) else None
+            if isinstance(device, dict) and (device.get("driver") == "nvidia" or (
+                    isinstance(capabilities, list) and "gpu" in capabilities)):
                 count = device.get("count", device.get("device_ids", "all"))
                 found.append(Infra("compose-gpu", f"service {name}: reserves GPUs ({count}) through "
                                                   f"{device.get('driver', 'capabilities: gpu')}", rel, at))
