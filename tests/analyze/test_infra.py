@@ -74,7 +74,9 @@ def test_ci_gpu_runners_and_cuda_containers():
 
 def test_commands_in_prose_and_makefiles():
     text = "Run `python3 -m demo.cli --help` or `accelerate launch --num_processes 2 finetune.py`.\n" \
-           "docker run --gpus all demo\npython -m pip install x\n"
+           "docker run --gpus all demo\npython -m pip install x\nfakegpu runtime install --gpus --devices a100:8\n" \
+           "docker run --rm -e X=1 --gpus '\"device=0,2\"' IMAGE nvidia-smi -L\n"
     assert [(r.launcher, r.module, r.script) for r in infra.commands(text, "README.md")] == [
         ("python3", "demo.cli", None), ("accelerate launch", None, "finetune.py")]
-    assert [i.detail for i in infra.gpus_flags(text, "README.md")] == ["--gpus all"]
+    assert [(i.detail, i.line) for i in infra.gpus_flags(text, "README.md")] == [
+        ("--gpus all", 2), ("--gpus '\"device=0,2\"'", 5)]

@@ -12,7 +12,8 @@ import yaml
 
 _CUDA_IMAGE = re.compile(r"(?i)^\s*FROM\s+(?:--platform=\S+\s+)?(\S*(?:nvidia/cuda|nvcr\.io/nvidia/|pytorch/pytorch:"
                          r"\S*cuda|cuda)\S*)", re.M)
-_GPUS_FLAG = re.compile(r"--gpus[= ]+\S+")
+# Docker's own flag, on a `docker run`/`create` line (not another tool's --gpus), with its value.
+_GPUS_FLAG = re.compile(r"\bdocker[ \t]+(?:container[ \t]+)?(?:run|create)\b[^\n]*?(--gpus[= ]+[^\s-]\S*)")
 _GPU_LABEL = re.compile(r"(?i)(gpu|cuda|nvidia|\ba100\b|\bh100\b|\bh200\b|\bl4\b|\bt4\b|\bv100\b|\bb200\b)")
 # A command that runs Python code of the repository: launcher, then `-m module` or a script path. Words may be
 # apart by blanks or by `", "` (a Dockerfile's exec form: CMD ["python3", "serve.py"]).
@@ -65,7 +66,7 @@ def commands(text: str, rel: str) -> list[CommandRef]:
 def read_dockerfile(text: str, rel: str) -> tuple[list[Infra], list[CommandRef]]:
     found = [Infra("cuda-base-image", f"FROM {m.group(1)}", rel, _line(text, m.start()))
              for m in _CUDA_IMAGE.finditer(text)]
-    found += [Infra("docker-gpus", m.group(0), rel, _line(text, m.start())) for m in _GPUS_FLAG.finditer(text)]
+    found += [Infra("docker-gpus", m.group(1), rel, _line(text, m.start())) for m in _GPUS_FLAG.finditer(text)]
     refs = commands(text, rel)
     for ref in refs:
         ref.in_gpu_image = any(i.kind == "cuda-base-image" for i in found)
@@ -74,8 +75,7 @@ def read_dockerfile(text: str, rel: str) -> tuple[list[Infra], list[CommandRef]]
 
 def gpus_flags(text: str, rel: str) -> list[Infra]:
     """`docker run --gpus ...` written anywhere (a Makefile, a script, a README)."""
-    return [Infra("docker-gpus", m.group(0), rel, _line(text, m.start()))
-            for m in _GPUS_FLAG.finditer(text) if "docker" in text[max(0, m.start() - 200):m.start()]]
+    return [Infra("docker-gpus", m.group(1), rel, _line(text, m.start())) for m in _GPUS_FLAG.finditer(text)]
 
 
 def _dict(value: object) -> dict:
