@@ -142,6 +142,20 @@ def test_container_route_and_prebuilt_cuda(tmp_path):
     assert [i["kind"] for i in report["infrastructure"]] == ["cuda-base-image", "compose-gpu"]
 
 
+def test_a_compose_service_that_reserves_gpus(tmp_path):
+    write_tree(tmp_path, {
+        "docker-compose.yml": "services:\n  trainer:\n    build: .\n    command: torchrun --nproc-per-node 2 "
+                              "train.py\n    deploy:\n      resources:\n        reservations:\n          devices:\n"
+                              "            - capabilities: [gpu]\n",
+        "train.py": "import torch\ntorch.cuda.init()\n",
+    })
+    train = entry(analyze(str(tmp_path)), "train.py")
+    assert train["verdict"] == "container"
+    assert train["command"] == ("sudo fakegpu runtime install --gpus --devices a100:1 && docker compose -f "
+                                "docker-compose.yml up")
+    assert train["reasons"][0]["kind"] == "compose-gpu"
+
+
 def test_entry_option_and_a_single_file(tmp_path):
     write_tree(tmp_path, {"a.py": "import torch\ntorch.cuda.init()\n", "b.py": "print(1)\n",
                           ".gitignore": "hidden.py\n", "hidden.py": ""})

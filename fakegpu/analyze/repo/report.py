@@ -199,8 +199,10 @@ def judge(scan: Scan, entry: Entry, edges: dict[str, list[str]], sites: dict[str
                      None)
     if container and verdict != "real-gpu":
         verdict = "container"
-        reasons.append({"kind": container["kind"], "path": "container", "why": "started by a Dockerfile on a CUDA base "
-                        "image: run the image under FakeGPU's runtime", "count": 1,
+        why = ("started by a Dockerfile on a CUDA base image: run the image under FakeGPU's runtime"
+               if container["kind"] == "cuda-base-image" else
+               "started by a compose service that reserves GPUs: FakeGPU's hook serves the reservation")
+        reasons.append({"kind": container["kind"], "path": "container", "why": why, "count": 1,
                         "site": {"path": container["path"], "line": container["line"], "detail": container["detail"]},
                         "optional": False})
     reasons.sort(key=lambda r: (r["optional"], -PATHS.index(r["path"]), r["kind"]))
@@ -226,8 +228,10 @@ def build(scan: Scan, given: list[str] | None = None) -> dict[str, Any]:
         entries = chosen
     edges = _edges(scan)
     sites = _sites_of(scan)
-    containers = {i.path: {"kind": i.kind, "path": i.path, "line": i.line, "detail": i.detail}
-                  for i in scan.infra if i.kind == "cuda-base-image"}
+    containers = {}
+    for i in scan.infra:  # the first GPU definition of each Dockerfile or compose file
+        if i.kind in ("cuda-base-image", "compose-gpu") and i.path not in containers:
+            containers[i.path] = {"kind": i.kind, "path": i.path, "line": i.line, "detail": i.detail}
     judged = [judge(scan, e, edges, sites, containers) for e in sorted(entries.values(), key=lambda e: e.path)]
     all_sites = [{"kind": kind, "path_needed": p, **_where(scan, file, s.line), "detail": s.detail,
                   "optional": s.optional} for file, items in sites.items() for p, kind, s in items]

@@ -272,7 +272,10 @@ def _text_file(result: Scan, f: File, max_bytes: int) -> None:
         result.infra += found
         if problem:
             result.unread.append(deps.Unread(f.rel, 1, problem))
-        result.commands += infra.commands(text, f.rel)
+        refs = infra.commands(text, f.rel)
+        for ref in refs:  # a service's command in a compose file that reserves GPUs runs on them
+            ref.in_gpu_image = kind == "compose" and bool(found)
+        result.commands += refs
     elif kind in ("script", "doc"):
         result.infra += infra.gpus_flags(text, f.rel)
         result.commands += infra.commands(text, f.rel)

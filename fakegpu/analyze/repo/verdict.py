@@ -5,6 +5,7 @@
     native     CUDA reached outside PyTorch's Python surface (NVML, CuPy, JAX/TF GPU, a prebuilt CUDA library):
                `fakegpu run` serves its CUDA and NVML calls, kernels are not run, so values are not valid
     container  started by a Dockerfile on a CUDA image or a compose service that reserves GPUs: FakeGPU's runtime
+               (or its hook, for compose's reservation)
     real-gpu   custom CUDA kernels whose results are the point (Triton, CUDA extensions, flash_attn, ...): no fake
                computes them; native mode rehearses memory and control flow only
 
