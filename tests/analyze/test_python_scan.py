@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from fakegpu.analyze.repo.python_scan import imports_by_pattern, needs_parse, scan_python
+from fakegpu.analyze.repo.python_imports import imports_by_pattern
+from fakegpu.analyze.repo.python_scan import needs_parse, scan_python
 
 
 def found(source: str, package: str = "") -> list[tuple[str, str, int, bool]]:

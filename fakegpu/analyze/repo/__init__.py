@@ -2,6 +2,7 @@
 
     walk.py         the tree as git sees it (.gitignore honoured), every skip counted with its reason
     python_scan.py  one Python file's GPU-facing sites, imports and __main__ block (ast)
+    python_imports.py  the imports of a file not worth parsing, by pattern (for the import graph)
     deps.py         requirements, pyproject, setup.py, setup.cfg, conda, entry_points.txt
     infra.py        Dockerfiles, compose GPU reservations, CI GPU runners, commands named in them
     scan.py         one pass reading every kept file once

@@ -14,7 +14,8 @@ from pathlib import Path
 from fakegpu.analyze.elf import NotELF, read_elf
 from fakegpu.analyze.repo import deps, infra
 from fakegpu.analyze.repo.modules import ModuleIndex, module_name
-from fakegpu.analyze.repo.python_scan import PythonFacts, has_trigger, imports_by_pattern, needs_parse, scan_python
+from fakegpu.analyze.repo.python_imports import imports_by_pattern
+from fakegpu.analyze.repo.python_scan import PythonFacts, has_trigger, needs_parse, scan_python
 from fakegpu.analyze.repo.walk import MAX_TEXT_BYTES, File, Skips, walk
 
 _TEXT_KINDS = {"python", "notebook", "cuda-source", "ptx", "pyproject", "setup-cfg", "entry-points", "requirements",
