@@ -127,6 +127,18 @@ def test_triton_kernels_and_gpu_libraries():
     assert not any(optional for *_, optional in got)
 
 
+def test_a_triton_kernel_under_a_decorator_of_its_own():
+    got = found("""
+        import triton.language as tl
+        from mylib import cached_kernel
+        @cached_kernel("bmm")
+        def bmm(a_ptr, BLOCK: tl.constexpr):
+            pid = tl.program_id(axis=0)
+    """)
+    assert got == [("triton", "import triton.language", 1, False),
+                   ("triton-kernel", "triton.language.program_id() in a kernel body", 5, False)]
+
+
 def test_jax_and_tensorflow_gpu_use():
     got = found("""
         import jax

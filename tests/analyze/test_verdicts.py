@@ -69,6 +69,21 @@ def test_optional_libraries_do_not_decide_but_are_named(tmp_path):
     assert app["notes"] == ["with its optional packages installed it reaches flash-attn: that path needs real-gpu"]
 
 
+def test_a_module_reached_only_through_a_conditional_import_is_optional(tmp_path):
+    write_tree(tmp_path, {
+        "fast.py": "import flash_attn\ndef attend(q):\n    return flash_attn.flash_attn_func(q, q, q)\n",
+        "soft.py": "import torch\ntry:\n    import fast\nexcept ImportError:\n    fast = None\n"
+                   "if __name__ == '__main__':\n    torch.cuda.init()\n",
+        "hard.py": "import torch\nimport fast\nif __name__ == '__main__':\n    torch.cuda.init()\n",
+    })
+    report = analyze(str(tmp_path))
+    soft, hard = entry(report, "soft.py"), entry(report, "hard.py")
+    assert soft["verdict"] == "fakecuda" and hard["verdict"] == "real-gpu"
+    assert [(r["kind"], r["optional"]) for r in soft["reasons"]] == [("torch-cuda", False), ("flash-attn", True)]
+    first = hard["reasons"][0]
+    assert (first["kind"], first["optional"], first["via"]) == ("flash-attn", False, ["hard.py", "fast.py"])
+
+
 def test_a_reexported_optional_name_stays_optional(tmp_path):
     write_tree(tmp_path, {
         "compat.py": "try:\n    import triton\nexcept ImportError:\n    triton = None\n",

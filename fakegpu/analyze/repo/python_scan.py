@@ -31,7 +31,8 @@ TRIGGER_MODULES = ("torch.utils.cpp_extension", "torch.compile", "torch.cuda")
 # (`from torch.cuda import synchronize as sync`, `from torch.nn.parallel import DistributedDataParallel as DDP`).
 _GPU_TORCH = ("torch.cuda", "torch.distributed", "torch.nn.parallel", "torch.utils.cpp_extension", "torch.compile",
               "torch._dynamo", "torch.compiler")
-_PYTORCH_KINDS = ("torch-cuda", "torch-compile", "distributed")
+# PyTorch's own CUDA surface: never optional (on a fake GPU the CUDA path is the one taken)
+PYTORCH_KINDS = ("torch-cuda", "torch-compile", "distributed")
 
 # Third-party packages whose import alone is evidence: package -> site kind (verdict.py gives each kind its path).
 LIBRARIES = {
@@ -64,7 +65,7 @@ class Import:
     module: str  # absolute dotted name
     names: tuple[str, ...]  # for `from module import a, b`
     line: int
-    lazy: bool  # inside a function: runs when the function does
+    lazy: bool  # inside a function, a try or an if: runs on some paths only (an indented import, by pattern)
 
 
 @dataclass
@@ -200,7 +201,7 @@ class _Scanner(ast.NodeVisitor):
         return ".".join([self.aliases[node.id], *reversed(parts)])
 
     def site(self, kind: str, detail: str, node: ast.AST, deferred: bool = False) -> None:
-        optional = kind not in _PYTORCH_KINDS and (self.optional > 0 or deferred or self.through_deferred)
+        optional = kind not in PYTORCH_KINDS and (self.optional > 0 or deferred or self.through_deferred)
         self.facts.sites.append(Site(kind, detail, node.lineno, optional, self.origin, self.top))
 
     def bind(self, alias: str, target: str) -> None:
@@ -246,7 +247,7 @@ class _Scanner(ast.NodeVisitor):
                 top = alias.name.split(".", 1)[0]
                 if top not in self.aliases or top in self.deferred:
                     self.bind(top, top)
-            self.facts.imports.append(Import(alias.name, (), node.lineno, self.functions > 0))
+            self.facts.imports.append(Import(alias.name, (), node.lineno, self.functions > 0 or self.optional > 0))
             self._library(alias.name, node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -257,7 +258,7 @@ class _Scanner(ast.NodeVisitor):
         for alias in node.names:
             if alias.name != "*":
                 self.bind(alias.asname or alias.name, f"{module}.{alias.name}")
-        self.facts.imports.append(Import(module, names, node.lineno, self.functions > 0))
+        self.facts.imports.append(Import(module, names, node.lineno, self.functions > 0 or self.optional > 0))
         if not node.level:
             self._library(module, node)
 
@@ -413,6 +414,10 @@ class _Scanner(ast.NodeVisitor):
             self._extension(name, node)
         elif top in ("triton",) and name.rsplit(".", 1)[-1] in ("jit", "autotune"):
             self.site("triton-kernel", f"{name}()", node)
+        elif name == "triton.language.program_id":
+            # A kernel's body, whatever decorator wraps it (torch's @instrumented_triton_cache does): every Triton
+            # kernel asks which program it is
+            self.site("triton-kernel", f"{name}() in a kernel body", node)
         elif top in ("cupy", "cupyx"):
             self.site("cupy", f"{name}()", node)
         elif top in ("pynvml", "nvidia_smi"):

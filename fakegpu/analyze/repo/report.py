@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fakegpu.analyze.repo.modules import chain, reach
-from fakegpu.analyze.repo.python_scan import LIBRARIES, Site
+from fakegpu.analyze.repo.python_scan import LIBRARIES, PYTORCH_KINDS, Site
 from fakegpu.analyze.repo.scan import Scan
 from fakegpu.analyze.repo.verdict import KINDS, PATHS, Launch, command, site_path, worse
 from fakegpu.reports import schema_id
@@ -123,26 +123,32 @@ def find_entries(scan: Scan) -> tuple[dict[str, Entry], list[dict[str, Any]], li
     return entries, unresolved, not_entries
 
 
-def _edges(scan: Scan) -> dict[str, list[str]]:
-    edges = {}
+def _edges(scan: Scan) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """The import graph, and its firm part: the imports that run whenever their module does (not inside a
+    function, a try or an if)."""
+    edges, firm = {}, {}
     for path, facts in scan.python.items():
         seen: dict[str, None] = {}
+        always: dict[str, None] = {}
         name = scan.index.name_of.get(path, "")
         if "." in name:  # a module in a package runs its packages' __init__ first, under any import or -m
             for target in scan.index.targets(name.rpartition(".")[0], (), path):
-                seen[target] = None
+                seen[target] = always[target] = None
         for imp in facts.imports:
             for target in scan.index.targets(imp.module, imp.names, path):
                 if target != path:
                     seen[target] = None
+                    if not imp.lazy:
+                        always[target] = None
         edges[path] = list(seen)
-    return edges
+        firm[path] = list(always)
+    return edges, firm
 
 
 def _reexported_optional(scan: Scan, site: Site, path: str) -> Site:
     """A site whose name another module of the tree binds only optionally (`try: import triton` there, `from
     .compat import triton` here) is optional too."""
-    if site.optional or not site.origin or site.kind in ("torch-cuda", "torch-compile", "distributed"):
+    if site.optional or not site.origin or site.kind in PYTORCH_KINDS:
         return site
     module, _, name = site.origin.rpartition(".")
     source = scan.index.resolve(module, path)
@@ -179,14 +185,18 @@ def _reason(scan: Scan, kind: str, path_: str, count: int, first: tuple[str, Sit
     return out
 
 
-def judge(scan: Scan, entry: Entry, edges: dict[str, list[str]], sites: dict[str, list[tuple[str, str, Site]]],
-          containers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    parent, bounded = reach(entry.path, edges)
+def judge(scan: Scan, entry: Entry, edges: tuple[dict[str, list[str]], dict[str, list[str]]],
+          sites: dict[str, list[tuple[str, str, Site]]], containers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    parent, bounded = reach(entry.path, edges[0])
+    # A library's site in a module reached only through conditional imports (try, if, inside a function) runs
+    # only on some installations or paths: optional, as a conditional site in the entry's own file would be.
+    firm, _ = reach(entry.path, edges[1])
     required: dict[str, list] = {}  # kind -> [count, first (file, site), path]
     optional: dict[str, list] = {}
     for file in parent:  # breadth-first order: the first site of a kind is the nearest one
         for path_, kind, site in sites.get(file, ()):
-            bucket = optional if site.optional else required
+            conditional = site.optional or (file not in firm and site.kind not in PYTORCH_KINDS)
+            bucket = optional if conditional else required
             got = bucket.setdefault(kind, [0, (file, site), path_])
             got[0] += 1
     verdict = "cpu"

@@ -73,6 +73,15 @@ def _notebook_source(data: bytes) -> tuple[str, list[int]]:
     return "\n".join(lines) + "\n", starts
 
 
+def _extension_module(rel: str) -> bool:
+    """Whether a shared object is a Python extension module (`_C.cpython-311-x86_64-linux-gnu.so`, `x.abi3.so`,
+    `fastops.so`), which an import can reach, rather than a library it links (`lib/libtorch_cuda.so`)."""
+    name = rel.rpartition("/")[2]
+    stem = name.split(".", 1)[0]
+    tagged = ".cpython-" in name or ".abi3." in name or ".pypy" in name
+    return stem.isidentifier() and (tagged or (name == stem + ".so" and not stem.startswith("lib")))
+
+
 def _package_folders(files: list[File], root: Path) -> set[str]:
     return {f.rel.rpartition("/")[0] for f in files if f.rel.rpartition("/")[2] == "__init__.py"}
 
@@ -119,7 +128,7 @@ def _scan(root: Path, max_bytes: int) -> Scan:
         result.files += 1
         result.bytes += f.size
         result.by_kind[f.kind] = result.by_kind.get(f.kind, 0) + 1
-        if f.kind == "python" or f.kind == "shared-object":
+        if f.kind == "python" or (f.kind == "shared-object" and _extension_module(f.rel)):
             name, import_root = module_name(f.rel, packages, root.name)
             result.index.add(f.rel, name, import_root)
     for f in files:
