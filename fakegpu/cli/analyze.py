@@ -51,9 +51,10 @@ def _at(where: dict[str, Any]) -> str:
 def _render(report: dict[str, Any], shown_root: str) -> None:
     scanned = report["scanned"]
     kinds = scanned["by_kind"]
+    other = kinds.get("other", 0)
     typer.echo(f"{shown_root}: {scanned['files']} files, {kinds.get('python', 0)} Python "
                f"({scanned['python_parsed']} parsed, {scanned['python_pattern_read']} with no GPU-facing name: "
-               "imports read only)")
+               f"imports read only), {other} of no kind the scan reads (counted, not opened)")
     for reason, skipped in report["skipped"].items():
         shown = ", ".join(e["path"] + (f" ({e['bytes']} bytes)" if "bytes" in e else "")
                           + (f" (line {e['line']}: {e['error']})" if reason == "syntax-error" else "")

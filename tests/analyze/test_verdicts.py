@@ -43,7 +43,7 @@ def test_one_entry_per_path_each_with_its_command(tmp_path):
     reason = train["reasons"][0]
     assert (reason["kind"], reason["path"], reason["site"], reason["via"]) == (
         "torch-cuda", "fakecuda", {"path": "lib/helpers.py", "line": 3, "detail": 'device="cuda"'},
-        ["train.py", "lib/helpers.py"])
+        ["train.py:2", "lib/helpers.py"])  # train.py's line 2 imports it
     assert "real numerics" in train["meaning"]
     assert "rehearses" in entry(report, "kernel.py")["meaning"]
     assert report["summary"]["verdict"] == "real-gpu"
@@ -81,7 +81,7 @@ def test_a_module_reached_only_through_a_conditional_import_is_optional(tmp_path
     assert soft["verdict"] == "fakecuda" and hard["verdict"] == "real-gpu"
     assert [(r["kind"], r["optional"]) for r in soft["reasons"]] == [("torch-cuda", False), ("flash-attn", True)]
     first = hard["reasons"][0]
-    assert (first["kind"], first["optional"], first["via"]) == ("flash-attn", False, ["hard.py", "fast.py"])
+    assert (first["kind"], first["optional"], first["via"]) == ("flash-attn", False, ["hard.py:2", "fast.py"])
 
 
 def test_a_reexported_optional_name_stays_optional(tmp_path):

@@ -4,7 +4,7 @@ point's verdict covers the code it reaches and not only its own file."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 MAX_REACHED = 4000  # modules followed from one entry point; past it the entry is marked bounded
@@ -66,7 +66,8 @@ class ModuleIndex:
         return out
 
 
-def reach(start: str, edges: dict[str, list[str]], limit: int = MAX_REACHED) -> tuple[dict[str, str | None], bool]:
+def reach(start: str, edges: Mapping[str, Iterable[str]], limit: int = MAX_REACHED
+          ) -> tuple[dict[str, str | None], bool]:
     """Breadth-first from `start`: each reached file with the file it was first reached from (None for start),
     and whether the limit stopped the walk."""
     parent: dict[str, str | None] = {start: None}

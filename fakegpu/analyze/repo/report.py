@@ -3,6 +3,7 @@ import graph each one reaches, its verdict with the chain of evidence behind it,
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,13 +124,17 @@ def find_entries(scan: Scan) -> tuple[dict[str, Entry], list[dict[str, Any]], li
     return entries, unresolved, not_entries
 
 
-def _edges(scan: Scan) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+Edges = dict[str, dict[str, "int | None"]]  # file -> {file it imports: line of that import (None: its package)}
+
+
+def _edges(scan: Scan) -> tuple[Edges, Edges]:
     """The import graph, and its firm part: the imports that run whenever their module does (not inside a
     function, a try or an if)."""
-    edges, firm = {}, {}
+    edges: Edges = {}
+    firm: Edges = {}
     for path, facts in scan.python.items():
-        seen: dict[str, None] = {}
-        always: dict[str, None] = {}
+        seen: dict[str, int | None] = {}
+        always: dict[str, int | None] = {}
         name = scan.index.name_of.get(path, "")
         if "." in name:  # a module in a package runs its packages' __init__ first, under any import or -m
             for target in scan.index.targets(name.rpartition(".")[0], (), path):
@@ -137,11 +142,11 @@ def _edges(scan: Scan) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         for imp in facts.imports:
             for target in scan.index.targets(imp.module, imp.names, path):
                 if target != path:
-                    seen[target] = None
+                    seen.setdefault(target, imp.line)
                     if not imp.lazy:
-                        always[target] = None
-        edges[path] = list(seen)
-        firm[path] = list(always)
+                        always.setdefault(target, imp.line)
+        edges[path] = seen
+        firm[path] = always
     return edges, firm
 
 
@@ -175,17 +180,18 @@ def _sites_of(scan: Scan) -> dict[str, list[tuple[str, str, Site]]]:
     return out
 
 
-def _reason(scan: Scan, kind: str, path_: str, count: int, first: tuple[str, Site], parent: dict | None,
-            optional: bool) -> dict[str, Any]:
+def _reason(scan: Scan, kind: str, path_: str, count: int, first: tuple[str, Site], parent: dict,
+            edges: Edges, optional: bool) -> dict[str, Any]:
     file, site = first
-    out = {"kind": kind, "path": path_, "why": KINDS.get(kind, (path_, kind))[1], "count": count,
-           "site": {**_where(scan, file, site.line), "detail": site.detail}, "optional": optional}
-    if parent is not None:
-        out["via"] = chain(parent, file)
-    return out
+    hops = chain(parent, file)
+    # each file of the chain with the line that imports the next one ("pkg/a.py:12"), the site's file last
+    via = [f"{a}:{edges[a][b]}" if edges.get(a, {}).get(b) else a for a, b in itertools.pairwise(hops)]
+    return {"kind": kind, "path": path_, "why": KINDS.get(kind, (path_, kind))[1], "count": count,
+            "site": {**_where(scan, file, site.line), "detail": site.detail}, "optional": optional,
+            "via": [*via, file]}
 
 
-def judge(scan: Scan, entry: Entry, edges: tuple[dict[str, list[str]], dict[str, list[str]]],
+def judge(scan: Scan, entry: Entry, edges: tuple[Edges, Edges],
           sites: dict[str, list[tuple[str, str, Site]]], containers: dict[str, dict[str, Any]]) -> dict[str, Any]:
     parent, bounded = reach(entry.path, edges[0])
     # A library's site in a module reached only through conditional imports (try, if, inside a function) runs
@@ -202,8 +208,8 @@ def judge(scan: Scan, entry: Entry, edges: tuple[dict[str, list[str]], dict[str,
     verdict = "cpu"
     for _count, _first, path_ in required.values():
         verdict = worse(verdict, path_)
-    reasons = [_reason(scan, kind, p, n, first, parent, False) for kind, (n, first, p) in required.items()]
-    reasons += [_reason(scan, kind, p, n, first, parent, True) for kind, (n, first, p) in optional.items()
+    reasons = [_reason(scan, kind, p, n, first, parent, edges[0], False) for kind, (n, first, p) in required.items()]
+    reasons += [_reason(scan, kind, p, n, first, parent, edges[0], True) for kind, (n, first, p) in optional.items()
                 if kind not in required and p != "cpu"]
     container = next((containers[s["path"]] for s in entry.sources if s.get("gpu_image") and s["path"] in containers),
                      None)
