@@ -171,6 +171,26 @@ def test_a_compose_service_that_reserves_gpus(tmp_path):
     assert train["reasons"][0]["kind"] == "compose-gpu"
 
 
+def test_native_files(tmp_path):
+    write_tree(tmp_path, {
+        "k/add.cu": "__global__ void add(float *x) {}\n__global__ void sub(float *x) {}\n",
+        "k/common.cuh": "#pragma once\n__device__ inline float sq(float x) { return x * x; }\n",
+        "k/add.ptx": ".version 8.0\n.target sm_80\n.visible .entry add(\n) { ret; }\n",
+        "k/add.sm_90.cubin": b"\x7fELF\x02\x01\x01" + b"\0" * 57,
+        "lib/libplain.so": shared_object(["libc.so.6"]),
+    })
+    report = analyze(str(tmp_path))
+    assert report["native"] == [
+        {"path": "k/add.cu", "kind": "cuda-source", "detail": "2 __global__ kernels"},
+        {"path": "k/add.ptx", "kind": "ptx", "detail": "PTX, 1 kernel entry"},
+        {"path": "k/add.sm_90.cubin", "kind": "cuda-binary", "detail": "64 bytes of CUDA device code"},
+        {"path": "k/common.cuh", "kind": "cuda-source", "detail": "CUDA header/source, no __global__ kernel"}]
+    reasons = {w["path"]: w["reason"] for w in report["summary"]["repository_reasons"]}
+    assert reasons == {"real-gpu": "1 CUDA source file(s) with __global__ kernels",
+                       "native": "2 prebuilt CUDA file(s) (PTX, cubin, libraries)"}
+    assert report["summary"]["repository_verdict"] == "real-gpu"
+
+
 def test_entry_option_and_a_single_file(tmp_path):
     write_tree(tmp_path, {"a.py": "import torch\ntorch.cuda.init()\n", "b.py": "print(1)\n",
                           ".gitignore": "hidden.py\n", "hidden.py": ""})
