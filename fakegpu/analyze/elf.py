@@ -1,6 +1,6 @@
-"""Just enough of an ELF64 little-endian file for linkage questions: its DT_NEEDED, RPATH/RUNPATH and SONAME, and
-the names of the symbols it defines. Standard library only; reads the headers and the tables it needs, not the
-whole file."""
+"""Just enough of an ELF64 little-endian file for linkage questions: its DT_NEEDED, RPATH/RUNPATH and SONAME, its
+section names (a `.nv_fatbin` section holds CUDA device code) and the names of the symbols it defines. Standard
+library only; reads the headers and the tables it needs, not the whole file."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ class ElfInfo:
     search_path: list[str] = field(default_factory=list)  # RUNPATH, else RPATH, $ORIGIN not expanded
     defined: set[str] = field(default_factory=set)  # symbols defined here (.symtab and .dynsym)
     has_symtab: bool = False
+    sections: set[str] = field(default_factory=set)  # section names, e.g. ".nv_fatbin"
 
 
 def _cstr(blob: bytes, offset: int) -> str:
@@ -32,9 +33,10 @@ def _cstr(blob: bytes, offset: int) -> str:
     return blob[offset:end if end >= 0 else len(blob)].decode("utf-8", "replace")
 
 
-def read_elf(path: str | Path, symbols: set[str] | None = None) -> ElfInfo:
+def read_elf(path: str | Path, symbols: set[str] | None = None, *, symbol_tables: bool = True) -> ElfInfo:
     """The file's linkage facts. With `symbols`, only those names are looked for among the defined ones (a big
-    symbol table is then read but not kept)."""
+    symbol table is then read but not kept); with symbol_tables=False the symbol tables are not read at all (a
+    CUDA library's can be tens of MB, and a repository scan only asks what it links and which sections it has)."""
     path = Path(path)
     with path.open("rb") as f:
         ident = f.read(64)
@@ -43,7 +45,7 @@ def read_elf(path: str | Path, symbols: set[str] | None = None) -> ElfInfo:
         if ident[4] != 2 or ident[5] != 1:
             raise NotELF(f"{path}: not a 64-bit little-endian ELF file")
         shoff, = struct.unpack_from("<Q", ident, 0x28)
-        shentsize, shnum, _shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", ident, 0x3A)
         if not shoff or shentsize < 64:
             raise NotELF(f"{path}: no section headers")
         f.seek(shoff)
@@ -56,6 +58,9 @@ def read_elf(path: str | Path, symbols: set[str] | None = None) -> ElfInfo:
             return f.read(size)
 
         info = ElfInfo(path)
+        if shstrndx < len(sections):
+            names = data(shstrndx)
+            info.sections = {_cstr(names, s[0]) for s in sections}
         rpath: list[str] = []
         runpath: list[str] = []
         for index, (_name, kind, _flags, _addr, _offset, _size, link, _info, _align, entsize) in enumerate(sections):
@@ -71,7 +76,7 @@ def read_elf(path: str | Path, symbols: set[str] | None = None) -> ElfInfo:
                         rpath += _cstr(strtab, value).split(":")
                     elif tag == _DT_RUNPATH:
                         runpath += _cstr(strtab, value).split(":")
-            elif kind in (_SHT_SYMTAB, _SHT_DYNSYM) and entsize >= 24:
+            elif kind in (_SHT_SYMTAB, _SHT_DYNSYM) and entsize >= 24 and symbol_tables:
                 info.has_symtab |= kind == _SHT_SYMTAB
                 strtab, table = data(link), data(index)
                 for i in range(0, len(table) - entsize + 1, entsize):

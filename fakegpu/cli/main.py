@@ -6,6 +6,7 @@ import typer
 
 from fakegpu import __version__
 from fakegpu.cli import (
+    analyze,
     cluster,
     container,
     devices,
@@ -49,6 +50,7 @@ app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
 app.command("simulate-topology")(topology.simulate_topology)
 app.command("replay-trace")(trace.replay_trace)
+app.command("analyze-repo")(analyze.analyze_repo)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)
