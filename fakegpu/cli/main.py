@@ -6,6 +6,7 @@ import typer
 
 from fakegpu import __version__
 from fakegpu.cli import (
+    bandwidth,
     cluster,
     container,
     devices,
@@ -46,6 +47,7 @@ app.command("estimate-llm")(estimate.estimate_llm)
 app.command("plan-training")(estimate.plan_training)
 app.command("estimate-roofline")(perf.estimate_roofline)
 app.command("simulate-topology")(topology.simulate_topology)
+app.command("bandwidth")(bandwidth.bandwidth)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)
