@@ -40,7 +40,7 @@ def test_validate_uses_the_named_schema_or_the_documents_own():
         reports.validate({"schema": "fakegpu.preflight/v1"}, "nvml-process")
     with pytest.raises(KeyError, match="not a FakeGPU report"):
         reports.validate({"report": "preflight"})
-    with pytest.raises(KeyError, match="known: calibrate-compare"):
+    with pytest.raises(KeyError, match="known: bandwidth, calibrate-compare"):
         reports.schema("no-such-report")
 
 
