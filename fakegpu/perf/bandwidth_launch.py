@@ -58,8 +58,9 @@ def rank_local_calls(report_dir: Path) -> int | None:
 
 def local_command(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, report_dir: Path,
                   timeout: str | None) -> list[str]:
-    run = [sys.executable, "-m", "fakegpu", "run", "--mode", mode, "--devices", devices, "--report-dir",
-           str(report_dir), *(["--timeout", timeout] if timeout else []), "--"]
+    run = [sys.executable, "-m", "fakegpu", "run", "--mode", mode, "--devices", devices,
+           *(["--report-dir", str(report_dir)] if mode == "native" else []),
+           *(["--timeout", timeout] if timeout else []), "--"]
     return [*run, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
             str(WORKER_PATH), *plan.worker_args(sweep)]
 
