@@ -83,7 +83,7 @@ def test_native_two_ranks_move_real_data_at_every_size(native_lib_dir, transport
 
 
 def test_fakecuda_two_ranks_through_gloo(torch_installed):
-    result, doc = bandwidth("--nproc", "2", "--mode", "fakecuda", "--devices", "a100:2", "--sizes", SIZES,
+    _, doc = bandwidth("--nproc", "2", "--mode", "fakecuda", "--devices", "a100:2", "--sizes", SIZES,
                             "--step-factor", "8", "--iters", "3", "--warmup", "1")
     _every_size_moved_data(doc, ["all-reduce"])
     assert doc["rank_local_calls"] is None and doc["run"]["mode"] == "fakecuda"
