@@ -112,6 +112,12 @@ def _progress(as_json: bool, text: str) -> None:
         print(f"fakegpu {COMMAND}: running {text} ...", file=sys.stderr)
 
 
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}x" if value >= 100 else f"{value:.3g}x"
+
+
 def render(report: dict) -> None:
     """The nccl-tests-style table per op: the host's figures, the check, the model's figures and the ratio."""
     run, fab = report["run"], report["target"]
@@ -132,7 +138,7 @@ def render(report: dict) -> None:
                  r["check"] if r["check"] == "ok" else f"WRONG({r['wrong_ranks']})",
                  f"{r['model']['time_us']:.2f}", f"{r['model']['algbw_gb_s']:.2f}", f"{r['model']['busbw_gb_s']:.2f}",
                  f"{r['model']['algorithm']}/{r['model']['protocol']}",
-                 "-" if r["time_ratio"] is None else f"{r['time_ratio']:.3g}x") for r in op["rows"]]
+                 _ratio(r["time_ratio"])) for r in op["rows"]]
         typer.echo(table(rows, ["SIZE(B)", "COUNT", "TYPE", "HOST TIME(us)", "HOST ALGBW", "HOST BUSBW", "CHECK",
                                 "MODEL TIME(us)", "MODEL ALGBW", "MODEL BUSBW", "ALGO/PROTO", "RATIO"]))
         typer.echo(f"peak busbw: host {op['peak_measured_busbw_gb_s']:.3f}, model {op['peak_model_busbw_gb_s']:.1f}")

@@ -12,5 +12,10 @@ step's communication (`training_comm`). Later rooms-within-the-room sit beside t
 replay, the simulated timeline writer; they price kernels through the same `roofline.estimate_op` and
 collectives through `collectives`.
 
-Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`, `fakegpu.simulate-topology/v1`).
+Measured beside modeled (`bandwidth`): a collective sweep run through torch.distributed on this host or a
+cluster (`bandwidth_launch`; the ranks run `bandwidth_worker`, torch only), each row next to `simulate`'s figures
+for the target fabric.
+
+Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`, `fakegpu.simulate-topology/v1`,
+`fakegpu.bandwidth/v1`).
 """
