@@ -19,6 +19,7 @@ from typing import Any
 from fakegpu.errors import UsageError
 from fakegpu.perf import bandwidth_worker
 from fakegpu.perf.bandwidth import BandwidthError, Plan, Shape, Sweep, parse_worker_output
+from fakegpu.perf.bandwidth_worker import MARKER
 
 WORKER_PATH = Path(bandwidth_worker.__file__).resolve()
 WORKER_MODULE = "fakegpu.perf.bandwidth_worker"
@@ -27,6 +28,7 @@ WORKER_MODULE = "fakegpu.perf.bandwidth_worker"
 WORKER_PATHS = ("inline", "module")
 TRANSPORTS = ("auto", "shm", "socket")
 TAIL = 40
+RESULT_FILE = "bandwidth-result.out"  # beside the native process reports, not *.json: it is not one of them
 Echo = Callable[[str], None]
 
 
@@ -56,13 +58,13 @@ def rank_local_calls(report_dir: Path) -> int | None:
 # ---------------------------------------------------------------------- this host
 
 
-def local_command(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, report_dir: Path,
+def local_command(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, folder: Path,
                   timeout: str | None) -> list[str]:
     run = [sys.executable, "-m", "fakegpu", "run", "--mode", mode, "--devices", devices,
-           *(["--report-dir", str(report_dir)] if mode == "native" else []),
+           *(["--report-dir", str(folder)] if mode == "native" else []),
            *(["--timeout", timeout] if timeout else []), "--"]
     return [*run, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            str(WORKER_PATH), *plan.worker_args(sweep)]
+            str(WORKER_PATH), *plan.worker_args(sweep), "--out", str(folder / RESULT_FILE)]
 
 
 def run_local(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, transport: str = "auto",
@@ -97,9 +99,11 @@ def run_local(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, tra
         if code != 0:
             raise BandwidthError(f"the sweep's ranks failed (exit status {code}):\n" + "\n".join(tail))
         local = rank_local_calls(Path(tmp)) if mode == "native" else None
+        written = Path(tmp) / RESULT_FILE
+        result = parse_worker_output([MARKER + written.read_text(encoding="utf-8")] if written.is_file() else lines)
     run = {"kind": "local", "cluster": None, "mode": mode, "devices": devices, "nodes": 1, "ranks_per_node": nproc,
            "transport": transport, "worker": "file"}
-    return Outcome(parse_worker_output(lines), run, local, tail)
+    return Outcome(result, run, local, tail)
 
 
 # ---------------------------------------------------------------------- a cluster

@@ -33,6 +33,8 @@ def _args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="float")
     p.add_argument("--backend", default="nccl")
+    p.add_argument("--out", help="rank 0 also writes the result here (a line of output can be cut by another "
+                   "process writing to the same pipe)")
     return p.parse_args(argv)
 
 
@@ -123,12 +125,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     results = {op: [sweep.measure(op, s, args.iters, args.warmup) for s in sizes] for op, sizes in sweeps}
     if sweep.rank == 0:
-        print(MARKER + json.dumps({
+        text = json.dumps({
             "world_size": sweep.n, "local_world_size": int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
             "backend": dist.get_backend(), "dtype": args.dtype, "iters": args.iters, "warmup": args.warmup,
             "torch": torch.__version__, "torch_cuda": torch.version.cuda, "device": torch.cuda.get_device_name(local),
             "hostname": os.uname().nodename, "seconds": time.time() - started,
-            "ops": results}, separators=(",", ":")), flush=True)
+            "ops": results}, separators=(",", ":"))
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as f:
+                f.write(text)
+        print(MARKER + text, flush=True)
     dist.destroy_process_group()
     return 0
 

@@ -196,3 +196,17 @@ def test_rank_local_calls_are_summed_from_native_reports(tmp_path):
     (tmp_path / "c.json").write_text("not json")
     assert launch.rank_local_calls(tmp_path) == 3
     assert launch.rank_local_calls(tmp_path / "node-0" / "none") is None
+
+
+def test_a_local_run_is_torchrun_under_fakegpu_run_and_reads_its_result_from_a_file(tmp_path):
+    sweep = bw.Sweep(sizes=(8,))
+    plan = bw.plan(sweep, bw.Shape(1, 2), TARGET)
+    native = launch.local_command(plan, sweep, 2, "native", "h100:2", tmp_path, "90s")
+    cut = native.index("--")
+    assert native[1:cut] == ["-m", "fakegpu", "run", "--mode", "native", "--devices", "h100:2", "--report-dir",
+                             str(tmp_path), "--timeout", "90s"]
+    assert native[cut + 2:cut + 7] == ["torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                                       str(launch.WORKER_PATH)]
+    assert native[-2:] == ["--out", str(tmp_path / launch.RESULT_FILE)]
+    fakecuda = launch.local_command(plan, sweep, 2, "fakecuda", "h100:2", tmp_path, None)
+    assert "--report-dir" not in fakecuda  # fakegpu run takes it in native mode only
