@@ -205,7 +205,7 @@ def test_a_local_run_is_torchrun_under_fakegpu_run_and_reads_its_result_from_a_f
     cut = native.index("--")
     assert native[1:cut] == ["-m", "fakegpu", "run", "--mode", "native", "--devices", "h100:2", "--report-dir",
                              str(tmp_path), "--timeout", "90s"]
-    assert native[cut + 2:cut + 7] == ["torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+    assert native[cut + 3:cut + 8] == ["torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                                        str(launch.WORKER_PATH)]
     assert native[-2:] == ["--out", str(tmp_path / launch.RESULT_FILE)]
     fakecuda = launch.local_command(plan, sweep, 2, "fakecuda", "h100:2", tmp_path, None)
