@@ -44,6 +44,8 @@ def bandwidth(
                                             "many GPUs as the run has ranks."),
     timeout: str | None = typer.Option(None, "--timeout", help="This host: end the sweep past this long (90s, "
                                        "10m)."),
+    env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE for every rank (NCCL_SOCKET_IFNAME, "
+                                  "FAKEGPU_NCCL_TIMEOUT_S, ...); repeatable."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Stream the ranks' output to stderr."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -61,6 +63,7 @@ def bandwidth(
     try:
         if (cluster is None) == (nproc is None):
             raise UsageError("give --cluster NAME or --nproc N (where the ranks run)")
+        extra_env = launch.parse_env(env)
         sweep = bw.Sweep(ops=[o.strip() for item in op for o in item.split(",") if o.strip()],
                          sizes=parse_sizes(sizes, step_factor), iters=iters, warmup=warmup, dtype=dtype)
         if cluster is not None:
@@ -74,13 +77,13 @@ def bandwidth(
             plan = bw.plan(sweep, info.shape, target)
             _progress(as_json, f"{', '.join(sweep.ops)} on cluster {cluster}: {info.shape.nodes} node(s) x "
                       f"{info.shape.ranks_per_node} rank(s), {info.mode} mode")
-            outcome = launch.run_cluster(plan, sweep, info, worker, echo)
+            outcome = launch.run_cluster(plan, sweep, info, worker, echo, extra_env=extra_env)
         else:
             devices = devices or f"{profile or DEFAULT_PROFILE}:{nproc}"
             target = bw.Target(profile or (None if fabric_file else _board(devices)), fabric, fabric_file)
             plan = bw.plan(sweep, bw.Shape(1, nproc or 0), target)
             _progress(as_json, f"{', '.join(sweep.ops)} on {nproc} rank(s) of this host, {mode} mode")
-            outcome = launch.run_local(plan, sweep, nproc or 0, mode, devices, transport, timeout, echo)
+            outcome = launch.run_local(plan, sweep, nproc or 0, mode, devices, transport, timeout, echo, extra_env)
         report = bw.report(plan, sweep, outcome.result, outcome.run, outcome.rank_local_calls)
     except FakeGPUError as exc:
         raise fail(COMMAND, exc, as_json) from exc

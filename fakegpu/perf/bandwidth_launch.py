@@ -67,8 +67,19 @@ def local_command(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str,
             str(WORKER_PATH), *plan.worker_args(sweep), "--out", str(folder / RESULT_FILE)]
 
 
+def parse_env(items: Sequence[str]) -> dict[str, str]:
+    """`--env KEY=VALUE` items (NCCL_SOCKET_IFNAME, FAKEGPU_NCCL_TIMEOUT_S, ... for the ranks)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum() or key[0].isdigit():
+            raise UsageError(f"--env wants KEY=VALUE with a variable name for KEY, got {item!r}")
+        out[key] = value
+    return out
+
+
 def run_local(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, transport: str = "auto",
-              timeout: str | None = None, echo: Echo | None = None) -> Outcome:
+              timeout: str | None = None, echo: Echo | None = None, extra_env: dict[str, str] | None = None) -> Outcome:
     """The sweep on `nproc` ranks of this host under `fakegpu run --mode MODE --devices DEVICES`."""
     from fakegpu.devices import resolve_devices
 
@@ -81,7 +92,7 @@ def run_local(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, tra
     have = len(resolve_devices(devices))
     if have < nproc:
         raise UsageError(f"--devices {devices} has {have} GPU(s); --nproc {nproc} needs one per rank")
-    env = dict(os.environ)
+    env = {**os.environ, **(extra_env or {})}
     if transport != "auto":
         env["FAKEGPU_NCCL_TRANSPORT"] = transport
     with tempfile.TemporaryDirectory(prefix="fakegpu-bandwidth-") as tmp:
@@ -138,18 +149,20 @@ def describe_cluster(name: str, controller: Any = None) -> ClusterInfo:
     return ClusterInfo(name, cluster.mode, devices, Shape(len(cluster.nodes), per_node), cluster.state_dir)
 
 
-def cluster_command(plan: Plan, sweep: Sweep, worker: str = "inline") -> list[str]:
+def cluster_command(plan: Plan, sweep: Sweep, worker: str = "inline", extra_env: dict[str, str] | None = None
+                    ) -> list[str]:
     """One torchrun per node; its nodes, ranks per node, node rank and master come from the node's PET_* env."""
     if worker not in WORKER_PATHS:
         raise UsageError(f"--worker {worker!r}: one of {', '.join(WORKER_PATHS)}")
     args = plan.worker_args(sweep)
+    env = ["env", *(f"{k}={v}" for k, v in extra_env.items())] if extra_env else []
     if worker == "module":
-        return ["torchrun", "-m", WORKER_MODULE, *args]
-    return ["torchrun", "--no-python", "python3", "-c", WORKER_PATH.read_text(encoding="utf-8"), *args]
+        return [*env, "torchrun", "-m", WORKER_MODULE, *args]
+    return [*env, "torchrun", "--no-python", "python3", "-c", WORKER_PATH.read_text(encoding="utf-8"), *args]
 
 
 def run_cluster(plan: Plan, sweep: Sweep, info: ClusterInfo, worker: str = "inline", echo: Echo | None = None,
-                controller: Any = None) -> Outcome:
+                controller: Any = None, extra_env: dict[str, str] | None = None) -> Outcome:
     """The sweep on every node of a running cluster, through the controller's run path."""
     from fakegpu.cluster.controller import Controller
 
@@ -160,7 +173,7 @@ def run_cluster(plan: Plan, sweep: Sweep, info: ClusterInfo, worker: str = "inli
         if echo is not None:
             echo(line)
 
-    argv = cluster_command(plan, sweep, worker)
+    argv = cluster_command(plan, sweep, worker, extra_env)
     result = (controller or Controller()).run(info.name, argv, emit=emit)
     tail = _shown(lines)
     if result.exit_code != 0:

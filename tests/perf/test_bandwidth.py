@@ -118,7 +118,7 @@ def test_a_wrong_size_or_rank_local_calls_fail_the_report():
 
 
 def _fake_local(monkeypatch, wrong=None, rank_local=0):
-    def run_local(plan, sweep, nproc, mode, devices, transport="auto", timeout=None, echo=None):
+    def run_local(plan, sweep, nproc, mode, devices, transport="auto", timeout=None, echo=None, extra_env=None):
         run = {"kind": "local", "cluster": None, "mode": mode, "devices": devices, "nodes": 1,
                "ranks_per_node": nproc, "transport": transport, "worker": "file"}
         return launch.Outcome(fake_result(plan, wrong=wrong), run, rank_local)
@@ -187,6 +187,15 @@ def test_the_worker_travels_inline_safely():
     assert inline[:5] == ["torchrun", "--no-python", "python3", "-c", source]
     assert inline[5:] == plan.worker_args(bw.Sweep(sizes=(8,)))
     assert launch.cluster_command(plan, bw.Sweep(sizes=(8,)), "module")[:3] == ["torchrun", "-m", launch.WORKER_MODULE]
+    with_env = launch.cluster_command(plan, bw.Sweep(sizes=(8,)), "module", {"NCCL_SOCKET_IFNAME": "eth0"})
+    assert with_env[:4] == ["env", "NCCL_SOCKET_IFNAME=eth0", "torchrun", "-m"]
+
+
+def test_env_items_are_checked():
+    assert launch.parse_env(["A_B=1", "C=x=y", "D="]) == {"A_B": "1", "C": "x=y", "D": ""}
+    for bad in ("NOVALUE", "=1", "1A=2", "A-B=1", "A B=1"):
+        with pytest.raises(UsageError, match="--env"):
+            launch.parse_env([bad])
 
 
 def test_rank_local_calls_are_summed_from_native_reports(tmp_path):
