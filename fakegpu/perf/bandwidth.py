@@ -197,7 +197,8 @@ def report(plan_: Plan, sweep: Sweep, result: dict[str, Any], run: dict[str, Any
              *plan_.notes]
     if rank_local_calls:
         notes.append(f"{rank_local_calls} NCCL call(s) completed rank-locally (from the rank's own input): the "
-                     "communicator had no reachable peers")
+                     "communicator had no reachable peers, so the times and the count of wrong ranks are each "
+                     "rank's own")
     return {
         "schema": SCHEMA,
         "run": run,

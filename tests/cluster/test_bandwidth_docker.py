@@ -4,7 +4,8 @@ every size across the containers over its socket transport, and each size's chec
 The default path ships the host's worker source in the command (works with any node image that has torch); the
 second run takes the node image's packaged module, which an image built from an older checkout lacks, so the test
 copies this checkout's worker file into the nodes' fakegpu package first when it is missing (as a stock image of
-this version carries it)."""
+this version carries it). A third run forces native NCCL onto shared memory, which the containers do not share,
+and must fail every size's check."""
 
 from __future__ import annotations
 
@@ -68,5 +69,16 @@ def test_bandwidth_sweep_moves_data_across_two_native_containers(docker_client, 
         assert data["target"]["network"]["fabric"] == "roce-400"
         assert [o["op"] for o in data["ops"]] == ["all-gather", "broadcast"]
         assert all(r["check"] == "ok" for o in data["ops"] for r in o["rows"])
+
+        # the same sweep forced onto shared memory, which two containers do not share: every communicator ends
+        # rank-local after the join timeout, and the checks and the native reports say so
+        result = run_cli("bandwidth", "--cluster", name, "--env", "FAKEGPU_NCCL_TRANSPORT=shm", "--env",
+                         "FAKEGPU_NCCL_JOIN_TIMEOUT_S=2", "--sizes", "8B:64KiB", "--step-factor", "64", "--iters", "2",
+                         "--warmup", "0", "--json")
+        assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-3000:]
+        doc = json.loads(result.stdout)
+        validate(doc["data"])
+        assert doc["errors"][0]["code"] == "check-failed" and doc["data"]["rank_local_calls"] > 0
+        assert [r["check"] for r in doc["data"]["ops"][0]["rows"]] == ["wrong"] * 3
     finally:
         assert run_cli("cluster", "down", name).returncode == 0
