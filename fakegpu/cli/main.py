@@ -7,6 +7,7 @@ import typer
 from fakegpu import __version__
 from fakegpu.cli import (
     analyze,
+    bandwidth,
     cluster,
     container,
     devices,
@@ -51,6 +52,7 @@ app.command("estimate-roofline")(perf.estimate_roofline)
 app.command("simulate-topology")(topology.simulate_topology)
 app.command("replay-trace")(trace.replay_trace)
 app.command("analyze-repo")(analyze.analyze_repo)
+app.command("bandwidth")(bandwidth.bandwidth)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
 app.command("validate")(validate.validate)

@@ -20,6 +20,10 @@ default a bandwidth ratio) that the topology model can take over.
 Later rooms-within-the-room sit beside these modules: the simulated timeline writer; it prices kernels through the
 same `roofline.estimate_op` and collectives through `collectives`.
 
+Measured beside modeled (`bandwidth`): a collective sweep run through torch.distributed on this host or a
+cluster (`bandwidth_launch`; the ranks run `bandwidth_worker`, torch only), each row next to `simulate`'s figures
+for the target fabric.
+
 Reports go through fakegpu.reports (`fakegpu.estimate-roofline/v1`, `fakegpu.simulate-topology/v1`,
-`fakegpu.replay-trace/v1`).
+`fakegpu.replay-trace/v1`, `fakegpu.bandwidth/v1`).
 """

@@ -2,7 +2,8 @@
 (reports/schemas/<name>.schema.json) and one validate().
 
 Every report names itself in one key, `"schema": "fakegpu.<name>/v<N>"`, where <name> is its schema file's name:
-`preflight`, `fakecuda-process` and `fakecuda-activity` (what each torch process writes at exit), `cluster-report`,
+`bandwidth` (a `fakegpu bandwidth` sweep), `preflight`,
+`fakecuda-process` and `fakecuda-activity` (what each torch process writes at exit), `cluster-report`,
 `estimate-llm`, `plan-training`, `calibrate-compare`, `estimate-roofline`, `simulate-topology`, `replay-trace` (a
 profiler trace's replay), `analyze-repo` (what in a repository needs a GPU), `native-process` and `nvml-process`
 (what native mode's C libraries write per process), `validate` (a `fakegpu validate` run), `workspace-profile`
