@@ -116,6 +116,20 @@ class InvalidSeed(FakeGPUError):
         self.reason = reason
 
 
+class ProblemList:
+    """Mixed in before a FakeGPUError subclass whose message is a file's problems, one line each (file:line first):
+    at most SHOWN of them, then how many more; all of them in `problems`."""
+
+    SHOWN = 10
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        shown = list(problems[:self.SHOWN])
+        if len(problems) > self.SHOWN:
+            shown.append(f"... and {len(problems) - self.SHOWN} more")
+        super().__init__("\n".join(shown))  # the FakeGPUError after this class in the MRO
+        self.problems = list(problems)
+
+
 class UsageError(FakeGPUError):
     """A command-line value outside what the command accepts."""
 

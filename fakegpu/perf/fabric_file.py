@@ -10,12 +10,11 @@ problem by file, line and key, with the closest accepted name for a misspelt key
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import FakeGPUError
+from fakegpu.errors import FakeGPUError, ProblemList
 from fakegpu.perf.fabric_kinds import load as load_kinds
 from fakegpu.perf.topology import FabricError, FabricSpec, NodeSpec
 from fakegpu.profiles import documents, load_catalog
@@ -23,21 +22,14 @@ from fakegpu.profiles.documents import KeyPath
 
 SCHEMA_PATH = Path(__file__).with_name("fabric.schema.json")
 SUFFIXES = (".yaml", ".yml", ".json")
-SHOWN_PROBLEMS = 10
 MAX_NODES = 16384
 
 
-class FabricFileError(FabricError):
+class FabricFileError(ProblemList, FabricError):
     """A fabric file that cannot be read or breaks the schema; one line per problem, each starting file:line."""
 
     code = "invalid-fabric-file"
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        shown = list(problems[:SHOWN_PROBLEMS])
-        if len(problems) > SHOWN_PROBLEMS:
-            shown.append(f"... and {len(problems) - SHOWN_PROBLEMS} more")
-        super().__init__("\n".join(shown))
-        self.problems = list(problems)
 
 
 @cache

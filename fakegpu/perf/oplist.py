@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import UsageError
+from fakegpu.errors import ProblemList, UsageError
 from fakegpu.perf.ops import Attention, Custom, Gemm, MemoryOp, Op, dtype_name
 from fakegpu.perf.units import parse_quantity
 from fakegpu.profiles import documents
@@ -26,20 +26,13 @@ from fakegpu.profiles.efficiency import load as load_efficiency
 
 SCHEMA_PATH = Path(__file__).with_name("ops.schema.json")
 SUFFIXES = (".yaml", ".yml", ".json")
-SHOWN_PROBLEMS = 10
 
 
-class OpListError(UsageError):
+class OpListError(ProblemList, UsageError):
     """An op list that cannot be read or breaks the schema; one line per problem, each starting file:line."""
 
     code = "invalid-op-list"
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        shown = list(problems[:SHOWN_PROBLEMS])
-        if len(problems) > SHOWN_PROBLEMS:
-            shown.append(f"... and {len(problems) - SHOWN_PROBLEMS} more")
-        super().__init__("\n".join(shown))
-        self.problems = list(problems)
 
 
 @cache

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu import locations
-from fakegpu.errors import CatalogError, UsageError
+from fakegpu.errors import CatalogError, ProblemList, UsageError
 from fakegpu.profiles import documents
 from fakegpu.profiles.documents import KeyPath, Lines
 from fakegpu.sizes import parse_bytes
@@ -38,7 +38,6 @@ SCHEMA_PATH = Path(__file__).with_name("workspace_profiles.schema.json")
 ENV_VARIABLE = "FAKEGPU_WORKSPACE_PROFILES"  # user files for fakecuda runs, separated by os.pathsep
 SUFFIXES = (".yaml", ".yml", ".json")
 BUILT_IN = "built-in"
-SHOWN_PROBLEMS = 10
 MIB = 1 << 20
 
 # The lazy parts of a context, in the order native mode numbers them (FGD_PART_* in native/cuda/driver/fgd.h).
@@ -55,17 +54,11 @@ DEFAULT_COMPUTE_CAPABILITY = (8, 0)
 Version = tuple[int, ...]
 
 
-class WorkspaceProfileError(UsageError):
+class WorkspaceProfileError(ProblemList, UsageError):
     """A workspace-profiles file that cannot be read or breaks the schema; one line per problem, file:line first."""
 
     code = "invalid-workspace-profiles"
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        shown = list(problems[:SHOWN_PROBLEMS])
-        if len(problems) > SHOWN_PROBLEMS:
-            shown.append(f"... and {len(problems) - SHOWN_PROBLEMS} more")
-        super().__init__("\n".join(shown))
-        self.problems = list(problems)
 
 
 # ---------------------------------------------------------------- versions and ranges

@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, clip, shorten
+from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, ProblemList, clip, shorten
 from fakegpu.profiles import documents
 from fakegpu.profiles.documents import KeyPath
 from fakegpu.profiles.documents import key_path as key_path  # matrix.py names keys with it
@@ -25,24 +25,17 @@ from fakegpu.profiles.matching import closest
 SCHEMA_PATH = Path(__file__).resolve().parent / "manifest.schema.json"
 SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 # Problems shown at most: a manifest broken everywhere still gives a readable message.
-SHOWN_PROBLEMS = 10
 DEFAULT_TIMEOUT_S = 600.0
 # fakegpu run's two, and a container of an image started with --runtime=fakegpu (container.py)
 MODES = ("fakecuda", "native", "container")
 
 
-class ManifestError(FakeGPUError):
+class ManifestError(ProblemList, FakeGPUError):
     """A manifest that cannot be read or breaks the schema; one line per problem, each starting file:line."""
 
     exit_code = EXIT_USAGE
     code = "invalid-manifest"
 
-    def __init__(self, problems: Sequence[str]) -> None:
-        shown = list(problems[:SHOWN_PROBLEMS])
-        if len(problems) > SHOWN_PROBLEMS:
-            shown.append(f"... and {len(problems) - SHOWN_PROBLEMS} more")
-        super().__init__("\n".join(shown))
-        self.problems = list(problems)
 
 
 @dataclass(frozen=True)
