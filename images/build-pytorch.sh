@@ -36,7 +36,9 @@ if [ ! -f "$SITE_TORCH/.torch-$TORCH_VERSION" ]; then
 fi
 
 # fakegpu itself is rebuilt every time (seconds), so the image always carries this checkout's code.
-rm -rf "$CTX/site-rest" "$CTX/fakegpu-wheel"
+# pip download copies the local fakegpu wheel into $WHEELS and, on the next build, takes the copy it finds there
+# for the new one: its old dependencies would be resolved, and a dependency added since would be missing.
+rm -rf "$CTX/site-rest" "$CTX/fakegpu-wheel" "$WHEELS"/fakegpu-*.whl
 "$PIP" wheel -q --no-deps -w "$CTX/fakegpu-wheel" .
 "$PIP" download -q "${TARGET[@]}" -d "$WHEELS" "$CTX"/fakegpu-wheel/*.whl "${TORCH_PURE_DEPS[@]}"
 "$PIP" install -q --no-index --find-links "$WHEELS" "${TARGET[@]}" --target "$CTX/site-rest" \
