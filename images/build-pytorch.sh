@@ -15,8 +15,10 @@ CACHE="${FAKEGPU_IMAGE_CACHE:-$HOME/.cache/fakegpu/images}"
 # The image's interpreter, not the host's: pip picks wheels for it whatever Python runs pip.
 TARGET=(--python-version 3.11 --implementation cp --abi cp311 --platform manylinux_2_28_x86_64
         --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --only-binary=:all:)
-# torch's own requirements minus nvidia-*, cuda-* and triton (GPU-only), plus numpy (tensor.numpy()).
-TORCH_PURE_DEPS=(filelock fsspec jinja2 networkx setuptools sympy typing-extensions numpy)
+# torch's own requirements minus nvidia-*, cuda-* and triton (GPU-only), plus numpy (tensor.numpy()), and what
+# fakegpu[k8s] adds (grpcio, grpcio-tools) so the image also serves as the Kubernetes device plugin's.
+TORCH_PURE_DEPS=(filelock fsspec jinja2 networkx setuptools sympy typing-extensions numpy "grpcio>=1.62"
+                 "grpcio-tools>=1.62")
 
 docker image inspect "$CUDA_IMAGE" >/dev/null 2>&1 || {
   echo "build-pytorch: base image $CUDA_IMAGE missing (images/build.sh builds it)" >&2; exit 1; }

@@ -134,7 +134,7 @@ def render(
     node_label: str = typer.Option("fakegpu.dev/gpu=true", "--node-label", metavar="KEY=VALUE",
                                    help="The label of fake GPU nodes, which the RuntimeClass and DaemonSet select."),
     image: str | None = typer.Option(None, "--image", help="The device plugin's image, which must carry "
-                                     "fakegpu[k8s] (default fakegpu/cuda:<version>)."),
+                                     "fakegpu[k8s] (default fakegpu/pytorch:<version>)."),
     workload_image: str | None = typer.Option(None, "--workload-image", help="The training examples' image, "
                                               "with torch (default fakegpu/pytorch:<version>)."),
     mig_strategy: str = typer.Option("none", "--mig-strategy", help="none, single or mixed, as NVIDIA's plugin."),

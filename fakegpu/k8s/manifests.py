@@ -95,7 +95,9 @@ def daemon_set(c: Cluster) -> Obj:
         "image": c.image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
-        "env": [{"name": "XDG_CACHE_HOME", "value": CACHE_DIR}, {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        # FAKEGPU_RUNTIME empty: the plugin imports no torch (fakegpu/pytorch's own default is fakecuda)
+        "env": [{"name": "XDG_CACHE_HOME", "value": CACHE_DIR}, {"name": "PYTHONUNBUFFERED", "value": "1"},
+                {"name": "FAKEGPU_RUNTIME", "value": ""}],
         # A Python gRPC server holding a few sockets: a little CPU at registration, ~60 MiB resident.
         "resources": {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"cpu": "200m", "memory": "256Mi"}},
         # Root only to own the sockets it creates in the root-owned kubelet folder (an owner needs no capability

@@ -68,7 +68,7 @@ class NodePaths:
 class RenderOptions:
     namespace: str = DEFAULT_NAMESPACE
     node_label: str = DEFAULT_LABEL
-    image: str | None = None  # default: fakegpu/cuda:<version>
+    image: str | None = None  # default: fakegpu/pytorch:<version> (it carries fakegpu[k8s])
     workload_image: str | None = None  # default: fakegpu/pytorch:<version>
     mig_strategy: str = "none"
     resource_name: str = DEFAULT_RESOURCE
@@ -129,7 +129,7 @@ def _check(opts: RenderOptions, node: NodePaths) -> tuple[Cluster, str]:
         raise RenderError(f"--namespace {opts.namespace!r} is not a Kubernetes namespace name (lowercase letters, "
                           "digits and '-', at most 63)")
     key, value = parse_label(opts.node_label)
-    image = check_image(opts.image or f"fakegpu/cuda:{__version__}")
+    image = check_image(opts.image or f"fakegpu/pytorch:{__version__}")
     workload = check_image(opts.workload_image or f"fakegpu/pytorch:{__version__}", "--workload-image")
     if not _SAFE_PATH.match(opts.runtime_path) or posixpath.basename(opts.runtime_path) != node.runtime_front:
         raise RenderError(f"--runtime-path {opts.runtime_path!r}: an absolute path of plain characters ending in "

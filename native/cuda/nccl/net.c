@@ -388,6 +388,10 @@ void fgn_net_mesh(struct ncclComm *c, const struct fgn_addr *table, int lfd)
     c->mirror = malloc(c->chunk * (size_t)n);
     if (!c->socks || !c->mirror) {
         close(lfd);
+        free(c->socks);
+        free(c->mirror);
+        c->socks = NULL;
+        c->mirror = NULL;
         fgn_go_local(c, "out of memory for the socket transport");
         return;
     }
