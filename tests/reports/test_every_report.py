@@ -154,6 +154,17 @@ def written(fakecuda_run: Path, minilm_dir: Path, tmp_path_factory) -> dict[str,
     checked = _fakegpu("validate", str(manifest), "--out", str(tmp / "validate"), env=_clean_env())
     assert checked.returncode == 1, checked.stdout + checked.stderr
     out["validate"] = [json.loads((tmp / "validate" / "report.json").read_text())]
+    # The performance models and the repository scan, on the data their README examples use.
+    out["simulate-topology"] = [_cli_data("simulate-topology", "--nodes", "2", "--profile", "h100", "--fabric",
+                                          "ib-ndr400", "--sizes", "1MiB:16MiB", "--json")]
+    out["replay-trace"] = [_cli_data("replay-trace", str(REPO / "tests" / "data" / "traces" / "ddp-2rank"),
+                                     "--profile", "a100", "--json")]
+    out["analyze-repo"] = [_cli_data("analyze-repo", str(REPO / "examples" / "analyze-repo"), "--json")]
+    # a real sweep: two fakecuda ranks on this host
+    swept = _fakegpu("bandwidth", "--nproc", "2", "--mode", "fakecuda", "--devices", "a100:2", "--sizes", "8B:4KiB",
+                     "--iters", "2", "--warmup", "1", "--json", env=_clean_env())
+    assert swept.returncode == 0, swept.stdout[-2000:] + swept.stderr[-3000:]
+    out["bandwidth"] = [json.loads(swept.stdout)["data"]]
     # The envelope, around a result and around an error.
     ok, bad = (CliRunner().invoke(app, ["devices", spec, "--json"]) for spec in ("h100:2", "a10O:2"))
     assert (ok.exit_code, bad.exit_code) == (0, 2)
