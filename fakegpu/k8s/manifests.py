@@ -1,5 +1,6 @@
 """The Kubernetes objects `fakegpu k8s render` writes, as plain dicts: the cluster's side (Namespace, RuntimeClass,
-the device plugin's DaemonSet) and example workloads (a Pod, a 2-node torchrun Job, a Kubeflow PyTorchJob).
+the device plugin's DaemonSet) and example workloads (a Pod, its podman twin, a 2-node torchrun Job, a Kubeflow
+PyTorchJob).
 
 Inputs are checked by render.py before they get here; these functions only assemble. Every path the DaemonSet
 mounts is the constant its reader uses (the plugin's folders, the runtime's config), so the two cannot drift.
@@ -43,6 +44,7 @@ class Cluster:
     resource_name: str
     example_resource: str  # what the examples ask for: the first resource the node advertises
     gpus_per_pod: int
+    example_devices: tuple[str, ...]  # those GPUs by inventory index ("0", "0:1" for a MIG device), for podman
     config_dir: str  # the folder of the runtime's host config on the nodes (/etc/fakegpu)
 
 
@@ -138,6 +140,20 @@ def example_pod(c: Cluster) -> Obj:
             "spec": {"runtimeClassName": RUNTIME_HANDLER, "restartPolicy": "Never",
                      "containers": [{"name": "nvidia-smi", "image": POD_IMAGE, "command": ["nvidia-smi", "-L"],
                                      "resources": _limits(c)}]}}
+
+
+def podman_pod(c: Cluster) -> Obj:
+    """The example Pod for `podman kube play`, which has no device plugin to set the container's devices and no
+    RuntimeClass: the Pod names its GPUs itself (NVIDIA_VISIBLE_DEVICES, indices of the host's inventory), and
+    FakeGPU's hooks.d hook (`fakegpu hook podman-config`), which podman runs for every container, acts on it."""
+    pod = example_pod(c)
+    pod["metadata"]["name"] = "fakegpu-smi-podman"
+    del pod["spec"]["runtimeClassName"]
+    container = pod["spec"]["containers"][0]
+    del container["resources"]
+    container["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES",
+                         "value": ",".join(c.example_devices)}]
+    return pod
 
 
 def _script_volume() -> tuple[Obj, Obj]:

@@ -1,7 +1,8 @@
 """`fakegpu k8s render`: what a user applies to put fake GPU nodes in a Kubernetes cluster, as files.
 
 - cluster.yaml: the Namespace, the RuntimeClass `fakegpu` and the device plugin's DaemonSet;
-- examples/: a Pod asking for GPUs, a 2-node torchrun Job (and, asked for, a Kubeflow PyTorchJob);
+- examples/: a Pod asking for GPUs and its twin for `podman kube play`, a 2-node torchrun Job (and, asked for, a
+  Kubeflow PyTorchJob);
 - node/: the containerd (config versions 2 and 3) and CRI-O drop-ins, and setup.sh, which puts them in place.
 
 Every input is checked here, before anything is made (one parser each: device specs, MIG strategies, resource
@@ -146,9 +147,11 @@ def _check(opts: RenderOptions, node: NodePaths) -> tuple[Cluster, str]:
     if not served:
         raise RenderError(f"--devices {opts.devices!r}: the node would advertise no GPU")
     first = served[0]
+    asked = first.devices[:min(2, len(first.devices))]
     cluster = Cluster(namespace=opts.namespace, label_key=key, label_value=value, image=image,
                       workload_image=workload, mig_strategy=opts.mig_strategy, resource_name=opts.resource_name,
-                      example_resource=first.name, gpus_per_pod=min(2, len(first.devices)),
+                      example_resource=first.name, gpus_per_pod=len(asked),
+                      example_devices=tuple(str(a.gpu) if a.mig is None else f"{a.gpu}:{a.mig}" for a in asked),
                       config_dir=posixpath.dirname(node.config_file))
     return cluster, opts.devices
 
@@ -201,6 +204,7 @@ def render(opts: RenderOptions, node: NodePaths) -> Rendered:
     objects: dict[str, list[dict[str, Any]]] = {
         CLUSTER_FILE: manifests.cluster_objects(cluster),
         "examples/pod.yaml": [manifests.example_pod(cluster)],
+        "examples/pod-podman.yaml": [manifests.podman_pod(cluster)],
         "examples/ddp-job.yaml": manifests.ddp_job(cluster, script),
     }
     if opts.kubeflow:

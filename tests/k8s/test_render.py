@@ -88,7 +88,11 @@ def test_strict_mode_does_refuse_what_a_cluster_would():
 
 
 def _objects(variant: str = "default") -> dict[str, dict]:
-    return {d["kind"]: d for _, d in _documents(variant)}
+    """The first object of each kind (the cluster's Pod example, examples/pod.yaml, before its podman twin)."""
+    objs: dict[str, dict] = {}
+    for _, d in _documents(variant):
+        objs.setdefault(d["kind"], d)
+    return objs
 
 
 def test_runtime_class_names_the_handler_the_engines_get_and_selects_the_label():
@@ -152,6 +156,16 @@ def test_examples_ask_for_a_resource_the_node_advertises():
     assert pod["spec"]["containers"][0]["command"] == ["nvidia-smi", "-L"]
     # an image that asks for no GPU of its own: the runtime gives it the allocated ones (NVIDIA_VISIBLE_DEVICES)
     assert not pod["spec"]["containers"][0]["image"].startswith("fakegpu/")
+
+
+def test_the_podman_pod_names_the_devices_the_cluster_pod_asks_for():
+    # podman kube play has no device plugin: the Pod itself names the first devices of the resource, by index
+    for variant, devices in (("default", "0,1"), ("single-mig", "0:0,0:1"), ("mixed-mig", "2,3")):
+        (pod,) = [d for path, d in _documents(variant) if path == "examples/pod-podman.yaml"]
+        container = pod["spec"]["containers"][0]
+        assert container["env"] == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": devices}], variant
+        assert "resources" not in container and "runtimeClassName" not in pod["spec"]
+        assert container["command"] == ["nvidia-smi", "-L"]
 
 
 def test_the_job_gives_each_pod_its_node_rank_and_rank_0s_address():
@@ -346,7 +360,8 @@ def test_out_writes_every_file_and_json_lists_them(tmp_path):
     listed = [f["path"] for f in data["files"]]
     assert data["written"] and sorted(listed) == sorted(
         str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert {"cluster.yaml", "examples/pod.yaml", "examples/ddp-job.yaml", "examples/pytorchjob.yaml",
+    assert {"cluster.yaml", "examples/pod.yaml", "examples/pod-podman.yaml", "examples/ddp-job.yaml",
+            "examples/pytorchjob.yaml",
             "node/setup.sh", "node/containerd-fakegpu.v2.toml", "node/containerd-fakegpu.v3.toml",
             "node/crio-fakegpu.conf"} == set(listed)
     assert (out / "node" / "setup.sh").stat().st_mode & 0o777 == 0o755
