@@ -82,3 +82,28 @@ def table_uuids(path: str | Path) -> list[str]:
             if fields[0] == "device":
                 uuids.extend(v[5:] for v in fields[1:] if v.startswith("uuid="))
     return uuids
+
+
+def _header(path: str | Path) -> dict[str, str]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if fields[0] == HEADER_TAG:
+                return dict(v.partition("=")[::2] for v in fields[1:])
+    raise ValueError(f"{path}: no {HEADER_TAG} header line")
+
+
+def table_devices(path: str | Path) -> tuple[list[Device], str]:
+    """The devices a table describes, as Device objects, and its spec: resolved again from the header's spec and
+    seed, then narrowed to its `visible` selection as the runtime narrowed them (fakecuda, which has no C reader,
+    sees the same GPUs the shims read from the table). Raises ValueError for a table without a header."""
+    from fakegpu.devices.select import select_devices
+    from fakegpu.devices.spec import resolve_devices
+
+    header = _header(path)
+    spec = header.get("spec", "")
+    devices = resolve_devices(spec, seed=header.get("seed") or None)
+    if "visible" in header:
+        entries = [e for e in header["visible"].split(",") if e]
+        devices = select_devices(devices, entries, spec)
+    return devices, spec

@@ -20,18 +20,35 @@ if TYPE_CHECKING:
 _active: dict[str, Any] = {}
 
 
+def _devices(spec: str | None) -> tuple[list[Any], str]:
+    """The process's devices and their spec: `spec` when given; else the device table FakeGPU's runtime or `fakegpu
+    run` gave the process (FAKEGPU_DEVICE_TABLE: the GPUs allocated to a container, which the native shims read
+    too, and which come before FAKEGPU_DEVICES there as well); else FAKEGPU_DEVICES; else one A100."""
+    from fakegpu.devices import DEFAULT_DEVICES, resolve_devices
+    from fakegpu.devices.table import table_devices
+    from fakegpu.errors import FakeGPUError
+
+    table = os.environ.get("FAKEGPU_DEVICE_TABLE")
+    if not spec and table:
+        try:
+            return table_devices(table)
+        except (OSError, ValueError, FakeGPUError) as exc:
+            raise RuntimeError(f"fakecuda: cannot read the device table FAKEGPU_DEVICE_TABLE={table}: {exc}") from exc
+    spec = spec or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
+    return resolve_devices(spec), spec
+
+
 def activate(devices: str | None = None) -> Runtime:
-    """Install fakecuda in this process: devices from `devices`, else FAKEGPU_DEVICES, else one a100."""
+    """Install fakecuda in this process: devices from `devices`, else the device table FakeGPU's runtime gave the
+    process (FAKEGPU_DEVICE_TABLE), else FAKEGPU_DEVICES, else one a100."""
     if _active:
         raise RuntimeError("fakecuda is already active in this process; deactivate() it first")
-    from fakegpu.devices import DEFAULT_DEVICES
     from fakegpu.fakecuda.cuda_api import FakeCudaApi
     from fakegpu.fakecuda.dispatch import ChargeMode
     from fakegpu.fakecuda.mode import FakeCudaMode
     from fakegpu.fakecuda.runtime import Runtime
 
-    spec = devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
-    runtime = Runtime.from_spec(spec)
+    runtime = Runtime.from_devices(*_devices(devices))
     mode = FakeCudaMode(runtime)
     api = FakeCudaApi(mode)
     api.install()

@@ -81,13 +81,19 @@ class Runtime:
 
     @classmethod
     def from_spec(cls, spec: str, environ: dict[str, str] | None = None) -> Runtime:
+        return cls.from_devices(resolve_devices(spec), spec, environ)
+
+    @classmethod
+    def from_devices(cls, resolved: list[Device], spec: str, environ: dict[str, str] | None = None) -> Runtime:
+        """The runtime for devices resolved already (a device table's, or `spec`'s): CUDA_VISIBLE_DEVICES and the
+        allocator settings from `environ` apply on top."""
         env = os.environ if environ is None else environ
         config = config_from_env(env)
         override = env.get("FAKEGPU_CUDA_CONTEXT_MIB")
         context = int(float(override) * MiB) if override else None
         devices = [
             FakeDevice(d, DeviceAllocator(d.index, d.profile.cuda_total_bytes, config, non_pytorch_bytes=0), board)
-            for d, board in cuda_view(resolve_devices(spec), env.get("CUDA_VISIBLE_DEVICES"))
+            for d, board in cuda_view(resolved, env.get("CUDA_VISIBLE_DEVICES"))
         ]
         return cls(devices, context, spec=spec, config=config, faults=Watch(state_dir(env)),
                    workspace_profiles=workspace_profiles.from_env(env))
