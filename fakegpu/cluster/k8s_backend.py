@@ -225,12 +225,21 @@ class KubernetesBackend:
         master = f"node-0.{service['metadata']['name']}"  # the pod's name under the headless Service
         pods = [manifests.rehearsal_pod(
             spec.name, self.namespace, rank, spec.image, DEFAULT_RESOURCE, ndev,
-            # no FAKEGPU_DEVICES: it would take precedence over the GPUs the device plugin allocated
-            env=node_env(rank, spec, spec.nproc_per_node or ndev, master),
+            env=self._env(spec, rank, spec.nproc_per_node or ndev, master),
             labels={**labels, m.LABEL_NODE: str(rank), m.LABEL_MODE: spec.mode, m.LABEL_NNODES: str(spec.nodes)},
             # a device spec (a100:4) is no label value; an annotation carries it for `status`
             annotations={m.LABEL_DEVICES: spec.devices}) for rank in range(spec.nodes)]
         return [service, *pods]
+
+    @staticmethod
+    def _env(spec: m.ClusterSpec, rank: int, nproc: int, master: str) -> dict[str, str]:
+        env = node_env(rank, spec, nproc, master)
+        if spec.mode == "fakecuda":
+            # fakecuda takes its devices from FAKEGPU_DEVICES alone (one A100 without it), not from the GPUs the
+            # device plugin allocated; native mode gets those through the runtime, so there it stays unset (it
+            # would take precedence over the allocation)
+            env.update(FAKEGPU_DEVICES=spec.devices, FAKEGPU_SEED=str(rank))
+        return env
 
     def create(self, spec: m.ClusterSpec, run_id: str, state_dir: Path, ndev: int, progress: Progress) -> None:
         from kubernetes.client.exceptions import ApiException

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from fakegpu.cli.main import app
 from fakegpu.cluster import report as merge
-from fakegpu.cluster.k8s_backend import COLLECT_SCRIPT
+from fakegpu.cluster.k8s_backend import COLLECT_SCRIPT, KubernetesBackend
+from fakegpu.cluster.models import ClusterSpec
 from tests.cluster.test_models_and_report import _process
 from tests.k8s import api_fixtures as f
 from tests.k8s.api_server import FakeApiServer
@@ -130,7 +131,11 @@ def test_up_status_run_report_down_through_the_api_and_down_leaves_nothing(tmp_p
             kv.validate(obj, version, strict=True)
     pods = [o for o in sent_objects(server) if o["kind"] == "Pod"]
     env = {e["name"]: e["value"] for e in pods[1]["spec"]["containers"][0]["env"]}
-    assert env["MASTER_ADDR"] == "node-0.fakegpu-demo" and env["NODE_RANK"] == "1" and "FAKEGPU_DEVICES" not in env
+    assert env["MASTER_ADDR"] == "node-0.fakegpu-demo" and env["NODE_RANK"] == "1"
+    # fakecuda (the default mode) reads its devices from FAKEGPU_DEVICES; native mode leaves them to the plugin
+    assert env["FAKEGPU_DEVICES"] == "a100:4" and env["FAKEGPU_RUNTIME"] == "fakecuda"
+    native = KubernetesBackend._env(ClusterSpec(name="n", mode="native"), 0, 4, "node-0.fakegpu-n")
+    assert "FAKEGPU_DEVICES" not in native and native["FAKEGPU_RUNTIME"] == "native"
 
 
 def test_a_pod_that_fails_while_starting_fails_up_and_what_was_created_is_deleted(tmp_path):
