@@ -12,14 +12,27 @@ from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import EXIT_INTERRUPTED, FakeGPUError
 from fakegpu.text import table
 
-app = typer.Typer(help="Multi-node rehearsals: node containers with fake GPUs on this Docker Engine.",
-                  no_args_is_help=True)
+app = typer.Typer(help="Multi-node rehearsals: node containers with fake GPUs on this Docker Engine, or node "
+                       "pods on a Kubernetes cluster (--backend k8s).", no_args_is_help=True)
+
+# Where a cluster lives. Left out, a command uses what `up` recorded for the name (its state folder), else Docker.
+BACKEND = typer.Option(None, "--backend", help="docker (default) or k8s; later commands find the one `up` used.")
+KUBECONFIG = typer.Option(None, "--kubeconfig", help="k8s: kubeconfig file (default: $KUBECONFIG, ~/.kube/config).")
+CONTEXT = typer.Option(None, "--context", help="k8s: kubeconfig context (default: its current one).")
+NAMESPACE = typer.Option(None, "--namespace", help="k8s: namespace (default: the context's, else default).")
 
 
 def _controller():
     from fakegpu.cluster.controller import Controller
 
     return Controller()
+
+
+def _open(name: str | None, backend: str | None, kubeconfig: str | None, context: str | None,
+          namespace: str | None):
+    from fakegpu.cluster.select import open_controller
+
+    return open_controller(name, backend, kubeconfig, context, namespace)
 
 
 def _labels(values: list[str]) -> dict[str, str]:
@@ -48,20 +61,26 @@ def up(
                                               help="Docker runtime for the nodes, e.g. fakegpu for other images."),
     label: list[str] = typer.Option([], "--label", help="Extra KEY=VALUE label on every object (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the versioned JSON envelope."),
+    backend: str | None = BACKEND, kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
 ) -> None:
-    """Start a cluster: a labelled network and NODES containers node-0.. with torch.distributed's environment."""
+    """Start a cluster: a labelled network and NODES containers node-0.. with torch.distributed's environment
+    (with --backend k8s: a headless Service and NODES pods under the fakegpu RuntimeClass)."""
     from fakegpu.cluster.models import ClusterSpec
 
     try:
         spec = ClusterSpec(name=name, nodes=nodes, devices=devices, image=image, mode=mode, workdir=workdir,
                            nproc_per_node=nproc_per_node, docker_runtime=docker_runtime, labels=_labels(label))
-        cluster = _controller().up(spec, progress=lambda msg: print(f"[{name}] {msg}", file=sys.stderr))
+        controller = _open(None, backend or "docker", kubeconfig, context, namespace)
+        cluster = controller.up(spec, progress=lambda msg: print(f"[{name}] {msg}", file=sys.stderr))
     except FakeGPUError as exc:
         raise fail("cluster up", exc, as_json) from exc
     if as_json:
         emit_json("cluster up", cluster.as_dict())
     else:
-        typer.echo(f"cluster {name} up: {len(cluster.nodes)} nodes x {devices} ({mode}), network {cluster.network}")
+        where = f"network {cluster.network}" if controller.backend.kind == "docker" else \
+            f"service {cluster.network} in namespace {controller.backend.target()['namespace']}"
+        typer.echo(f"cluster {name} up: {len(cluster.nodes)} nodes x {devices} ({mode}), {where}")
 
 
 @app.command(context_settings={"allow_interspersed_args": False})
@@ -69,13 +88,16 @@ def run(
     name: str = typer.Argument(..., help="Cluster name."),
     command: list[str] = typer.Argument(..., help="Command run on every node (after --); $NODE_RANK etc. are "
                                                   "the node's. One quoted argument with spaces runs under sh -c."),
+    backend: str | None = BACKEND, kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
 ) -> None:
     """Run COMMAND on every node at once; output prefixed by node; exit status of the job (first failed node).
     torchelastic's log lines (failures, restarts, rendezvous; LOGLEVEL=INFO for torchrun) go to `cluster report`."""
     if command and command[0] == "--":  # click keeps the separator when options are not interspersed
         command = command[1:]
     try:
-        result = _controller().run(name, command, emit=lambda line: typer.echo(line))
+        controller = _open(name, backend, kubeconfig, context, namespace)
+        result = controller.run(name, command, emit=lambda line: typer.echo(line))
     except FakeGPUError as exc:
         raise fail("cluster run", exc, False) from exc
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM/SIGHUP while the job ran: it was stopped on every node
@@ -87,17 +109,19 @@ def run(
 
 
 @app.command()
-def status(name: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
-    """Nodes of a cluster and their container status."""
+def status(name: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json"),
+           backend: str | None = BACKEND, kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT,
+           namespace: str | None = NAMESPACE) -> None:
+    """Nodes of a cluster and their container (or pod) status."""
     try:
-        cluster = _controller().status(name)
+        cluster = _open(name, backend, kubeconfig, context, namespace).status(name)
     except FakeGPUError as exc:
         raise fail("cluster status", exc, as_json) from exc
     if as_json:
         emit_json("cluster status", cluster.as_dict())
         return
     typer.echo(f"cluster {name} (run {cluster.run_id}, {cluster.mode}, image {cluster.image}, "
-               f"network {cluster.network or 'missing'})")
+               f"network {cluster.network or 'missing'})")  # on k8s: the headless Service
     typer.echo(table([(n.hostname, n.container, n.status, n.exit_code, n.devices) for n in cluster.nodes],
                      ["node", "container", "status", "exit", "devices"]))
 
@@ -106,20 +130,24 @@ def status(name: str = typer.Argument(...), as_json: bool = typer.Option(False, 
 def down(
     name: str = typer.Argument(...),
     purge: bool = typer.Option(False, "--purge", help="Also delete the cluster's reports folder."),
+    backend: str | None = BACKEND, kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT,
+    namespace: str | None = NAMESPACE,
 ) -> None:
-    """Remove every container and network labelled with the cluster's name (idempotent)."""
+    """Remove every container and network (pod and service) labelled with the cluster's name (idempotent)."""
     try:
-        removed = _controller().down(name, purge=purge)
+        removed = _open(name, backend, kubeconfig, context, namespace).down(name, purge=purge)
     except FakeGPUError as exc:
         raise fail("cluster down", exc, False) from exc
-    typer.echo(f"cluster {name} down: removed {removed['containers']} containers, {removed['networks']} networks")
+    typer.echo(f"cluster {name} down: removed " + ", ".join(f"{n} {kind}" for kind, n in removed.items()))
 
 
 @app.command("list")
-def list_(as_json: bool = typer.Option(False, "--json")) -> None:
-    """Every cluster on this engine, found by label."""
+def list_(as_json: bool = typer.Option(False, "--json"), backend: str | None = BACKEND,
+          kubeconfig: str | None = KUBECONFIG, context: str | None = CONTEXT,
+          namespace: str | None = NAMESPACE) -> None:
+    """Every cluster on this engine (or in the namespace), found by label."""
     try:
-        clusters = _controller().list()
+        clusters = _open(None, backend, kubeconfig, context, namespace).list()
     except FakeGPUError as exc:
         raise fail("cluster list", exc, as_json) from exc
     if as_json:

@@ -218,3 +218,52 @@ def pytorch_job(c: Cluster, script: str, nodes: int = 2) -> list[Obj]:
            "metadata": {"name": "fakegpu-ddp-kubeflow", "labels": dict(PART_OF)},
            "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(nodes - 1)}}}
     return [script_config_map(script), job]
+
+
+# ---- `fakegpu cluster up --backend k8s`: a rehearsal's nodes as pods ------------------------------------------
+
+REHEARSAL_CONTAINER = "node"
+
+
+def rehearsal_service(cluster: str, namespace: str, labels: dict[str, str], selector: dict[str, str]) -> Obj:
+    """The headless Service that names the node pods (node-0.<service>) for torchrun's rendezvous."""
+    name = f"fakegpu-{cluster}"
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace, "labels": {**labels, **PART_OF}},
+            "spec": {"clusterIP": "None", "selector": dict(selector),
+                     # node-0's name must resolve before it is Ready: the others dial it while it starts
+                     "publishNotReadyAddresses": True,
+                     "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT}]}}
+
+
+def rehearsal_pod(cluster: str, namespace: str, rank: int, image: str, resource: str, gpus: int,
+                  env: dict[str, str], labels: dict[str, str], annotations: dict[str, str]) -> Obj:
+    """Node `rank` of a rehearsal: a pod idling (as a Docker node does) until `cluster run` execs a job in it, with
+    the GPUs the device plugin hands out under the `fakegpu` RuntimeClass."""
+    container = {
+        "name": REHEARSAL_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sleep", "infinity"],
+        "workingDir": "/workspace",
+        "env": [{"name": k, "value": v} for k, v in env.items()],
+        "ports": [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}],
+        # a quantity, which the API (and the official client's models) carry as a string
+        "resources": {"limits": {resource: str(gpus)}},
+        "volumeMounts": [{"name": "reports", "mountPath": env["FAKEGPU_REPORT_DIR"]},
+                         {"name": "workspace", "mountPath": "/workspace"},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": f"fakegpu-{cluster}-node-{rank}", "namespace": namespace,
+                         "labels": {**labels, **PART_OF}, "annotations": dict(annotations)},
+            "spec": {"runtimeClassName": RUNTIME_HANDLER, "hostname": f"node-{rank}", "subdomain": f"fakegpu-{cluster}",
+                     # a node that stops is a failed node, as with Docker: never restarted behind the job's back
+                     "restartPolicy": "Never",
+                     # `sleep` as pid 1 ignores SIGTERM: without this, every `down` would wait out 30 s per pod
+                     "terminationGracePeriodSeconds": 2,
+                     "enableServiceLinks": False,
+                     "containers": [container],
+                     "volumes": [{"name": "reports", "emptyDir": {}}, {"name": "workspace", "emptyDir": {}},
+                                 # DataLoader workers pass tensors through /dev/shm; a container's default is 64 MB
+                                 {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}}]}}
