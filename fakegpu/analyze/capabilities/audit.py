@@ -10,7 +10,6 @@ library (a per-CUDA-major library may leave a row out of the set whose header la
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from fakegpu.analyze.capabilities.tables import Library
@@ -91,6 +90,3 @@ def describe(drift: dict[str, Any]) -> str:
     where = f"{drift['library']} {drift['file']}".strip()
     return f"{where}: {drift['meaning']}" + (f": {shown}" if shown else "")
 
-
-def default_paths(libraries: list[Library]) -> list[Path]:
-    return [b.path for lib in libraries for b in lib.builds if b.path is not None]
