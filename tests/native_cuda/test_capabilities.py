@@ -1,6 +1,7 @@
 """`fakegpu capabilities` against the real build: --strict passes on it and fails on a relinked copy of one library
-with an export removed and one added; --from-report lists what a real native-mode process hit; the README's
-example prints what the README shows."""
+with an export removed and one added; --from-report lists what a real native-mode process hit (a generated stub,
+a refusal of a hand-written function, an NVML function refused on purpose); the README's examples print what the
+README shows."""
 
 from __future__ import annotations
 
@@ -99,6 +100,9 @@ assert rt.cudaGetDeviceCount(ctypes.byref(n)) == 0 and n.value == 2
 assert rt.cudaFree(None) == 0
 for _ in range(3):
     assert rt.cudaGraphClone(ctypes.byref(ctypes.c_void_p()), None) == 801  # cudaErrorNotSupported
+drv = ctypes.CDLL(os.path.join(lib, "libcuda.so.1"))
+value = ctypes.c_size_t()
+assert drv.cuCtxGetLimit(ctypes.byref(value), 7) == 801  # CU_LIMIT_SHMEM_SIZE: libcuda refuses it, by hand
 nvml = ctypes.CDLL(os.path.join(lib, "libnvidia-ml.so.1"))
 assert nvml.nvmlInit_v2() == 0
 dev = ctypes.c_void_p()
@@ -116,9 +120,10 @@ def test_from_report_lists_what_a_native_run_hit(cuda_env: dict[str, str], tmp_p
     report = capabilities(reports=[rep], only=["cudart"])
     validate(report, "capabilities")
     hits = report["hits"]
-    assert (hits["processes"], hits["total_calls"]) == (2, 4)
+    assert (hits["processes"], hits["total_calls"]) == (2, 5)
     got = {lib["library"]: [(f["name"], f["calls"], f["kind"]) for f in lib["functions"]] for lib in hits["libraries"]}
-    assert got == {"cudart": [("cudaGraphClone", 3, "stub")],
+    assert got == {"cuda": [("cuCtxGetLimit/cuCtxSetLimit(CIG limit)", 1, "refused")],
+                   "cudart": [("cudaGraphClone", 3, "stub")],
                    "nvml": [("nvmlDeviceSetPersistenceMode", 1, "unsupported-declared")]}
     text = cli("--from-report", str(rep)).stdout
     assert re.search(r"cudart\s+cudaGraphClone\s+3\s+1\s+stub", text), text
