@@ -147,3 +147,7 @@ def _render_hits(hits: dict[str, Any], table) -> None:
              (f": {f['reason']}" if f["reason"] else ""))
             for lib in hits["libraries"] for i, f in enumerate(lib["functions"])]
     typer.echo(table(rows, ["LIBRARY", "FUNCTION", "CALLS", "PROCESSES", "WHAT"]))
+    typer.echo("\nstub: FakeGPU does not implement it and returned the library's not-supported status; "
+               "refused: a function FakeGPU implements refused that flag or mode; unsupported-declared: not "
+               "supported on purpose. The program saw an error status at each call: check that it copes, or that "
+               "the path is one your real run would not take.")
