@@ -71,9 +71,11 @@ def _render_libraries(report: dict[str, Any], table) -> None:
         for i, b in enumerate(lib["builds"] or [{"file": "(not built)", "implemented": None, "stub_count": None}]):
             rows.append((lib["library"] if i == 0 else "", b["file"],
                          b["implemented"] if b["implemented"] is not None else len(lib["implemented"]),
+                         sum(f["recorded"] for f in lib["implemented"]) if i == 0 else "",
                          len(lib["unsupported_declared"]) if i == 0 else "",
                          "?" if b["stub_count"] is None else b["stub_count"]))
-    typer.echo(table(rows, ["LIBRARY", "FILE", "IMPLEMENTED", "REFUSED ON PURPOSE", "NOT-SUPPORTED STUBS"]))
+    typer.echo(table(rows, ["LIBRARY", "FILE", "IMPLEMENTED", "OF THEM RECORDED ONLY", "REFUSED ON PURPOSE",
+                            "NOT-SUPPORTED STUBS"]))
     typer.echo("")
     if len(libraries) == 1:
         _render_one(libraries[0])
@@ -94,6 +96,10 @@ def _render_one(lib: dict[str, Any]) -> None:
     typer.echo(f"\nimplemented ({len(lib['implemented'])}, by source file):")
     for file in sorted(by_file):
         typer.echo(f"  {file}: {', '.join(by_file[file])}")
+    recorded = [f["name"] for f in lib["implemented"] if f["recorded"]]
+    if recorded:
+        typer.echo(f"\nof them recorded only, validated and counted but not done ({len(recorded)}): "
+                   f"{', '.join(recorded)}")
     if lib["unsupported_declared"]:
         typer.echo(f"\nrefused on purpose ({len(lib['unsupported_declared'])}):")
         for r in lib["unsupported_declared"]:

@@ -91,3 +91,30 @@ def test_bad_reports_are_refused_naming_the_file(tmp_path: Path, unbuilt: Path, 
 def test_a_folder_without_reports_is_refused(tmp_path: Path, unbuilt: Path) -> None:
     with pytest.raises(UsageError, match=r"no process report in it \(expected fakegpu-native-\*\.json or nvml-"):
         capabilities(["cudart"], reports=[tmp_path], lib_dir=unbuilt)
+
+
+# what each library's recording path is called in its sources (driver/written.c, blas/record.c, dnn/record.c)
+RECORDING_CALL = {"cuda": "fgd_written_kernel(", "cudart": "cuLaunchKernel(", "cublas": "fgblas_record(",
+                  "cublasLt": "fgblas_record(", "cudnn": "fgdnn_launch("}
+
+
+FOLDER = {"cuda": "driver", "cudart": "runtime", "cublas": "blas", "cublasLt": "blas", "cudnn": ""}
+
+
+def _source(library: str, file: str) -> str:
+    """The text of the source file an impl row names (relative to its library's folder; cuDNN's to native/cuda)."""
+    return (TABLES_DIR / "cuda" / FOLDER[library] / file).read_text()
+
+
+def test_recorded_functions_are_the_ones_that_only_record(unbuilt: Path) -> None:
+    assert set(RECORDING_CALL) == set(descriptions.RECORDED)
+    report = capabilities(list(descriptions.RECORDED), lib_dir=unbuilt)
+    for lib in report["libraries"]:
+        recorded = [f for f in lib["implemented"] if f["recorded"]]
+        assert recorded, f"{lib['library']}: its RECORDED pattern matches no impl row"
+        for f in recorded:
+            assert RECORDING_CALL[lib["library"]] in _source(lib["library"], f["file"]), f["name"]
+    cublas = next(lib for lib in report["libraries"] if lib["library"] == "cublas")
+    # in cuBLAS the split is by file: every routine of gemm.c, level2.c and solve.c records, nothing else does
+    assert {f["file"] for f in cublas["implemented"] if f["recorded"]} == {"gemm.c", "level2.c", "solve.c"}
+    assert not any(f["recorded"] for f in cublas["implemented"] if f["file"] not in {"gemm.c", "level2.c", "solve.c"})

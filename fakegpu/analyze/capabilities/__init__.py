@@ -9,6 +9,7 @@ run made (hits.py)."""
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def resolve(names: Sequence[str], libraries: list[Library]) -> list[str]:
 
 def _library_entry(lib: Library) -> dict[str, Any]:
     title, behaviour = descriptions.LIBRARIES.get(lib.name, (lib.name, "not described"))
+    recorded = descriptions.RECORDED.get(lib.name)
     builds = []
     declared = {r.name for r in lib.declared_unsupported}  # the generator lists them as stubs too
     for b in lib.builds:
@@ -67,7 +69,8 @@ def _library_entry(lib: Library) -> dict[str, Any]:
         "title": title,
         "native_behaviour": behaviour,
         "table": str(lib.table),
-        "implemented": [{"name": r.name, "file": r.file, **({"note": r.note} if r.note else {})}
+        "implemented": [{"name": r.name, "file": r.file, "recorded": bool(recorded and re.match(recorded, r.name)),
+                         **({"note": r.note} if r.note else {})}
                         for r in sorted(lib.implemented, key=lambda r: r.name)],
         "unsupported_declared": [{"name": r.name, "reason": r.note}
                                  for r in sorted(lib.declared_unsupported, key=lambda r: r.name)],
@@ -77,8 +80,9 @@ def _library_entry(lib: Library) -> dict[str, Any]:
 
 def capabilities(only: Sequence[str] = (), *, strict: bool = False, reports: Sequence[Path] = (),
                  lib_dir: Path | None = None) -> dict[str, Any]:
-    """The capabilities report (schema capabilities). `only`: library names (resolve()); strict: audit the built
-    exports; reports: native-mode process reports (files or folders) whose unsupported calls to list."""
+    """The capabilities report (schema capabilities). `only`: library names (resolve()), default all (with
+    `reports`, all native ones); strict: audit the built exports; reports: native-mode process reports (files or
+    folders) whose unsupported calls to list."""
     from fakegpu.analyze.capabilities import audit, hits
     from fakegpu.analyze.capabilities.fakecuda_surface import surface
 
@@ -86,7 +90,10 @@ def capabilities(only: Sequence[str] = (), *, strict: bool = False, reports: Seq
         libraries = load(lib_dir)
     except TablesMissing as exc:
         raise UsageError(str(exc)) from exc
-    chosen = resolve(only, libraries) if only else library_names(libraries)
+    # A run's reports are native mode's: without --library they ask about the native libraries only, and the
+    # fakecuda section (an import of torch) is left out.
+    default = [lib.name for lib in libraries] if reports else library_names(libraries)
+    chosen = resolve(only, libraries) if only else default
     native = [lib for lib in libraries if lib.name in chosen]
     built = [b for lib in libraries for b in lib.builds if b.path is not None]
     return {
