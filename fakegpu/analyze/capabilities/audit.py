@@ -28,7 +28,7 @@ MEANING = {
     IN_TABLE_NOT_EXPORTED: "in the table or the generated stubs but not exported",
     IMPL_NOT_IN_TABLE: "generated as implemented but not an impl row of the table (stale generated list)",
     ROW_IN_NO_BUILD: "an impl row of the table that no build of the library exports as implemented",
-    NOT_BUILT: "the generated list names a library file that is not built",
+    NOT_BUILT: "not built (`make native` builds it)",
     NOT_GENERATED: "a built library file with no generated list",
     UNREADABLE: "not a readable ELF file",
 }
