@@ -1,6 +1,6 @@
 """Just enough of an ELF64 little-endian file for linkage questions: its DT_NEEDED, RPATH/RUNPATH and SONAME, its
-section names (a `.nv_fatbin` section holds CUDA device code) and the names of the symbols it defines. Standard
-library only; reads the headers and the tables it needs, not the whole file."""
+section names (a `.nv_fatbin` section holds CUDA device code), the names of the symbols it defines and of those
+it exports. Standard library only; reads the headers and the tables it needs, not the whole file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 _SHT_SYMTAB, _SHT_DYNAMIC, _SHT_DYNSYM = 2, 6, 11
 _DT_NEEDED, _DT_SONAME, _DT_RPATH, _DT_RUNPATH = 1, 14, 15, 29
-_SHN_UNDEF = 0
+_SHN_UNDEF, _SHN_ABS = 0, 0xFFF1
+_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
+_STV_DEFAULT, _STV_PROTECTED = 0, 3
 
 
 class NotELF(ValueError):
@@ -24,6 +26,9 @@ class ElfInfo:
     soname: str | None = None
     search_path: list[str] = field(default_factory=list)  # RUNPATH, else RPATH, $ORIGIN not expanded
     defined: set[str] = field(default_factory=set)  # symbols defined here (.symtab and .dynsym)
+    # what the dynamic linker can bind to: .dynsym's defined global or weak symbols of default or protected
+    # visibility (the ABS symbols a version script adds, one per version node, are not exports)
+    exported: set[str] = field(default_factory=set)
     has_symtab: bool = False
     sections: set[str] = field(default_factory=set)  # section names, e.g. ".nv_fatbin"
 
@@ -80,11 +85,15 @@ def read_elf(path: str | Path, symbols: set[str] | None = None, *, symbol_tables
                 info.has_symtab |= kind == _SHT_SYMTAB
                 strtab, table = data(link), data(index)
                 for i in range(0, len(table) - entsize + 1, entsize):
-                    st_name, _st_info, _other, st_shndx = struct.unpack_from("<IBBH", table, i)
+                    st_name, st_info, st_other, st_shndx = struct.unpack_from("<IBBH", table, i)
                     if st_shndx == _SHN_UNDEF or not st_name:
                         continue
                     name = _cstr(strtab, st_name)
                     if symbols is None or name in symbols:
                         info.defined.add(name)
+                        if (kind == _SHT_DYNSYM and st_shndx != _SHN_ABS
+                                and st_info >> 4 in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE)
+                                and st_other & 3 in (_STV_DEFAULT, _STV_PROTECTED)):
+                            info.exported.add(name)
         info.search_path = [p for p in (runpath or rpath) if p]
     return info

@@ -8,6 +8,7 @@ from fakegpu import __version__
 from fakegpu.cli import (
     analyze,
     bandwidth,
+    capabilities,
     cluster,
     container,
     devices,
@@ -52,6 +53,7 @@ app.command("estimate-roofline")(perf.estimate_roofline)
 app.command("simulate-topology")(topology.simulate_topology)
 app.command("replay-trace")(trace.replay_trace)
 app.command("analyze-repo")(analyze.analyze_repo)
+app.command("capabilities")(capabilities.capabilities)
 app.command("bandwidth")(bandwidth.bandwidth)
 app.add_typer(estimate.calibrate_app, name="calibrate")
 app.add_typer(workspace_profiles.app, name="workspace-profiles")
