@@ -6,7 +6,10 @@ Published figures used here (the dev set holds the end-to-end rows):
 - "Available KV cache memory: 6.51 GiB" -> "GPU KV cache size: 42,656 tokens", "Maximum concurrency for 32,768
   tokens per request: 1.30x" for Qwen3-14B (LMCache/LMCache#1739);
 - "Available KV cache memory: 6.37 GiB" -> "46,368 tokens", "16,384 tokens per request: 2.83x" for Qwen3-8B and
-  "PIECEWISE=51 (largest=512), FULL=35 (largest=256)" CUDA graphs at max_num_seqs 256 (LMCache/LMCache#3430).
+  "PIECEWISE=51 (largest=512), FULL=35 (largest=256)" CUDA graphs at max_num_seqs 256 (LMCache/LMCache#3430);
+- vLLM 0.10.1 refusing Qwen3-Coder-480B-A35B at 262144 tokens: "62.00 GiB KV cache is needed ... available KV
+  cache memory (48.66 GiB) ... estimated maximum model length is 205728" and, at 0.95, "(55.65 GiB) ... 235296"
+  (vllm-project/recipes#12).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from fakegpu.estimate.devset import of_kind, run_devset, score
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.model_config import parse_model_config
 from fakegpu.estimate.serving import ServingOptions, plan_serving
-from fakegpu.estimate.serving_kv import capacity, kv_spec
+from fakegpu.estimate.serving_kv import capacity, check_fits, kv_spec
 from fakegpu.estimate.serving_profile import capture_sizes
 from tests.estimate.conftest import DEVSET
 
@@ -114,6 +117,18 @@ def test_too_long_max_model_len_is_refused_with_the_largest_that_fits(llama):
                                                  max_num_batched_tokens=29000, max_num_seqs=256,
                                                  vllm_version="0.6.4"), "rtx-3090")
     assert shorter["kv_cache"]["starts"]
+
+
+@pytest.mark.parametrize("available_gib,largest", [(48.66, 205728), (55.65, 235296)])
+def test_refusal_arithmetic_matches_vllms_message(available_gib, largest):
+    doc = {"model_type": "qwen3_moe", "hidden_size": 6144, "num_hidden_layers": 62, "num_attention_heads": 96,
+           "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "intermediate_size": 8192,
+           "moe_intermediate_size": 2560, "num_experts": 160, "num_experts_per_tok": 8,
+           "max_position_embeddings": 262144}
+    spec = kv_spec(parse_model_config(doc, Path("config.json")), 1, 2, 16)
+    low, high = (check_fits(spec, int((available_gib + d) * GIB), 262144, 8192) for d in (-0.005, 0.005))
+    assert not low["starts"] and "(62.00 GiB KV cache is needed" in low["error"]
+    assert low["largest_max_model_len"] <= largest <= high["largest_max_model_len"]
 
 
 def test_defaults_follow_vllm_by_gpu_and_entrypoint(tmp_path, llama):
