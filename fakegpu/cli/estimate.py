@@ -185,3 +185,93 @@ def calibrate_compare(
              f"{r['signed_error'] * 100:+.2f}%", f"{r['abs_error'] * 100:.2f}%") for r in report["rows"]]
     typer.echo(table(rows, ["PHASE", "METRIC", "PREDICTED", "OBSERVED", "SIGNED", "ABS"]))
     typer.echo(f"\nrecommended safety margin: {report['recommended_safety_margin'] * 100:.1f}%")
+
+
+def plan_serving(
+    model_dir: Path = typer.Option(..., "--model-dir", help="Model folder (config.json + safetensors headers), a "
+                                   ".safetensors file or an index json; a folder with only config.json is sized "
+                                   "from the config's shapes."),
+    profile: str = typer.Option(..., "--profile", help="The GPU each rank runs on (catalog profile: h100, a100, l4)."),
+    tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vLLM --tensor-parallel-size; the plan is "
+                                        "for one rank."),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization",
+                                                 help="Share of the GPU's memory vLLM may use, in (0, 1]."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Default: the model's "
+                                             "max_position_embeddings."),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Default: vLLM's (1024 on >=70 GiB GPUs "
+                                            "from 0.10, else 256)."),
+    max_num_batched_tokens: int | None = typer.Option(
+        None, "--max-num-batched-tokens", help="Tokens in the profile run. Default: vLLM's (serve: 8192 on >=70 GiB "
+        "GPUs, else 2048; --entrypoint llm: 16384 / 8192; V0: max(max_model_len, 2048))."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (the model dtype), fp8, fp8_e4m3 "
+                                       "or fp8_e5m2: fp8 halves the bytes per token."),
+    block_size: int = typer.Option(16, "--block-size", help="Tokens per KV block: 1, 8, 16, 32, 64 or 128."),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="No CUDA graphs."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (config's torch_dtype; float32 served in 16 bits), "
+                              "bfloat16, float16, float32."),
+    quantization: str | None = typer.Option(None, "--quantization", help="fp8 (online, for an unquantized "
+                                            "checkpoint) or the checkpoint's own method; default: what the "
+                                            "checkpoint's config says."),
+    prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching",
+                                        help="Recorded only: prefix caching does not change start-up capacity."),
+    entrypoint: str = typer.Option("serve", "--entrypoint", help="serve (`vllm serve`) or llm (the offline LLM "
+                                   "class): their scheduler defaults differ."),
+    vllm_version: str = typer.Option("0.21", "--vllm-version", help="vLLM release to plan for (0.6 and later): "
+                                     "before 0.8 the V0 engine; from 0.21 CUDA graphs count in the budget."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """What vLLM prints at start-up for this model, GPU and flags: weights, KV-cache memory, blocks, concurrency.
+
+    Exits 3 when vLLM would refuse to start (the KV cache cannot hold one max_model_len request).
+    """
+    from fakegpu.estimate.serving import ServingOptions
+    from fakegpu.estimate.serving import plan_serving as run
+
+    options = ServingOptions(tensor_parallel, gpu_memory_utilization, max_model_len, max_num_seqs,
+                             max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, dtype, quantization,
+                             prefix_caching, entrypoint, vllm_version)
+    try:
+        report = run(model_dir, options, target=profile)
+    except FakeGPUError as exc:
+        raise fail("plan-serving", exc, as_json) from exc
+    code = EXIT_OK if report["kv_cache"]["starts"] else EXIT_CHECK_FAILED
+    if as_json:
+        emit_json("plan-serving", report, code)
+    else:
+        _render_serving(report)
+    if code:
+        raise typer.Exit(code)
+
+
+def _render_serving(r: dict) -> None:
+    s, b, kv = r["setup"], r["budget"], r["kv_cache"]
+    typer.echo(f"{r['model']['model_type']} on {s['target_name']} ({s['target']}), tensor_parallel="
+               f"{s['tensor_parallel']}, vLLM {s['vllm_version']} ({s['engine'].upper()}), dtype {r['model']['dtype']}")
+    for line in r["startup_log"]:
+        typer.echo(f"  {line}")
+    graphs = "in budget" if b["cuda_graphs_in_budget"] else "beyond budget"
+    rows = [
+        ("total GPU memory", human_bytes(b["total_gpu_memory_bytes"]), ""),
+        ("requested", human_bytes(b["requested_bytes"]), f"x {b['gpu_memory_utilization']}"),
+        ("weights (per rank)", human_bytes(b["weights_bytes"]),
+         ", ".join(f"{k}={human_bytes(v)}" for k, v in b["weights"].items() if v)),
+        ("activation peak", human_bytes(b["activation_peak_bytes"]),
+         f"forward={human_bytes(b['activation']['forward_bytes'])}, "
+         f"sampler={human_bytes(b['activation']['sampler_bytes'])} ({b['activation']['profile_requests']} requests)"),
+        ("non-torch", human_bytes(b["non_torch_bytes"]), ""),
+        ("CUDA graphs", human_bytes(b["cuda_graph_bytes"]),
+         f"{len(b['cuda_graph_capture_sizes']['piecewise'])} piecewise + "
+         f"{len(b['cuda_graph_capture_sizes']['full'])} full, {graphs}"),
+        ("available KV cache", human_bytes(b["available_kv_cache_bytes"]) if b["available_kv_cache_bytes"] >= 0
+         else "-" + human_bytes(-b["available_kv_cache_bytes"]),
+         f"{kv['num_gpu_blocks']} blocks x {kv['spec']['block_size']} tokens, "
+         f"{kv['spec']['bytes_per_token']:,.0f} B/token ({kv['spec']['kind']})"),
+    ]
+    typer.echo(table(rows, ["TERM", "BYTES", "DETAIL"]))
+    if not kv["starts"] and kv["largest_max_model_len"]:
+        typer.echo(f"\nvLLM would refuse to start; the largest max_model_len that fits is "
+                   f"{kv['largest_max_model_len']}")
+    for line in r["assumptions"]:
+        typer.echo(f"assumption: {line}")
+    for note in r["notes"]:
+        typer.echo(f"note: {note}")

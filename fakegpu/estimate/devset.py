@@ -3,6 +3,8 @@
 Each row names a config.json; its checkpoint is synthesized header-only with that architecture's exact tensor
 shapes, so the dev set needs no download and its parameter counts are the real models'. Rows whose phase is
 "training" go through plan-training with the options in their workload; they are scored apart from inference rows.
+Rows whose phase is "serving" go through plan-serving on their GPU profile and check vLLM's start-up figures: the
+available KV-cache bytes and the number of GPU blocks, each scored as its own metric.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.inference import InferenceOptions
 from fakegpu.estimate.llm import estimate_llm
 from fakegpu.estimate.model_config import parse_model_config
+from fakegpu.estimate.serving import ServingOptions, plan_serving
 from fakegpu.estimate.synthetic import synthesize
 from fakegpu.estimate.training import TrainingOptions, peak_for
 
@@ -37,7 +40,7 @@ class RowResult:
     metric: str
     observed: int
     predicted: int
-    kind: str = "inference"  # or "training"
+    kind: str = "inference"  # or "training", "serving"
 
     @property
     def error(self) -> float:
@@ -53,13 +56,37 @@ def load_devset(path: Path) -> list[dict]:
     return doc["rows"]
 
 
-def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
+def _model_dir(row: dict, base: Path, scratch: Path) -> Path:
     config_path = base / row["config"]
     config_doc = json.loads(config_path.read_text(encoding="utf-8"))
     cfg = parse_model_config(config_doc, config_path)
     model_dir = scratch / f"{config_path.stem}-{row['checkpoint_dtype']}"
     if not (model_dir / "config.json").exists():
         synthesize(model_dir, config_doc, cfg, row["checkpoint_dtype"])
+    return model_dir
+
+
+def run_serving_row(row: dict, base: Path, scratch: Path) -> list[RowResult]:
+    """vLLM's printed start-up figures against plan-serving: KV-cache bytes and GPU blocks, where published."""
+    try:
+        options = ServingOptions(**row["workload"])
+    except TypeError as exc:
+        raise EstimateInputError(row["id"], f"workload has an unknown serving option: {exc}") from exc
+    report = plan_serving(_model_dir(row, base, scratch), options, target=row["profile"])
+    out = []
+    if row.get("observed_bytes") is not None:
+        out.append(RowResult(row["id"], "kv_cache_bytes", row["observed_bytes"],
+                             report["budget"]["available_kv_cache_bytes"], "serving"))
+    if row.get("observed_blocks") is not None:
+        out.append(RowResult(row["id"], "gpu_blocks", row["observed_blocks"], report["kv_cache"]["num_gpu_blocks"],
+                             "serving"))
+    if not out:
+        raise EstimateInputError(row["id"], "a serving row needs observed_bytes or observed_blocks")
+    return out
+
+
+def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
+    model_dir = _model_dir(row, base, scratch)
     w = row["workload"]
     major, minor = (int(x) for x in row["compute_capability"].split("."))
     if row["phase"] == "training":
@@ -84,8 +111,14 @@ def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
 
 
 def run_devset(path: Path) -> list[RowResult]:
+    results: list[RowResult] = []
     with tempfile.TemporaryDirectory(prefix="fakegpu-devset-") as tmp:
-        return [run_row(row, path.parent, Path(tmp)) for row in load_devset(path)]
+        for row in load_devset(path):
+            if row["phase"] == "serving":
+                results += run_serving_row(row, path.parent, Path(tmp))
+            else:
+                results.append(run_row(row, path.parent, Path(tmp)))
+    return results
 
 
 def of_kind(results: list[RowResult], kind: str) -> list[RowResult]:

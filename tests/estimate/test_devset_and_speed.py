@@ -16,7 +16,8 @@ def test_devset_rows_are_complete():
     rows = json.loads((DEVSET / "devset.json").read_text())["rows"]
     assert len(rows) >= 5
     for row in rows:
-        assert row["metric"] in ("memory_allocated", "max_memory_allocated", "max_memory_reserved", "nvidia-smi")
+        assert row["metric"] in ("memory_allocated", "max_memory_allocated", "max_memory_reserved", "nvidia-smi",
+                                 "kv_cache_bytes", "gpu_blocks")
         assert row["source"] and row["gpu"] and row["software"] and (DEVSET / row["config"]).is_file()
 
 

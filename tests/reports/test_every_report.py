@@ -92,6 +92,17 @@ def _cli_data(*args: str) -> dict:
     return doc["data"]  # the envelope around it is pinned by tests/unit/test_cli.py
 
 
+def _decoder_config(tmp: Path) -> Path:
+    """plan-serving plans decoders (the estimates' model is an encoder): a small llama config, no weights."""
+    folder = tmp / "serving-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16"}))
+    return folder
+
+
 def _estimates(model: Path, tmp: Path) -> dict[str, list[dict]]:
     llm = CliRunner().invoke(app, ["estimate-llm", "--model-dir", str(model), "--json", "--prompt-tokens", "16"])
     assert llm.exit_code == 0, llm.output
@@ -104,6 +115,8 @@ def _estimates(model: Path, tmp: Path) -> dict[str, list[dict]]:
     return {
         "estimate-llm": [json.loads(llm.stdout)["data"]],
         "plan-training": [_cli_data("plan-training", "--model-dir", str(model), "--json", "--micro-batch", "2")],
+        "plan-serving": [_cli_data("plan-serving", "--model-dir", str(_decoder_config(tmp)), "--profile", "l4",
+                                   "--json")],
         "calibrate-compare": [_cli_data("calibrate", "compare", str(prediction), str(observation), "--json")],
         # one op, and a model step on two boards
         "estimate-roofline": [_cli_data("estimate-roofline", "--profile", "h100", "--gemm", "8192x8192x8192", "--json"),

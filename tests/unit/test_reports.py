@@ -11,8 +11,8 @@ from fakegpu import reports
 def test_every_schema_is_a_valid_json_schema():
     assert reports.names() == ["analyze-repo", "bandwidth", "calibrate-compare", "capabilities", "cli",
                                "cluster-report", "estimate-llm", "estimate-roofline", "fakecuda-activity",
-                               "fakecuda-process", "native-process", "nvml-process", "plan-training", "preflight",
-                               "replay-trace", "simulate-topology", "validate", "workspace-profile"]
+                               "fakecuda-process", "native-process", "nvml-process", "plan-serving", "plan-training",
+                               "preflight", "replay-trace", "simulate-topology", "validate", "workspace-profile"]
     for name in reports.names():
         spec = reports.schema(name)
         jsonschema.validators.validator_for(spec).check_schema(spec)
