@@ -103,7 +103,11 @@ def _estimates(model: Path, tmp: Path) -> dict[str, list[dict]]:
         "measurements": [{"phase": "peak", "metric": "max_memory_allocated", "bytes": 100_000_000}]}))
     return {
         "estimate-llm": [json.loads(llm.stdout)["data"]],
-        "plan-training": [_cli_data("plan-training", "--model-dir", str(model), "--json", "--micro-batch", "2")],
+        "plan-training": [_cli_data("plan-training", "--model-dir", str(model), "--json", "--micro-batch", "2"),
+                          # the Megatron path adds its per-stage section
+                          _cli_data("plan-training", "--model-dir", str(model), "--json", "--framework", "megatron",
+                                    "--tensor-parallel", "2", "--pipeline-parallel", "2", "--gpus", "4",
+                                    "--sequence-parallel", "--recompute", "selective")],
         "calibrate-compare": [_cli_data("calibrate", "compare", str(prediction), str(observation), "--json")],
         # one op, and a model step on two boards
         "estimate-roofline": [_cli_data("estimate-roofline", "--profile", "h100", "--gemm", "8192x8192x8192", "--json"),
