@@ -16,6 +16,8 @@ t tensor-parallel ranks, 16-bit activations:
   last stage adds the final norm and output-layer inputs 4sbh (/t with SP) and the logits: the 16-bit output
   [s, b, v/t] alive while the loss makes its fp32 copy (Megatron's vocab-parallel cross entropy works in place on
   that copy and keeps it, the softmax, for backward): 6sbv/t.
+The unfused (local) attention also holds one persistent b x a/t x s x s buffer for QK^T (Megatron's global memory
+buffer), whatever the recomputation.
 Pipeline schedules (Megatron-LM's schedules.py): under 1F1B stage i runs pp - i warm-up forwards before its first
 backward, so it holds min(pp - i, m) micro-batches of its L/pp layers (m = micro-batches per step); the interleaved
 schedule with v model chunks per stage holds (pp - i - 1) * 2 + (v - 1) * pp + 1 chunk activations of L/(pp v)
@@ -232,6 +234,10 @@ def stage_memory(ckpt: Checkpoint, cfg: ModelConfig, groups: dict[str, int], o: 
     logits = logits_factor(o) * s * b * vocab / t
     head_inputs = 4 * s * b * cfg.hidden_size / sp
     layers = stage_layers(cfg.num_layers, pp)
+    # The unfused attention's QK^T goes into Megatron's GlobalMemoryBuffer ("mpu"), allocated on first use and held
+    # for the run (megatron/core/transformer/dot_product_attention.py, legacy CoreAttention alike): b x a/t x s x s.
+    scores_buffer = (b * cfg.num_heads / t * s * s * (4 if o.precision == "fp32" else 2)
+                     if o.attention == "unfused" else 0.0)
     out = []
     for i, params in enumerate(stage_params(ckpt, cfg, groups, o)):
         flight = in_flight(o, i, m)
@@ -246,13 +252,15 @@ def stage_memory(ckpt: Checkpoint, cfg: ModelConfig, groups: dict[str, int], o: 
         states = {"weights": weights, "optimizer_states": optimizer}
         out.append({
             "load": {"weights": weights},
-            "forward": {**states, "gradients": grads, "activations": activations,
+            "forward": {**states, "gradients": grads, "attention_score_buffer": scores_buffer,
+                        "activations": activations,
                         "output_layer_inputs": head_inputs if last else 0.0, "logits": logits if last else 0.0,
                         "cublas_workspace": workspace},
-            "backward": {**states, "gradients": grads, "activations": activations, "recomputed_layer": recomputed,
+            "backward": {**states, "gradients": grads, "attention_score_buffer": scores_buffer,
+                         "activations": activations, "recomputed_layer": recomputed,
                          "output_layer_inputs": head_inputs if last else 0.0,
                          "logits": 4 * s * b * vocab / t if last else 0.0, "cublas_workspace": workspace},
-            "optimizer_step": {**states, "gradients": grads,
+            "optimizer_step": {**states, "gradients": grads, "attention_score_buffer": scores_buffer,
                                "step_temporaries": params * (bpp["step_grads"] + bpp["step_foreach"]) / shard,
                                "cublas_workspace": workspace},
         })

@@ -64,8 +64,8 @@ def test_each_predicted_number_is_validated(training_results):
         assert s["worst_underestimate"] >= under, (metric, s)
 
 
-# Megatron-LM rows (issue 20, point 2): rows at least, and the bound reached plus margin (4 rows, median 4.3 %, worst
-# -5.8 %: all four under, by the 1.3-5.8 % the allocator's remaining terms take; see the rows' notes).
+# Megatron-LM rows (issue 20, point 2): rows at least, and the bound reached plus margin (4 rows, median 4.2 %, worst
+# -5.1 %: all four come out under, by 0.6-5.1 %; see the rows' notes).
 MEGATRON_BOUNDS = (4, 0.05, -0.07)
 
 

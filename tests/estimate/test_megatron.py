@@ -119,6 +119,17 @@ def test_single_stage_adds_the_output_layer_and_loss(gpt):
     assert old["logits"] == pytest.approx(10 * s * b * vocab / t, rel=1e-6)  # out-of-place max subtraction
 
 
+def test_unfused_attention_holds_megatrons_score_buffer(gpt):
+    o = replace(BASE, tensor_parallel=2, gpus=2, recompute="full")
+    unfused = plan_training(gpt, replace(o, attention="unfused"))["phases"]
+    fused = plan_training(gpt, o)["phases"]
+    buffer = o.micro_batch * GPT["n_head"] / 2 * o.seq_len ** 2 * 2  # b x a/t x s x s, bf16, held for the run
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert unfused[phase]["components"]["attention_score_buffer"] == pytest.approx(buffer)
+        assert fused[phase]["components"]["attention_score_buffer"] == 0
+    assert "attention_score_buffer" not in unfused["load"]["components"]
+
+
 # --- Korthikanti et al. 2022, Table 2 ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("t,sp", [(1, False), (4, False), (8, True)])
@@ -246,6 +257,10 @@ def test_cli_megatron_flags(gpt):
     assert data["options"]["pp_schedule"] == "interleaved" and data["megatron"]["assumptions"]["virtual_stages"] == 2
     text = runner.invoke(app, args)
     assert text.exit_code == 0 and "pipeline stages" in text.stdout and "recompute selective" in text.stdout
+    helped = runner.invoke(app, ["plan-training", "--help"], env={"COLUMNS": "200"})
+    for flag in ("--sequence-parallel", "--distributed-optimizer", "--recompute", "--pp-schedule", "--virtual-stages",
+                 "--global-batch", "--attention", "--no-fused-adam", "--megatron-core"):
+        assert flag in helped.stdout, flag
     bad = runner.invoke(app, ["plan-training", "--model-dir", str(gpt), "--framework", "megatron", "--recompute", "al"])
     assert bad.exit_code == 2 and "none, selective, full" in bad.output and "Traceback" not in bad.output
 
