@@ -232,6 +232,10 @@ def stage_memory(ckpt: Checkpoint, cfg: ModelConfig, groups: dict[str, int], o: 
     embed_acts = 8 * s * b + s * b * cfg.hidden_size / sp  # token ids (int64) and the embedding dropout mask
     vocab = padded_vocab(cfg.vocab_size, t)
     logits = logits_factor(o) * s * b * vocab / t
+    # In backward the loss's saved fp32 softmax becomes the logits' gradient in place, and its 16-bit cast feeds the
+    # output layer's backward; under full recomputation the last layer is rebuilt only after that has been freed.
+    recomputed = layer if o.recompute == "full" else 0.0
+    logits_grad = max(0.0, 6 * s * b * vocab / t - recomputed)
     head_inputs = 4 * s * b * cfg.hidden_size / sp
     layers = stage_layers(cfg.num_layers, pp)
     # The unfused attention's QK^T goes into Megatron's GlobalMemoryBuffer ("mpu"), allocated on first use and held
@@ -243,8 +247,6 @@ def stage_memory(ckpt: Checkpoint, cfg: ModelConfig, groups: dict[str, int], o: 
         flight = in_flight(o, i, m)
         kept = layer_input if o.recompute == "full" else layer
         activations = kept * layers[i] * flight + (embed_acts * flight if i == 0 else 0)
-        # Full recomputation rebuilds one layer at a time in backward: its whole activation set is alive once.
-        recomputed = layer if o.recompute == "full" else 0.0
         last = i == pp - 1
         weights = params * bpp["weights"]
         optimizer = params * (bpp["master"] + bpp["states"]) / shard
@@ -257,9 +259,10 @@ def stage_memory(ckpt: Checkpoint, cfg: ModelConfig, groups: dict[str, int], o: 
                         "output_layer_inputs": head_inputs if last else 0.0, "logits": logits if last else 0.0,
                         "cublas_workspace": workspace},
             "backward": {**states, "gradients": grads, "attention_score_buffer": scores_buffer,
+                         # full recomputation rebuilds one layer at a time: its whole activation set, once
                          "activations": activations, "recomputed_layer": recomputed,
                          "output_layer_inputs": head_inputs if last else 0.0,
-                         "logits": 4 * s * b * vocab / t if last else 0.0, "cublas_workspace": workspace},
+                         "logits": logits_grad if last else 0.0, "cublas_workspace": workspace},
             "optimizer_step": {**states, "gradients": grads, "attention_score_buffer": scores_buffer,
                                "step_temporaries": params * (bpp["step_grads"] + bpp["step_foreach"]) / shard,
                                "cublas_workspace": workspace},

@@ -7,6 +7,7 @@ in a transformer layer (norm inputs, q/k/v, attention output, the MLP intermedia
 training_activations counts what frozen and 4-bit linears keep and what the framework (litgpt or HF/PEFT) adds.
 Reserved memory (see _totals) adds what the caching allocator cannot share: FSDP's per-stream pools, blocks left
 by earlier peaks and by FSDP's constructor; Answer.AI's FSDP benchmarks in the dev set pin those terms.
+framework="megatron" hands the plan to megatron.py (Megatron-LM's TP/SP/PP, distributed optimizer, recomputation).
 """
 
 from __future__ import annotations
