@@ -92,6 +92,20 @@ def estimate_llm(
     _finish("estimate-llm", report, check, as_json, render)
 
 
+def _print_megatron(section: dict) -> None:
+    rows = [(str(st["stage"]), str(st["layers"]), f"{st['in_flight_microbatches']:g}",
+             human_bytes(st["model_state_bytes"]), human_bytes(st["activations_bytes"]),
+             human_bytes(st["max_memory_allocated"]), human_bytes(st["max_memory_reserved"]))
+            for st in section["stages"]]
+    typer.echo(f"\npipeline stages (phases above are stage {section['peak_stage']}, the highest):")
+    typer.echo(table(rows, ["STAGE", "LAYERS", "IN FLIGHT", "MODEL STATES", "ACTIVATIONS", "ALLOCATED", "RESERVED"]))
+    a = section["assumptions"]
+    typer.echo(f"assumed: TP {a['tensor_parallel']} x PP {a['pipeline_parallel']} x DP {a['data_parallel']}, "
+               f"sequence parallel {'on' if a['sequence_parallel'] else 'off'}, recompute {a['recompute']}, "
+               f"attention {a['attention']}, {a['pp_schedule']} schedule, {a['microbatches_per_step']} micro-batches "
+               f"per step ({a['microbatches_from']}), optimizer shards {a['optimizer_shards']}")
+
+
 def plan_training(
     model_dir: Path = typer.Option(..., "--model-dir", help="Model folder, a .safetensors file, or an index json."),
     method: str | None = typer.Option(None, "--method", help="full (default), lora or qlora."),
@@ -99,7 +113,8 @@ def plan_training(
     lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list (q_proj,v_proj) or all-linear."),
     lora_dropout: float | None = typer.Option(None, "--lora-dropout", help="LoRA dropout (default 0.0, as PEFT)."),
     optimizer: str | None = typer.Option(None, "--optimizer", help="adamw (default), adamw-8bit, sgd or adafactor."),
-    framework: str | None = typer.Option(None, "--framework", help="generic (transformers/PEFT, default) or litgpt."),
+    framework: str | None = typer.Option(None, "--framework", help="generic (transformers/PEFT, default), litgpt, "
+                                         "or megatron (Megatron-LM: per-stage memory, the flags below)."),
     double_quant: bool | None = typer.Option(None, "--double-quant/--no-double-quant",
                                              help="QLoRA absmax double quantization (default on)."),
     bitsandbytes: str | None = typer.Option(None, "--bitsandbytes", help="Installed bitsandbytes version (0.45)."),
@@ -119,6 +134,27 @@ def plan_training(
     gpus: int | None = typer.Option(None, "--gpus", help="Default 1."),
     tensor_parallel: int | None = typer.Option(None, "--tensor-parallel"),
     pipeline_parallel: int | None = typer.Option(None, "--pipeline-parallel"),
+    sequence_parallel: bool | None = typer.Option(None, "--sequence-parallel/--no-sequence-parallel",
+                                                  help="Megatron: split norms/dropouts along the sequence over the "
+                                                  "tensor-parallel ranks (needs --tensor-parallel >= 2)."),
+    distributed_optimizer: bool | None = typer.Option(None, "--distributed-optimizer/--no-distributed-optimizer",
+                                                      help="Megatron: shard fp32 master weights and Adam states "
+                                                      "over the data-parallel ranks (6 + 12/d bytes/param)."),
+    recompute: str | None = typer.Option(None, "--recompute", help="Megatron: none (default), selective "
+                                         "(attention scores recomputed) or full (layer inputs kept)."),
+    pp_schedule: str | None = typer.Option(None, "--pp-schedule", help="Megatron: 1f1b (default) or interleaved."),
+    virtual_stages: int | None = typer.Option(None, "--virtual-stages", help="Megatron: model chunks per pipeline "
+                                              "stage for the interleaved schedule (2 or more)."),
+    global_batch: int | None = typer.Option(None, "--global-batch", help="Megatron: sequences per step over all "
+                                            "data-parallel ranks; micro-batches = global / (micro x data-parallel). "
+                                            "Default: as many micro-batches as pipeline stages."),
+    attention: str | None = typer.Option(None, "--attention", help="Megatron: fused (flash/cuDNN via Transformer "
+                                         "Engine, default) or unfused (local implementation: scores kept)."),
+    fused_adam: bool | None = typer.Option(None, "--fused-adam/--no-fused-adam",
+                                           help="Megatron: FusedAdam from Transformer Engine or apex (default); "
+                                           "without either torch's AdamW adds a 4-byte/param step temporary."),
+    megatron_core: str | None = typer.Option(None, "--megatron-core", help="Megatron: installed megatron-core "
+                                             "version (0.13); before 0.8 the loss keeps a second fp32 logits copy."),
     config: list[Path] = typer.Option([], "--config", help="DeepSpeed JSON, accelerate YAML or FSDP config file."),
     target_profile: str | None = typer.Option(None, "--target-profile"),
     workspace_files: list[Path] = typer.Option([], "--workspace-file", help=WORKSPACE_FILE_HELP),
@@ -142,6 +178,10 @@ def plan_training(
         "grad_checkpointing": grad_checkpointing, "checkpoint_impl": checkpoint_impl, "zero": zero, "fsdp": fsdp,
         "offload": offload, "gpus": gpus,
         "tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel,
+        "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer,
+        "recompute": recompute, "pp_schedule": pp_schedule, "virtual_stages": virtual_stages,
+        "global_batch": global_batch, "attention": attention, "fused_adam": fused_adam,
+        "megatron_core": megatron_core,
     }
     typed = {k: v for k, v in typed.items() if v is not None}
     try:
@@ -158,6 +198,8 @@ def plan_training(
         pk = r["peak"]  # run-wide maxima; the phase named is where reserved memory peaks
         typer.echo(f"peak: {human_bytes(pk['max_memory_allocated'])} allocated, "
                    f"{human_bytes(pk['max_memory_reserved'])} reserved (reserved peaks in {pk['phase']})")
+        if "megatron" in r:
+            _print_megatron(r["megatron"])
         _print_target(r["target"], (("max_micro_batch", "largest micro-batch"),))
         for note in r["notes"]:
             typer.echo(f"note: {note}")

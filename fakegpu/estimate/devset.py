@@ -41,6 +41,11 @@ class RowResult:
     observed: int
     predicted: int
     kind: str = "inference"  # or "training", "serving"
+    category: str = ""  # the row's "category" (e.g. "megatron"), else its kind
+
+    @property
+    def group(self) -> str:
+        return self.category or self.kind
 
     @property
     def error(self) -> float:
@@ -98,7 +103,7 @@ def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
             raise EstimateInputError(row["id"], f"workload has an unknown training option: {exc}") from exc
         peak = peak_for(model_dir, options, (major, minor))
         return RowResult(row["id"], row["metric"], row["observed_bytes"], peak[TRAINING_METRICS[row["metric"]]],
-                         "training")
+                         "training", row.get("category", ""))
     opts = InferenceOptions(
         batch_size=w["batch_size"], prompt_tokens=w["prompt_tokens"], generated_tokens=w["generated_tokens"],
         attention=w.get("attention", "sdpa"), logits=w.get("logits", "last"),
@@ -107,7 +112,8 @@ def run_row(row: dict, base: Path, scratch: Path) -> RowResult:
     key = (row["phase"], row["metric"])
     if key not in METRICS:
         raise EstimateInputError(row["id"], f"no predicted number for phase/metric {key}")
-    return RowResult(row["id"], row["metric"], row["observed_bytes"], METRICS[key](report))
+    return RowResult(row["id"], row["metric"], row["observed_bytes"], METRICS[key](report),
+                     category=row.get("category", ""))
 
 
 def run_devset(path: Path) -> list[RowResult]:
@@ -123,6 +129,12 @@ def run_devset(path: Path) -> list[RowResult]:
 
 def of_kind(results: list[RowResult], kind: str) -> list[RowResult]:
     return [r for r in results if r.kind == kind]
+
+
+def by_category(results: list[RowResult]) -> dict[str, dict]:
+    """Scores per category: a row's "category" (the setup it exercises, e.g. megatron), else its kind."""
+    groups = sorted({r.group for r in results})
+    return {g: score([r for r in results if r.group == g]) for g in groups}
 
 
 def by_metric(results: list[RowResult]) -> dict[str, dict]:

@@ -7,6 +7,7 @@ in a transformer layer (norm inputs, q/k/v, attention output, the MLP intermedia
 training_activations counts what frozen and 4-bit linears keep and what the framework (litgpt or HF/PEFT) adds.
 Reserved memory (see _totals) adds what the caching allocator cannot share: FSDP's per-stream pools, blocks left
 by earlier peaks and by FSDP's constructor; Answer.AI's FSDP benchmarks in the dev set pin those terms.
+framework="megatron" hands the plan to megatron.py (Megatron-LM's TP/SP/PP, distributed optimizer, recomputation).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fakegpu.estimate import runtime
+from fakegpu.estimate import megatron, runtime
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.llm import load_model, resolve_profile, runtime_section, stack_overheads, workspace_notes
 from fakegpu.estimate.model_config import ModelConfig
@@ -79,10 +80,20 @@ class TrainingOptions:
     double_quant: bool = True  # QLoRA absmax double quantization (bnb_4bit_use_double_quant / litgpt bnb.nf4-dq)
     bitsandbytes: str = "0.45"  # installed bitsandbytes; before 0.43.2 MatMul4Bit keeps its input alive
     peft: str = "0.13"  # installed PEFT; before 0.12 adapters take the base weight's float dtype (not fp32)
+    # Megatron-LM only (framework="megatron"); see fakegpu/estimate/megatron.py
+    sequence_parallel: bool = False
+    distributed_optimizer: bool = False
+    recompute: str = "none"  # see megatron.RECOMPUTE
+    pp_schedule: str = "1f1b"
+    virtual_stages: int = 1
+    attention: str = "fused"  # see megatron.ATTENTION
+    global_batch: int | None = None  # sequences per optimizer step over all data-parallel ranks
+    fused_adam: bool = True  # Transformer Engine's or apex's FusedAdam; else torch.optim.AdamW (foreach)
+    megatron_core: str = "0.13"  # installed megatron-core; before 0.8 the loss made a second fp32 logits copy
 
     def validate(self) -> None:
         for name, allowed in (("method", METHODS), ("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
-                              ("fsdp", FSDP), ("offload", OFFLOAD), ("framework", tuple(FRAMEWORKS)),
+                              ("fsdp", FSDP), ("offload", OFFLOAD), ("framework", (*FRAMEWORKS, "megatron")),
                               ("checkpoint_impl", CHECKPOINT_IMPLS)):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
@@ -103,11 +114,14 @@ class TrainingOptions:
             raise EstimateInputError("--gpus", "must be a multiple of tensor-parallel x pipeline-parallel")
         if self.offload == "params" and self.zero != 3 and self.fsdp == "none":
             raise EstimateInputError("--offload", "offloading parameters needs ZeRO-3 or FSDP")
-        for name in ("bitsandbytes", "peft"):
+        for name in ("bitsandbytes", "peft", "megatron_core"):
             # Versions gate behaviour changes; a typo must not silently select the oldest behaviour.
             value = str(getattr(self, name)).strip()
             if not re.fullmatch(r"\d+(\.\d+){0,2}([.+-]?\w+)*", value):
                 raise EstimateInputError(f"--{name}", f"{value!r} is not a version; use e.g. 0.45 or 0.13.2")
+        megatron.validate(self)
+        if self.framework == "megatron" and self.grad_checkpointing:
+            raise EstimateInputError("--grad-checkpointing", "Megatron recomputes with --recompute full or selective")
 
     @property
     def data_parallel(self) -> int:
@@ -210,6 +224,8 @@ def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout
 def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Overheads) -> tuple[dict, dict]:
     """(phases, details) for one rank; phases hold components and the three predicted numbers. `overheads`: the
     workspace profile of the target GPU and stack (its cuBLAS workspace)."""
+    if o.framework == "megatron":
+        return _plan_megatron(ckpt, cfg, o, overheads)
     groups = _param_groups(ckpt, cfg)
     total = sum(groups.values())
     tp, pp = o.tensor_parallel, o.pipeline_parallel
@@ -389,6 +405,36 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     return phases, details
 
 
+def _plan_megatron(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Overheads) -> tuple[dict, dict]:
+    """The phases of the pipeline stage whose rank peaks highest, and every stage's in the details."""
+    if o.pp_schedule == "interleaved" and cfg.num_layers % (o.pipeline_parallel * o.virtual_stages):
+        raise EstimateInputError("--virtual-stages", f"{cfg.num_layers} layers do not split into "
+                                 f"{o.pipeline_parallel} stages x {o.virtual_stages} model chunks (Megatron needs "
+                                 "layers divisible by pipeline-parallel x virtual stages)")
+    groups = _param_groups(ckpt, cfg)
+    stages = megatron.stage_memory(ckpt, cfg, groups, o, overheads.cublas_workspace_bytes())
+    peaks = [_peak(_totals(phases, overheads, o.gpus)) for phases in stages]
+    worst = max(range(len(stages)), key=lambda i: (peaks[i]["max_memory_allocated"], -i))
+    total = sum(groups.values())
+    details = {"trainable": total, "total": total, "stage": 1 if o.distributed_optimizer else 0, "init_cache": 0,
+               "cached_only": {}, "stages": stages, "stage_peaks": peaks, "peak_stage": worst}
+    return stages[worst], details
+
+
+def _megatron_section(cfg: ModelConfig, o: TrainingOptions, details: dict) -> dict:
+    layers = megatron.stage_layers(cfg.num_layers, o.pipeline_parallel)
+    m = megatron.microbatches(o)
+    stages = []
+    for i, (phases, peak) in enumerate(zip(details["stages"], details["stage_peaks"], strict=True)):
+        forward = phases["forward"]
+        stages.append({"stage": i, "layers": layers[i], "in_flight_microbatches": megatron.in_flight(o, i, m),
+                       "activations_bytes": int(forward["activations"]),
+                       "model_state_bytes": int(forward["weights"] + forward["gradients"]
+                                                + forward["optimizer_states"]),
+                       **{k: peak[k] for k in ("max_memory_allocated", "max_memory_reserved", "nvidia_smi_used")}})
+    return {"peak_stage": details["peak_stage"], "assumptions": megatron.assumptions(cfg, o), "stages": stages}
+
+
 # Allocated on FSDP's unshard and pre-unshard streams: the caching allocator keeps separate blocks per stream, and
 # these are the same sizes every layer, so they are reserved as they are, apart from the compute stream's pool.
 STREAM_POOLS = ("gathered_params", "fsdp_root_params", "offload_staging")
@@ -453,6 +499,8 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
         "target": None,
         "notes": _notes(cfg, options, profile) + workspace_notes(overheads, workspace_files),
     }
+    if options.framework == "megatron":
+        report["megatron"] = _megatron_section(cfg, options, details)
     if profile is not None:
         context = overheads.non_pytorch_bytes() + runtime.nccl_bytes(options.gpus)
         out = verdict(profile, peak["max_memory_reserved"], context, peak["nvidia_smi_used"])
@@ -481,7 +529,8 @@ def _with(o: TrainingOptions, **changes) -> TrainingOptions:
 
 
 def _notes(cfg: ModelConfig, o: TrainingOptions, profile) -> list[str]:
-    notes = ["activations assume sdpa/flash attention (no stored attention matrix); LoRA dropout per --lora-dropout"]
+    notes = [] if o.framework == "megatron" else [
+        "activations assume sdpa/flash attention (no stored attention matrix); LoRA dropout per --lora-dropout"]
     if o.method != "full" and o.framework != "generic":
         notes.append(f"framework={o.framework}: saved tensors follow its LoRA/QLoRA implementation")
     if o.method == "qlora" and o.framework == "litgpt":
@@ -490,7 +539,13 @@ def _notes(cfg: ModelConfig, o: TrainingOptions, profile) -> list[str]:
         notes.append("no --target-profile: runtime overheads assume compute capability 8.0")
     if o.offload != "none":
         notes.append(f"offload={o.offload}: offloaded states live in host memory and are not counted here")
-    if o.pipeline_parallel > 1:
+    if o.framework == "megatron":
+        notes.append("megatron: activations per Korthikanti et al. 2022 (TP/SP/recompute), model states as "
+                     "Megatron-LM's theoretical memory report; phases are the stage that peaks highest, every "
+                     "stage under 'megatron'")
+        if o.global_batch is None and o.pipeline_parallel > 1:
+            notes.append("megatron: no --global-batch, so the pipeline is assumed full (micro-batches >= stages)")
+    elif o.pipeline_parallel > 1:
         notes.append("pipeline parallel: worst stage shown (1F1B, as many micro-batches in flight as stages)")
     if not cfg.is_decoder:
         notes.append(f"{cfg.model_type} is an encoder: the logits term assumes a vocabulary-sized head (MLM)")

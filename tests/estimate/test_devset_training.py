@@ -64,6 +64,26 @@ def test_each_predicted_number_is_validated(training_results):
         assert s["worst_underestimate"] >= under, (metric, s)
 
 
+# Megatron-LM rows (issue 20, point 2): rows at least, and the bound reached plus margin (4 rows, median 4.2 %, worst
+# -5.1 %: all four come out under, by 0.6-5.1 %; see the rows' notes).
+MEGATRON_BOUNDS = (4, 0.05, -0.07)
+
+
+def test_megatron_rows_meet_issue_20s_bar(training_results):
+    rows = [r for r in training_results if r.group == "megatron"]
+    least, median, under = MEGATRON_BOUNDS
+    s = score(rows)
+    assert s["rows"] >= least, s
+    assert s["median_abs_error"] <= median and s["worst_underestimate"] >= under, s
+    published = [r for r in load_devset(DEVSET / "devset.json") if r.get("category") == "megatron"]
+    assert {r["workload"]["framework"] for r in published} == {"megatron"}
+    # what they exercise between them: TP+SP, pipeline stages, full recomputation, both attention paths
+    assert any(r["workload"].get("sequence_parallel") for r in published)
+    assert any(r["workload"].get("pipeline_parallel", 1) > 1 and r["workload"].get("recompute") == "full"
+               for r in published)
+    assert {r["workload"].get("attention", "fused") for r in published} == {"fused", "unfused"}
+
+
 def test_lora_rows_stay_tight(training_results):
     """litgpt's LoRA rows (bf16 base, dropout 0.05 on q/v) are the cleanest measurements: keep them within 5 %."""
     lora = [r for r in training_results if r.id.startswith("litgpt") and r.id.endswith("-lora-a10g")]

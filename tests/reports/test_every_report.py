@@ -114,7 +114,11 @@ def _estimates(model: Path, tmp: Path) -> dict[str, list[dict]]:
         "measurements": [{"phase": "peak", "metric": "max_memory_allocated", "bytes": 100_000_000}]}))
     return {
         "estimate-llm": [json.loads(llm.stdout)["data"]],
-        "plan-training": [_cli_data("plan-training", "--model-dir", str(model), "--json", "--micro-batch", "2")],
+        "plan-training": [_cli_data("plan-training", "--model-dir", str(model), "--json", "--micro-batch", "2"),
+                          # the Megatron path adds its per-stage section
+                          _cli_data("plan-training", "--model-dir", str(model), "--json", "--framework", "megatron",
+                                    "--tensor-parallel", "2", "--pipeline-parallel", "2", "--gpus", "4",
+                                    "--sequence-parallel", "--recompute", "selective")],
         "plan-serving": [_cli_data("plan-serving", "--model-dir", str(_decoder_config(tmp)), "--profile", "l4",
                                    "--json")],
         "calibrate-compare": [_cli_data("calibrate", "compare", str(prediction), str(observation), "--json")],
