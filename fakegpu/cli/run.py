@@ -85,6 +85,10 @@ def run(
         "kernels estimated from their launch (flagged estimated); the host keeps its recorded timing. Prints the "
         "predicted step time (steps: between torch.cuda.synchronize() calls) and MFU. The record logs stay in "
         "--report-dir/timeline when given."),
+    timeline_host: str = typer.Option(
+        "cpu", "--timeline-host", help="--timeline: space the host's calls by the process's CPU time (cpu, default: "
+        "what an unloaded host would take, leaving out time this machine ran other programs) or the wall clock "
+        "(wall: sleeps and waits for other processes included)."),
     profile: str | None = typer.Option(
         None, "--profile", "-p", help="--timeline: the board to price the GPU work on (default: the run's first "
         "device)."),
@@ -95,7 +99,7 @@ def run(
 
     folder: Path | None = None
     try:
-        board = _timeline_board(timeline, profile, devices, mode)
+        board = _timeline_board(timeline, profile, devices, mode, timeline_host)
         if timeline is not None:
             folder = Path(report_dir) / "timeline" if report_dir else Path(tempfile.mkdtemp(prefix="fakegpu-tl-"))
         chosen = None
@@ -105,7 +109,7 @@ def run(
                     on_device_read=on_device_read, timeout=timeout, faults=chosen, telemetry_replay=telemetry_replay,
                     timeline_dir=folder)
         if timeline is not None and folder is not None:
-            _write_timeline(folder, timeline, board)
+            _write_timeline(folder, timeline, board, timeline_host)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
     finally:
@@ -114,7 +118,7 @@ def run(
     raise typer.Exit(rc)
 
 
-def _timeline_board(timeline: Path | None, profile: str | None, devices: str | None, mode: str):
+def _timeline_board(timeline: Path | None, profile: str | None, devices: str | None, mode: str, host: str):
     """The board --timeline prices on, checked before the program runs (UsageError for a misuse)."""
     import os
 
@@ -126,6 +130,10 @@ def _timeline_board(timeline: Path | None, profile: str | None, devices: str | N
         if profile is not None:
             raise UsageError("--profile prices the --timeline; give --timeline TRACE with it")
         return None
+    from fakegpu.perf.timeline import HOST_CLOCKS
+
+    if host not in HOST_CLOCKS:
+        raise UsageError(f"--timeline-host {host!r}: expected one of {', '.join(HOST_CLOCKS)}")
     if mode != "native":
         raise UsageError("--timeline needs native mode: fakecuda runs PyTorch's math on the CPU and records no GPU "
                          "work (use torch.profiler there)")
@@ -134,11 +142,11 @@ def _timeline_board(timeline: Path | None, profile: str | None, devices: str | N
     return resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
 
 
-def _write_timeline(folder: Path, out: Path, board) -> None:
+def _write_timeline(folder: Path, out: Path, board, host: str) -> None:
     from fakegpu.perf.timeline_run import write_timelines
     from fakegpu.perf.units import seconds_text
 
-    for w in write_timelines(folder, out, board):
+    for w in write_timelines(folder, out, board, host):
         s = w.summary
         who = f"rank {w.rank}" if w.rank is not None else f"pid {w.pid}"
         mfu = f", MFU {100 * s['mfu']:.1f}% ({s['mfu_dtype']})" if s["mfu"] is not None else ""

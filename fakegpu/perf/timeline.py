@@ -3,7 +3,10 @@
 
     host     the recorded calls, in their order and with their spacing, delayed only where the program waited for
              the GPU (a device, stream or event synchronisation, a synchronous copy): there the host resumes when
-             the simulated GPU gets there, and everything after moves by that wait;
+             the simulated GPU gets there, and everything after moves by that wait. The spacing is the process's
+             CPU time by default (HOST_CLOCKS: "cpu"), which leaves out the time this machine ran other programs,
+             so a loaded machine predicts what an idle one would; "wall" keeps the wall clock's spacing, sleeps
+             and waits for other processes included;
     streams  each stream runs its work in order, each piece starting once its launch returned and the stream's
              previous piece ended; the legacy default stream waits for every blocking stream of its device and they
              for it (CUDA's implicit synchronisation), non-blocking streams do not; cudaStreamWaitEvent holds a
@@ -24,6 +27,7 @@ from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.timeline_price import COLLECTIVES, NCCL_OPS, NCCL_TYPES, Price, Pricer
 
 LEGACY, PER_THREAD = 0, 2
+HOST_CLOCKS = ("cpu", "wall")
 NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
 _DIRECTIONS = {tl.HTOD: ("HtoD", "Pageable -> Device"), tl.DTOH: ("DtoH", "Device -> Pageable"),
                tl.DTOD: ("DtoD", "Device -> Device"), tl.HTOH: ("HtoH", "Pageable -> Pageable")}
@@ -125,10 +129,21 @@ def _nccl_inner_copies(records: list[tl.Record]) -> set[int]:
     return inner
 
 
-def simulate(log: tl.TimelineLog, pricer: Pricer) -> Simulated:
-    """Play one process's log on the pricer's board."""
+def _clock(log: tl.TimelineLog, host_clock: str):
+    """(start, end) of a record on the host clock, from the log's first instant."""
+    if host_clock == "wall":
+        origin = log.t0_monotonic_ns
+        return lambda r: (r.t0 - origin, r.t0 - origin + r.dur)
+    # CPU time has no instant in the header: the first record's start is the origin, at its wall-clock offset
+    first = min(log.records, key=lambda r: r.t0)
+    origin = first.cpu0 - (first.t0 - log.t0_monotonic_ns)
+    return lambda r: (r.cpu0 - origin, r.cpu0 - origin + r.cpu_dur)
+
+
+def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Simulated:
+    """Play one process's log on the pricer's board, the host spaced by `host_clock` (HOST_CLOCKS)."""
     records = log.records
-    origin = log.t0_monotonic_ns
+    at = _clock(log, host_clock)
     sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns)
     streams = _Streams()
     events: dict[int, float] = {}
@@ -142,7 +157,8 @@ def simulate(log: tl.TimelineLog, pricer: Pricer) -> Simulated:
         if i in skip:
             continue
         tids[r.tid] = tids.get(r.tid, 0) + 1
-        t0, t1 = r.t0 - origin + shift, r.t1 - origin + shift
+        t0, t1 = at(r)
+        t0, t1 = t0 + shift, t1 + shift
         if r.kind == tl.STREAM_CREATE:
             streams.flags[r.stream] = r.a
             continue

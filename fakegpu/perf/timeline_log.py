@@ -2,7 +2,8 @@
 its stream-ordered work to (native/cuda/common/fgc_timeline.h has the format and the writer's rules).
 
 A log is a 64-byte header (pid, $RANK, $WORLD_SIZE, $LOCAL_RANK, one instant on the monotonic and the real-time
-clock) and 64-byte records in the order the work was handed to the GPU; names (kernels, cuBLAS routines) come once,
+clock) and 72-byte records in the order the work was handed to the GPU, each call timed on the wall clock and on
+the process's CPU time; names (kernels, cuBLAS routines) come once,
 as a NAME record followed by their bytes. A log cut short (the process was killed between two writes) is read up to
 its last whole record, and says so.
 """
@@ -17,7 +18,7 @@ from fakegpu.errors import TraceError
 
 MAGIC = b"FGTL\x01\x00\x00\x00"
 HEADER = struct.Struct("<8siiiiqq24x")
-RECORD = struct.Struct("<BBHIqqQQQQQ")
+RECORD = struct.Struct("<BBHIqqIIQQQQQ")
 
 KERNEL, MEMCPY, MEMSET, SYNC, EVENT_RECORD, STREAM_WAIT, STREAM_CREATE, GEMM, COLL, NAME, TRUNCATED = range(1, 12)
 HTOD, DTOH, DTOD, HTOH = 1, 2, 3, 4
@@ -32,13 +33,19 @@ class Record:
     device: int
     tid: int
     t0: int  # CLOCK_MONOTONIC ns when the call began
-    t1: int  # ... and when it returned
+    cpu0: int  # the process's CPU time (ns) when it began
+    dur: int  # ns the call took on the wall clock
+    cpu_dur: int  # ... and in CPU time
     stream: int
     a: int
     b: int
     c: int
     d: int
     name: str | None = None  # a kernel's name, a GEMM's routine
+
+    @property
+    def t1(self) -> int:
+        return self.t0 + self.dur
 
 
 @dataclass
@@ -73,7 +80,7 @@ def read_log(path: str | Path) -> TimelineLog:
     names: dict[int, str] = {}
     pos, size = HEADER.size, RECORD.size
     while pos + size <= len(data):
-        kind, sub, dev, tid, t0, t1, stream, a, b, c, d = RECORD.unpack_from(data, pos)
+        kind, sub, dev, tid, t0, cpu0, dur, cpu_dur, stream, a, b, c, d = RECORD.unpack_from(data, pos)
         pos += size
         if kind == NAME:
             end = pos + b
@@ -87,7 +94,7 @@ def read_log(path: str | Path) -> TimelineLog:
             log.dropped += a
             continue
         name = names.get(c if kind == GEMM else a) if kind in (KERNEL, GEMM) else None
-        log.records.append(Record(kind, sub, dev, tid, t0, t1, stream, a, b, c, d, name))
+        log.records.append(Record(kind, sub, dev, tid, t0, cpu0, dur, cpu_dur, stream, a, b, c, d, name))
     log.cut_short = pos != len(data)
     return log
 

@@ -37,9 +37,10 @@ def _named(out: Path, index: int) -> Path:
     return out.with_name(f"{name}.rank{index}")
 
 
-def write_timelines(folder: str | Path, out: str | Path, profile: Profile) -> list[Written]:
-    """Simulate every log in `folder` on `profile` and write the traces; TraceError when no process left a log
-    with GPU work (the program never used CUDA through FakeGPU's libraries)."""
+def write_timelines(folder: str | Path, out: str | Path, profile: Profile, host_clock: str = "cpu") -> list[Written]:
+    """Simulate every log in `folder` on `profile` (the host spaced by `host_clock`: timeline.HOST_CLOCKS) and
+    write the traces; TraceError when no process left a log with GPU work (the program never used CUDA through
+    FakeGPU's libraries)."""
     out = Path(out)
     logs = [log for log in logs_in(folder) if log.records]
     if not logs:
@@ -48,7 +49,7 @@ def write_timelines(folder: str | Path, out: str | Path, profile: Profile) -> li
     pricer = Pricer(profile)
     written: list[Written] = []
     for i, log in enumerate(logs):
-        sim = simulate(log, pricer)
+        sim = simulate(log, pricer, host_clock)
         index = log.rank if log.rank is not None else i
         path = out if len(logs) == 1 else _named(out, index)
         if len(logs) > 1 and sim.rank is None:

@@ -4,7 +4,7 @@
  * know (a GEMM's shape and dtypes, a collective's bytes and group, a launch the driver never sees) through the
  * private export table (fgc_private.h).
  *
- * With FAKEGPU_TIMELINE_DIR set, a process appends to <dir>/<pid>.fgtl: a 64-byte header, then 64-byte records,
+ * With FAKEGPU_TIMELINE_DIR set, a process appends to <dir>/<pid>.fgtl: a 64-byte header, then 72-byte records,
  * each name (a kernel's, a cuBLAS routine's) as a NAME record followed by its bytes padded to 8, written once.
  * Records are buffered and written at synchronisations, when the buffer fills and at exit; past
  * FAKEGPU_TIMELINE_MAX_RECORDS (default 2,000,000: 128 MB) nothing more is kept and a TRUNCATED record, written at
@@ -37,12 +37,17 @@ enum { FGC_TL_SYNC_DEVICE = 1, FGC_TL_SYNC_STREAM, FGC_TL_SYNC_EVENT };
 enum { FGC_TL_GEMM_TF32 = 1, FGC_TL_GEMM_BATCHED = 2, FGC_TL_GEMM_CAPTURED = 4 };
 #define FGC_TL_NO_DEVICE 0xffff /* a library's record: the driver fills in the current context's device */
 
+/* Each call is timed on two clocks: the wall clock, and the process's CPU time, which leaves out the time the
+ * host was not running the program (other processes on a loaded machine), for a host timeline that does not
+ * depend on what else this machine was doing. */
 typedef struct {
     uint8_t kind, sub;
     uint16_t device;
     uint32_t tid;
-    int64_t t0, t1;  /* CLOCK_MONOTONIC ns: the call's start and return */
-    uint64_t stream; /* the stream handle (0: the legacy default stream, 2: the per-thread default stream) */
+    int64_t t0;            /* CLOCK_MONOTONIC ns at the call's start (0 from a library: the driver's now) */
+    int64_t cpu0;          /* CLOCK_PROCESS_CPUTIME_ID ns at the call's start (0 likewise) */
+    uint32_t dur, cpu_dur; /* ns the call took on each clock (filled in by the driver) */
+    uint64_t stream;       /* the stream handle (0: the legacy default stream, 2: the per-thread default stream) */
     uint64_t a, b, c, d;
 } fgc_tl_record;
 
@@ -53,7 +58,7 @@ typedef struct {
     char reserved[24];
 } fgc_tl_header;
 
-_Static_assert(sizeof(fgc_tl_record) == 64, "timeline_log.py reads 64-byte records");
+_Static_assert(sizeof(fgc_tl_record) == 72, "timeline_log.py reads 72-byte records");
 _Static_assert(sizeof(fgc_tl_header) == 64, "timeline_log.py reads a 64-byte header");
 
 #endif

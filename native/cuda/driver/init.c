@@ -379,7 +379,7 @@ FGC_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 FGC_EXPORT CUresult cuCtxSynchronize(void)
 {
     FGD_INIT(); /* nothing ever runs asynchronously */
-    long long t0 = fgd_now_ns();
+    fgd_stamp t0 = fgd_timeline_stamp();
     struct CUctx_st *c = fgd_current();
     if (c && fgd_lost(c->device))
         return CUDA_ERROR_UNKNOWN;

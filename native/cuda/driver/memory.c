@@ -585,7 +585,7 @@ CUresult fgd_copy(void *dst, const void *src, size_t n, const char *api) { retur
 /* A copy the program asked for, on stream `s` (async) or the legacy default stream, in the timeline log. */
 static CUresult copy_logged(CUstream s, int async, void *dst, const void *src, size_t n, const char *api)
 {
-    long long t0 = fgd_now_ns();
+    fgd_stamp t0 = fgd_timeline_stamp();
     CUresult rc = fgd_copy(dst, src, n, api);
     if (rc == CUDA_SUCCESS && n && fgd_timeline_on()) {
         int to = on_device(dst), from = on_device(src);
@@ -772,7 +772,7 @@ CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
 /* A fill the program asked for, on stream `s` (async) or the legacy default stream, in the timeline log. */
 static CUresult fill_logged(CUstream s, int async, CUdeviceptr d, unsigned v, size_t width, size_t n)
 {
-    long long t0 = fgd_now_ns();
+    fgd_stamp t0 = fgd_timeline_stamp();
     CUresult rc = fgd_fill(d, v, width, n);
     if (rc == CUDA_SUCCESS && n)
         fgd_timeline_simple(FGC_TL_MEMSET, 0, async ? s : NULL, n * width, (unsigned long long)async, t0);

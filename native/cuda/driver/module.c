@@ -371,7 +371,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
                        unsigned smem, CUstream s, void **params, void **extra)
 {
     FGD_INIT();
-    long long t0 = fgd_now_ns();
+    fgd_stamp t0 = fgd_timeline_stamp();
     if (!fgd_is_function(f))
         return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (params && extra_buffer(extra, &(size_t){0})))

@@ -80,7 +80,7 @@ FGC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags,
     s->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority; /* clamped to the range, as CUDA does */
     *ph = s;
     fgd_timeline_simple(FGC_TL_STREAM_CREATE, 0, s, flags, (unsigned long long)(long long)s->priority,
-                        fgd_now_ns());
+                        fgd_timeline_stamp());
     return CUDA_SUCCESS;
 }
 
@@ -103,7 +103,7 @@ FGC_EXPORT CUresult cuStreamQuery(CUstream s)
 FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     FGD_INIT();
-    long long t0 = fgd_now_ns();
+    fgd_stamp t0 = fgd_timeline_stamp();
     struct CUctx_st *c = fgd_current();
     if (fgd_lost(fgd_default_stream(s) ? (c ? c->device : 0) : s->device))
         return CUDA_ERROR_UNKNOWN;
@@ -119,7 +119,7 @@ FGC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 {
     (void)flags;
     FGD_INIT();
-    fgd_timeline_simple(FGC_TL_STREAM_WAIT, 0, s, (unsigned long long)(uintptr_t)e, 0, fgd_now_ns());
+    fgd_timeline_simple(FGC_TL_STREAM_WAIT, 0, s, (unsigned long long)(uintptr_t)e, 0, fgd_timeline_stamp());
     return CUDA_SUCCESS;
 }
 
@@ -214,7 +214,7 @@ FGC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
     int dev = device_of(s);
     atomic_store(&e->hung, fgd_hung(dev) ? dev + 1 : 0);
     atomic_store(&e->t_ns, fgd_now_ns());
-    fgd_timeline_simple(FGC_TL_EVENT_RECORD, 0, s, (unsigned long long)(uintptr_t)e, 0, atomic_load(&e->t_ns));
+    fgd_timeline_simple(FGC_TL_EVENT_RECORD, 0, s, (unsigned long long)(uintptr_t)e, 0, fgd_timeline_stamp());
     return CUDA_SUCCESS;
 }
 
@@ -234,7 +234,7 @@ FGC_EXPORT CUresult cuEventQuery(CUevent e)
 
 FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
-    long long t0 = fgd_now_ns();
+    fgd_stamp t0 = fgd_timeline_stamp();
     CUresult rc = cuEventQuery(e);
     if (rc == CUDA_ERROR_NOT_READY) { /* recorded on a hung device */
         fgd_wait_if_hung(atomic_load(&e->hung) - 1);

@@ -132,10 +132,41 @@ static uint32_t name_id_locked(const char *name)
     return id;
 }
 
+static long long cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+fgd_stamp fgd_timeline_stamp(void)
+{
+    fgd_stamp s = {0, 0};
+    if (fgd_timeline_on()) {
+        s.wall = fgd_now_ns();
+        s.cpu = cpu_now();
+    }
+    return s;
+}
+
+static uint32_t since(long long then, long long now)
+{
+    long long d = now - then;
+    return d <= 0 ? 0 : d > 0xffffffffLL ? 0xffffffffu : (uint32_t)d;
+}
+
+/* t0 and cpu0 at the call's start (now when unset); the call's durations up to now. */
 void fgd_timeline_put(fgc_tl_record *r, const char *name)
 {
     if (!fgd_timeline_on())
         return;
+    long long wall = fgd_now_ns(), cpu = cpu_now();
+    if (!r->t0)
+        r->t0 = wall;
+    if (!r->cpu0)
+        r->cpu0 = cpu;
+    r->dur = since(r->t0, wall);
+    r->cpu_dur = since(r->cpu0, cpu);
     if (r->device == FGC_TL_NO_DEVICE) {
         struct CUctx_st *c = fgd_current();
         r->device = (uint16_t)(c ? c->device : 0);
@@ -163,11 +194,11 @@ void fgd_timeline_put(fgc_tl_record *r, const char *name)
 }
 
 void fgd_timeline_kernel(CUstream s, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned by, unsigned bz, unsigned smem, long long t0)
+                         unsigned by, unsigned bz, unsigned smem, fgd_stamp t0)
 {
     if (!fgd_timeline_on())
         return;
-    fgc_tl_record r = {.kind = FGC_TL_KERNEL, .device = FGC_TL_NO_DEVICE, .t0 = t0, .t1 = fgd_now_ns(),
+    fgc_tl_record r = {.kind = FGC_TL_KERNEL, .device = FGC_TL_NO_DEVICE, .t0 = t0.wall, .cpu0 = t0.cpu,
                        .stream = (uint64_t)(uintptr_t)s, .b = gx | (uint64_t)gy << 32,
                        .c = (gz & 0xffff) | (uint64_t)(bx & 0xffff) << 16 | (uint64_t)(by & 0xffff) << 32 |
                             (uint64_t)(bz & 0xffff) << 48,
@@ -177,12 +208,12 @@ void fgd_timeline_kernel(CUstream s, const char *name, unsigned gx, unsigned gy,
     fgd_timeline_put(&r, name ? name : "(unnamed kernel)");
 }
 
-void fgd_timeline_simple(int kind, int sub, CUstream s, unsigned long long a, unsigned long long b, long long t0)
+void fgd_timeline_simple(int kind, int sub, CUstream s, unsigned long long a, unsigned long long b, fgd_stamp t0)
 {
     if (!fgd_timeline_on())
         return;
-    fgc_tl_record r = {.kind = (uint8_t)kind, .sub = (uint8_t)sub, .device = FGC_TL_NO_DEVICE, .t0 = t0,
-                       .t1 = fgd_now_ns(), .stream = (uint64_t)(uintptr_t)s, .a = a, .b = b};
+    fgc_tl_record r = {.kind = (uint8_t)kind, .sub = (uint8_t)sub, .device = FGC_TL_NO_DEVICE, .t0 = t0.wall,
+                       .cpu0 = t0.cpu, .stream = (uint64_t)(uintptr_t)s, .a = a, .b = b};
     if (!fgd_default_stream(s))
         r.device = (uint16_t)s->device;
     fgd_timeline_put(&r, NULL);
@@ -194,10 +225,6 @@ void fgd_timeline_library(const fgc_tl_record *in, const char *name)
     if (!fgd_timeline_on() || !in)
         return;
     fgc_tl_record r = *in;
-    if (!r.t1)
-        r.t1 = fgd_now_ns();
-    if (!r.t0)
-        r.t0 = r.t1;
     fgd_timeline_put(&r, name);
 }
 
@@ -223,7 +250,7 @@ __attribute__((destructor)) static void at_exit(void)
     pthread_mutex_lock(&lock);
     if (atomic_load(&state) > 0) {
         if (dropped) {
-            fgc_tl_record r = {.kind = FGC_TL_TRUNCATED, .t0 = fgd_now_ns(), .t1 = fgd_now_ns(), .a = dropped};
+            fgc_tl_record r = {.kind = FGC_TL_TRUNCATED, .t0 = fgd_now_ns(), .a = dropped};
             append_locked(&r, sizeof r);
         }
         flush_locked();

@@ -96,11 +96,13 @@ static ncclResult_t finished(ncclComm_t c, fgn_coll k, size_t b, int exchanged)
 /* The operation in the timeline log (common/fgc_timeline.h): `b` its bytes as the process report counts them, on
  * the program's stream, for `fakegpu run --timeline` to price with the topology model. */
 static ncclResult_t logged(ncclResult_t rc, fgn_coll k, ncclComm_t c, cudaStream_t st, size_t count,
-                           ncclDataType_t t, int op, size_t b, const struct timespec *t0)
+                           ncclDataType_t t, int op, size_t b, const struct timespec t0[2])
 {
     if (rc == ncclSuccess && c) {
         fgc_tl_record r = {.kind = FGC_TL_COLL, .sub = (uint8_t)k, .device = (uint16_t)c->device,
-                           .t0 = (int64_t)t0->tv_sec * 1000000000LL + t0->tv_nsec, .stream = (uint64_t)(uintptr_t)st,
+                           .t0 = (int64_t)t0[0].tv_sec * 1000000000LL + t0[0].tv_nsec,
+                           .cpu0 = (int64_t)t0[1].tv_sec * 1000000000LL + t0[1].tv_nsec,
+                           .stream = (uint64_t)(uintptr_t)st,
                            .a = b, .b = count, .c = (uint64_t)(uint32_t)c->nranks | (uint64_t)(uint32_t)c->rank << 32,
                            .d = (uint64_t)(uint32_t)t | (uint64_t)(uint32_t)(op & 0xffff) << 16};
         fgc_timeline(&r, NULL);
@@ -108,9 +110,11 @@ static ncclResult_t logged(ncclResult_t rc, fgn_coll k, ncclComm_t c, cudaStream
     return rc;
 }
 
+/* The operation's start on the timeline log's two clocks (common/fgc_timeline.h). */
 #define STARTED(t0)                                                                                               \
-    struct timespec t0;                                                                                           \
-    clock_gettime(CLOCK_MONOTONIC, &t0)
+    struct timespec t0[2];                                                                                        \
+    clock_gettime(CLOCK_MONOTONIC, &t0[0]);                                                                       \
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0[1])
 
 /* Output region dst takes the account of this rank's input src (see the file comment); the bytes it copies are
  * overwritten by the result. */
@@ -193,7 +197,7 @@ FGC_EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclData
 {
     STARTED(t0);
     return logged(reduce(FGN_ALLREDUCE, s, r, n, t, op, -1, comm), FGN_ALLREDUCE, comm, st, n, t, op,
-                  n * fgn_type_size(t), &t0);
+                  n * fgn_type_size(t), t0);
 }
 
 FGC_EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
@@ -203,7 +207,7 @@ FGC_EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataTyp
     if (comm && (root < 0 || root >= comm->nranks))
         return ncclInvalidArgument;
     return logged(reduce(FGN_REDUCE, s, r, n, t, op, root, comm), FGN_REDUCE, comm, st, n, t, op,
-                  n * fgn_type_size(t), &t0);
+                  n * fgn_type_size(t), t0);
 }
 
 FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, ncclDataType_t t, int root,
@@ -235,7 +239,7 @@ FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, nccl
     }
     if (off < b && me && !fgc_memory_accounting()) /* a non-root's send buffer means nothing: leave r */
         copy_if(CH(r, off), CCH(s, off), b - off);
-    return logged(finished(c, FGN_BROADCAST, b, moved && off >= b), FGN_BROADCAST, c, st, count, t, 0, b, &t0);
+    return logged(finished(c, FGN_BROADCAST, b, moved && off >= b), FGN_BROADCAST, c, st, count, t, 0, b, t0);
 }
 
 FGC_EXPORT ncclResult_t ncclBcast(void *buf, size_t n, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t st)
@@ -257,7 +261,7 @@ FGC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t count, nccl
         like_input(CH(r, (size_t)i * b), s, b);
     int moved = exchange(c) ? fgn_allgather_bytes(c, s, r, b) : 0;
     return logged(finished(c, FGN_ALLGATHER, b * (size_t)c->nranks, moved), FGN_ALLGATHER, c, st, count, t, 0,
-                  b * (size_t)c->nranks, &t0);
+                  b * (size_t)c->nranks, t0);
 }
 
 /* Reduce-scatter and all-to-all share a shape: the send buffer is nranks blocks of `count`; in each round a
@@ -311,7 +315,7 @@ FGC_EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, nccl
 {
     STARTED(t0);
     return logged(scatter(FGN_REDUCESCATTER, s, r, n, t, op, comm), FGN_REDUCESCATTER, comm, st, n, t, op,
-                  comm ? n * fgn_type_size(t) * (size_t)comm->nranks : 0, &t0);
+                  comm ? n * fgn_type_size(t) * (size_t)comm->nranks : 0, t0);
 }
 
 FGC_EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t comm,
@@ -319,7 +323,7 @@ FGC_EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataT
 {
     STARTED(t0);
     return logged(scatter(FGN_ALLTOALL, s, r, n, t, ncclSum, comm), FGN_ALLTOALL, comm, st, n, t, 0,
-                  comm ? n * fgn_type_size(t) * (size_t)comm->nranks : 0, &t0);
+                  comm ? n * fgn_type_size(t) * (size_t)comm->nranks : 0, t0);
 }
 
 /* Point-to-point: rank-local and counted (matching a send with its receive would need a queue per pair). */
@@ -331,7 +335,7 @@ FGC_EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int 
     if (!comm)
         return ncclInvalidArgument;
     rc = faulted(FGN_SEND, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_SEND, n * fgn_type_size(t), 0);
-    return logged(rc, FGN_SEND, comm, st, n, t, 0, n * fgn_type_size(t), &t0);
+    return logged(rc, FGN_SEND, comm, st, n, t, 0, n * fgn_type_size(t), t0);
 }
 
 FGC_EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
@@ -342,7 +346,7 @@ FGC_EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, 
     if (!comm)
         return ncclInvalidArgument;
     rc = faulted(FGN_RECV, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_RECV, n * fgn_type_size(t), 0);
-    return logged(rc, FGN_RECV, comm, st, n, t, 0, n * fgn_type_size(t), &t0);
+    return logged(rc, FGN_RECV, comm, st, n, t, 0, n * fgn_type_size(t), t0);
 }
 
 /* The NCCL part of the process report. */
