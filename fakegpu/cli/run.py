@@ -101,7 +101,10 @@ def run(
     try:
         board = _timeline_board(timeline, profile, devices, mode, timeline_host)
         if timeline is not None:
-            folder = Path(report_dir) / "timeline" if report_dir else Path(tempfile.mkdtemp(prefix="fakegpu-tl-"))
+            from fakegpu.perf.timeline_run import fresh_folder
+
+            folder = fresh_folder(Path(report_dir) / "timeline") if report_dir else Path(
+                tempfile.mkdtemp(prefix="fakegpu-tl-"))
         chosen = None
         if faults is not None or fault:
             chosen = [*(plan.load_file(faults) if faults is not None else ()), *(plan.parse_flag(f) for f in fault)]

@@ -27,6 +27,9 @@ from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.timeline_price import COLLECTIVES, NCCL_OPS, NCCL_TYPES, Price, Pricer
 
 LEGACY, PER_THREAD = 0, 2
+# Correlation ids start high, as CUPTI's do in a real process: HolisticTraceAnalysis stores a trace's row indexes
+# in a column typed after the correlation ids, so ids that fit int8 (a small trace) make it fail on row 128.
+FIRST_CORRELATION = 1 << 20
 HOST_CLOCKS = ("cpu", "wall")
 NON_BLOCKING = 1  # CU_STREAM_NON_BLOCKING
 _DIRECTIONS = {tl.HTOD: ("HtoD", "Pageable -> Device"), tl.DTOH: ("DtoH", "Device -> Pageable"),
@@ -150,7 +153,7 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
     pending_gemm: dict[int, tl.Record] = {}  # tid -> the GEMM record its stand-in kernel launch follows
     skip = _nccl_inner_copies(records)
     shift = 0.0
-    corr = 0
+    corr = FIRST_CORRELATION - 1
     tids: dict[int, int] = {}
     syncs: list[float] = []  # host end of each device-wide synchronisation
     for i, r in enumerate(records):
@@ -238,14 +241,14 @@ def _work(r: tl.Record, pricer: Pricer, pending_gemm: dict[int, tl.Record]) -> t
         return "Memset (Device)", "gpu_memset", Price(price.seconds, {**price.args, "bytes": r.a}), \
             "cudaMemsetAsync" if r.b else "cudaMemset"
     if r.kind == tl.COLL:
-        ranks, rank = r.c & 0xFFFFFFFF, r.c >> 32
+        ranks = r.c & 0xFFFFFFFF
         dtype, op = r.d & 0xFFFF, (r.d >> 16) & 0xFFFF
         _size, torch_name, nccl_type = NCCL_TYPES.get(dtype, (4, "Float", "f32"))
         _, record_name, kernel_name = COLLECTIVES[r.sub] if r.sub < len(COLLECTIVES) else COLLECTIVES[0]
         price = pricer.collective(r.sub, r.a, ranks)
         out_elems = r.b * ranks if r.sub == 3 else r.b
         args = {**price.args, "Collective name": record_name, "In msg nelems": r.b, "Out msg nelems": out_elems,
-                "Group size": ranks, "dtype": torch_name, "rank": rank, "bytes": r.a}
+                "Group size": ranks, "dtype": torch_name, "bytes": r.a}
         name = f"ncclDevKernel_{kernel_name}_{NCCL_OPS.get(op, 'Sum')}_{nccl_type}_RING_LL"
         return name, "kernel", Price(price.seconds, args), "cudaLaunchKernel"
     return None

@@ -19,7 +19,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from fakegpu.perf.roofline import Board
 from fakegpu.perf.timeline import LEGACY, Simulated
@@ -95,6 +95,24 @@ def kineto(sim: Simulated, profile: Profile) -> dict[str, Any]:
     return doc
 
 
+def dump(doc: dict[str, Any], f: TextIO) -> None:
+    """The document laid out as Kineto lays it out: a key per line, an event per line, `"key": value` spacing.
+    Readers look for that layout: HolisticTraceAnalysis finds a file's rank with the pattern `"rank":\\s+\\d+`,
+    line by line."""
+    f.write("{\n")
+    items = list(doc.items())
+    for i, (key, value) in enumerate(items):
+        f.write(f"  {json.dumps(key)}: ")
+        if key == "traceEvents":
+            f.write("[\n")
+            f.write(",\n".join(f"  {json.dumps(e)}" for e in value))
+            f.write("\n  ]")
+        else:
+            f.write(json.dumps(value))
+        f.write(",\n" if i < len(items) - 1 else "\n")
+    f.write("}\n")
+
+
 def write(path: Path, doc: dict[str, Any]) -> None:
     """Write the trace whole or not at all (a temporary file renamed into place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -104,7 +122,7 @@ def write(path: Path, doc: dict[str, Any]) -> None:
     try:
         os.fchmod(fd, 0o666 & ~umask)  # as an ordinary open() would have made it, not mkstemp's 0600
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
+            dump(doc, f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

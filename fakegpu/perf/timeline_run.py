@@ -14,7 +14,7 @@ from typing import Any
 
 from fakegpu.errors import TraceError
 from fakegpu.perf.timeline import simulate
-from fakegpu.perf.timeline_kineto import kineto, summary, write
+from fakegpu.perf.timeline_kineto import dump, kineto, summary, write
 from fakegpu.perf.timeline_log import logs_in
 from fakegpu.perf.timeline_price import Pricer
 from fakegpu.profiles import Profile
@@ -29,7 +29,16 @@ class Written:
     notes: list[str]
 
 
-def _named(out: Path, index: int) -> Path:
+def fresh_folder(folder: str | Path) -> Path:
+    """The run's log folder, without the logs of an earlier run that used the same report folder."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for old in folder.glob("*.fgtl"):
+        old.unlink()
+    return folder
+
+
+def _named(out: Path, index: int | str) -> Path:
     name = out.name
     for suffix in (".json.gz", ".json"):
         if name.endswith(suffix):
@@ -50,10 +59,12 @@ def write_timelines(folder: str | Path, out: str | Path, profile: Profile, host_
     written: list[Written] = []
     for i, log in enumerate(logs):
         sim = simulate(log, pricer, host_clock)
-        index = log.rank if log.rank is not None else i
+        index: int | str = log.rank if log.rank is not None else i
+        if any(w.rank == index for w in written):  # two processes of one rank (one forked): both kept
+            index = f"{index}-pid{log.pid}"
         path = out if len(logs) == 1 else _named(out, index)
         if len(logs) > 1 and sim.rank is None:
-            sim.rank, sim.world = index, len(logs)
+            sim.rank, sim.world = i, len(logs)
         doc = kineto(sim, profile)
         if path.name.endswith(".gz"):
             _write_gz(path, doc)
@@ -65,12 +76,11 @@ def write_timelines(folder: str | Path, out: str | Path, profile: Profile, host_
 
 def _write_gz(path: Path, doc: dict[str, Any]) -> None:
     import gzip
-    import json
 
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         with gzip.open(tmp, "wt", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
+            dump(doc, f)
         tmp.replace(path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -122,3 +122,57 @@ def test_launches_link_to_work_and_unknown_kernels_are_flagged(run) -> None:
     elementwise = [e for e in work if "elementwise_kernel" in e["name"]]
     assert elementwise and all(e["args"]["estimated"] is True for e in elementwise)
     assert len([e for e in events if e["name"].startswith("ProfilerStep#")]) == 4
+
+
+DDP = """
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+torch.cuda.set_device(rank)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(512, 512).cuda(), device_ids=[rank])
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(64, 512, device="cuda")
+
+def step():
+    model(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+
+step()
+torch.cuda.synchronize()
+for _ in range(3):
+    step()
+    torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_of_a_ddp_job_get_a_trace_each_with_collectives_priced_by_the_topology_model(
+        tmp_path: Path, cuda_build, cuda_torch) -> None:
+    from fakegpu.perf.timeline_price import _collective_time
+
+    script = tmp_path / "ddp.py"
+    script.write_text(DDP)
+    out = tmp_path / "traces" / "ddp.json"
+    proc = run_fakegpu(["--devices", "h100:2", "--timeline", str(out), "--", sys.executable, "-m",
+                        "torch.distributed.run", "--nproc_per_node", "2", str(script)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    docs = {int(p.name.split(".rank")[1].split(".")[0]): json.loads(p.read_text()) for p in out.parent.iterdir()}
+    assert sorted(docs) == [0, 1]
+    for rank, doc in docs.items():
+        assert doc["distributedInfo"] == {"backend": "nccl", "rank": rank, "world_size": 2}
+        reduces = [e for e in doc["traceEvents"] if e["name"].startswith("ncclDevKernel_AllReduce_Sum_f32")]
+        assert len(reduces) >= 3  # one bucket per step: the Linear's 512 x 512 weight and its bias
+        for e in reduces:
+            assert e["args"]["In msg nelems"] == 512 * 512 + 512 and e["args"]["Group size"] == 2
+            seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
+            assert e["dur"] == pytest.approx(seconds * 1e6, abs=1e-3)
+    done = subprocess.run([sys.executable, "-m", "tests.perf.hta_peer", str(out.parent)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    peer = {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    report, _ = analyse([out.parent], round_us=True)
+    assert sorted(peer) == [r["rank"] for r in report["ranks"]] == [0, 1]
+    for r in report["ranks"]:
+        for key in ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct"):
+            assert abs(r[key] - peer[r["rank"]][key]) <= 1.0, (r["rank"], key, r[key], peer[r["rank"]][key])
