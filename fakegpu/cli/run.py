@@ -153,7 +153,7 @@ def _write_timeline(folder: Path, out: Path, board, host: str) -> None:
         s = w.summary
         who = f"rank {w.rank}" if w.rank is not None else f"pid {w.pid}"
         mfu = f", MFU {100 * s['mfu']:.1f}% ({s['mfu_dtype']})" if s["mfu"] is not None else ""
-        steps = f"{s['steps']} steps" if s["steps"] else "the whole run (no steps: fewer than two synchronizations)"
+        steps = f"{s['steps']} step(s)" if s["steps"] else "the whole run (no steps: fewer than two synchronizations)"
         typer.echo(f"timeline {w.path} ({who}, {board.id}): predicted step {seconds_text(s['step_us'] * 1e-6)} "
                    f"over {steps}; GPU busy {seconds_text(s['gpu_busy_us'] * 1e-6)}, {s['kernels']:.0f} kernels "
                    f"({s['estimated_kernels']:.0f} estimated){mfu}", err=True)

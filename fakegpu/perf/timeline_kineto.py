@@ -130,10 +130,12 @@ def write(path: Path, doc: dict[str, Any]) -> None:
 
 
 def summary(sim: Simulated, profile: Profile) -> dict[str, Any]:
-    """Predicted step time (the mean of the steps between device-wide synchronisations; the whole run when it has
-    fewer than two), GPU busy time, GEMM FLOPs and MFU against the dense peak of the dtype with most FLOPs."""
+    """Predicted step time, GPU busy time, GEMM FLOPs and MFU (against the dense peak of the dtype with most FLOPs)
+    per step: the mean of the steps between device-wide synchronisations but the last, which replay-trace and HTA
+    leave out too (in a profiler's trace it is cut off; here it often holds the program's teardown); one step, or
+    without steps the whole run, when that is all there is."""
     if sim.steps:
-        windows = sim.steps
+        windows = sim.steps[:-1] if len(sim.steps) > 1 else sim.steps
     else:
         start = min([w.start_ns for w in sim.gpu] + [h.start_ns for h in sim.host] or [0.0])
         end = max([w.end_ns for w in sim.gpu] + [h.end_ns for h in sim.host] or [0.0])
@@ -148,7 +150,7 @@ def summary(sim: Simulated, profile: Profile) -> dict[str, Any]:
     main = max(by_dtype, key=by_dtype.get) if by_dtype else None
     peak = Board.of(profile).matrix_peak(main) if main else None
     busy = sum(w.end_ns - w.start_ns for w in inside)
-    return {"steps": len(sim.steps), "step_us": span / len(windows) / 1e3, "gpu_busy_us": busy / len(windows) / 1e3,
+    return {"steps": len(windows) if sim.steps else 0, "step_us": span / len(windows) / 1e3, "gpu_busy_us": busy / len(windows) / 1e3,
             "kernels": sum(1 for w in inside if w.cat == "kernel") / len(windows),
             "estimated_kernels": sum(1 for w in inside if w.estimated) / len(windows),
             "gemm_flops": flops / len(windows), "mfu": flops / (span * 1e-9) / peak if peak and span else None,
