@@ -156,11 +156,18 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
     corr = FIRST_CORRELATION - 1
     tids: dict[int, int] = {}
     syncs: list[float] = []  # host end of each device-wide synchronisation
+    last = float("-inf")
     for i, r in enumerate(records):
         if i in skip:
             continue
         tids[r.tid] = tids.get(r.tid, 0) + 1
         t0, t1 = at(r)
+        # The log's order is the order the calls reached the GPU: a clock reading that runs behind it (two threads'
+        # stamps taken in one order and appended in the other) is moved up to its predecessor, and what follows a
+        # synchronisation in the log began after it returned.
+        if t0 < last:
+            t0, t1 = last, last + (t1 - t0)
+        last = t1 if r.kind == tl.SYNC else t0
         t0, t1 = t0 + shift, t1 + shift
         if r.kind == tl.STREAM_CREATE:
             streams.flags[r.stream] = r.a

@@ -150,7 +150,8 @@ def summary(sim: Simulated, profile: Profile) -> dict[str, Any]:
     main = max(by_dtype, key=by_dtype.get) if by_dtype else None
     peak = Board.of(profile).matrix_peak(main) if main else None
     busy = sum(w.end_ns - w.start_ns for w in inside)
-    return {"steps": len(windows) if sim.steps else 0, "step_us": span / len(windows) / 1e3, "gpu_busy_us": busy / len(windows) / 1e3,
+    return {"steps": len(windows) if sim.steps else 0, "step_us": span / len(windows) / 1e3,
+            "gpu_busy_us": busy / len(windows) / 1e3,
             "kernels": sum(1 for w in inside if w.cat == "kernel") / len(windows),
             "estimated_kernels": sum(1 for w in inside if w.estimated) / len(windows),
             "gemm_flops": flops / len(windows), "mfu": flops / (span * 1e-9) / peak if peak and span else None,
