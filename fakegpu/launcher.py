@@ -282,6 +282,7 @@ def prepare(
     record_activity: bool = False,
     faults: Sequence[Fault] | None = None,
     telemetry_replay: str | os.PathLike[str] | None = None,
+    timeline_dir: str | os.PathLike[str] | None = None,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
 
@@ -289,7 +290,8 @@ def prepare(
     `telemetry_replay` (else $FAKEGPU_TELEMETRY_REPLAY), a recording's path, is played from now (faults/replay.py).
 
     `on_device_read` is native mode's policy for host reads of kernel-written memory (DEVICE_READ_POLICIES);
-    `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout).
+    `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout);
+    `timeline_dir` makes each native-mode process append its GPU work to <timeline_dir>/<pid>.fgtl (--timeline).
     Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
     """
     if driver is not None and not is_driver_version(driver):
@@ -301,8 +303,9 @@ def prepare(
     if on_device_read is not None and on_device_read not in DEVICE_READ_POLICIES:
         raise LaunchUsageError(f"--on-device-read {shorten(on_device_read)} is not a policy; expected one of: "
                                f"{', '.join(DEVICE_READ_POLICIES)}")
-    if (memory is not None or report_dir is not None or on_device_read is not None) and mode != "native":
-        raise LaunchUsageError("--memory, --report-dir and --on-device-read apply to native mode only")
+    if (memory is not None or report_dir is not None or on_device_read is not None or timeline_dir is not None) \
+            and mode != "native":
+        raise LaunchUsageError("--memory, --report-dir, --on-device-read and --timeline apply to native mode only")
     env = dict(os.environ if base_env is None else base_env)
     spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
@@ -358,6 +361,9 @@ def prepare(
             if record_activity:
                 (root / "activity").mkdir()
                 env["FAKEGPU_ACTIVITY_DIR"] = str(root / "activity")
+            if timeline_dir is not None:  # native/cuda/common/fgc_timeline.h
+                Path(timeline_dir).mkdir(parents=True, exist_ok=True)
+                env["FAKEGPU_TIMELINE_DIR"] = str(Path(timeline_dir).resolve())
             lib_folder = str(libs[0].parent.resolve())
             _prepend(env, "LD_PRELOAD", *(str(p.resolve()) for p in libs), sep=":")
             _prepend(env, "LD_LIBRARY_PATH", lib_folder, sep=":")
@@ -406,6 +412,7 @@ def run(
     timeout: str | float | None = None,
     faults: Sequence[Fault] | None = None,
     telemetry_replay: str | os.PathLike[str] | None = None,
+    timeline_dir: str | os.PathLike[str] | None = None,
 ) -> int:
     """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do).
 
@@ -416,7 +423,7 @@ def run(
     limit = None if timeout is None else parse_timeout(str(timeout))
     launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver,
                      on_device_read=on_device_read, record_activity=limit is not None and mode == "native",
-                     faults=faults, telemetry_replay=telemetry_replay)
+                     faults=faults, telemetry_replay=telemetry_replay, timeline_dir=timeline_dir)
     try:
         argv = child_argv(command, launch, mode, lib_dir)
         try:

@@ -1,7 +1,12 @@
 """`fakegpu run [--devices SPEC] [--mode native|fakecuda] [--memory full|accounting] [--on-device-read POLICY]
-[--fault KEY=VALUE,...] [--faults PLAN] [--telemetry-replay FILE] [--timeout DURATION] -- CMD ...`."""
+[--fault KEY=VALUE,...] [--faults PLAN] [--telemetry-replay FILE] [--timeout DURATION]
+[--timeline TRACE [--profile BOARD]] -- CMD ...`."""
 
 from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
 
 import typer
 
@@ -72,20 +77,88 @@ def run(
         "seconds (units s, m, h accepted: 90s, 10m), exit status 124, naming its last CUDA activity. The command "
         "then runs in a process group of its own.",
     ),
+    timeline: Path | None = typer.Option(
+        None, "--timeline", metavar="TRACE",
+        help="native mode: write the GPU timeline the run would have on the board, as a PyTorch profiler (Kineto) "
+        "trace (.json or .json.gz; one file per process, TRACE.rank<R>.json, when several use the GPU): GEMMs "
+        "priced by the roofline, NCCL collectives by the topology model, copies by PCIe and memory bandwidth, other "
+        "kernels estimated from their launch (flagged estimated); the host keeps its recorded timing. Prints the "
+        "predicted step time (steps: between torch.cuda.synchronize() calls) and MFU. The record logs stay in "
+        "--report-dir/timeline when given."),
+    timeline_host: str = typer.Option(
+        "cpu", "--timeline-host", help="--timeline: space the host's calls by the process's CPU time (cpu, default: "
+        "what an unloaded host would take, leaving out time this machine ran other programs) or the wall clock "
+        "(wall: sleeps and waits for other processes included)."),
+    profile: str | None = typer.Option(
+        None, "--profile", "-p", help="--timeline: the board to price the GPU work on (default: the run's first "
+        "device)."),
 ) -> None:
     """Run CMD seeing fake GPUs; exits with CMD's status."""
     from fakegpu.faults import plan
     from fakegpu.launcher import run as launch
 
+    folder: Path | None = None
     try:
+        board = _timeline_board(timeline, profile, devices, mode, timeline_host)
+        if timeline is not None:
+            from fakegpu.perf.timeline_run import fresh_folder
+
+            folder = fresh_folder(Path(report_dir) / "timeline") if report_dir else Path(
+                tempfile.mkdtemp(prefix="fakegpu-tl-"))
         chosen = None
         if faults is not None or fault:
             chosen = [*(plan.load_file(faults) if faults is not None else ()), *(plan.parse_flag(f) for f in fault)]
         rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver,
-                    on_device_read=on_device_read, timeout=timeout, faults=chosen, telemetry_replay=telemetry_replay)
+                    on_device_read=on_device_read, timeout=timeout, faults=chosen, telemetry_replay=telemetry_replay,
+                    timeline_dir=folder)
+        if timeline is not None and folder is not None:
+            _write_timeline(folder, timeline, board, timeline_host)
     except FakeGPUError as exc:
         raise fail("run", exc, False) from exc
+    finally:
+        if folder is not None and not report_dir:
+            shutil.rmtree(folder, ignore_errors=True)
     raise typer.Exit(rc)
+
+
+def _timeline_board(timeline: Path | None, profile: str | None, devices: str | None, mode: str, host: str):
+    """The board --timeline prices on, checked before the program runs (UsageError for a misuse)."""
+    import os
+
+    from fakegpu.devices import DEFAULT_DEVICES, resolve_devices
+    from fakegpu.errors import UsageError
+    from fakegpu.profiles import load_catalog
+
+    if timeline is None:
+        if profile is not None:
+            raise UsageError("--profile prices the --timeline; give --timeline TRACE with it")
+        return None
+    from fakegpu.perf.timeline import HOST_CLOCKS
+
+    if host not in HOST_CLOCKS:
+        raise UsageError(f"--timeline-host {host!r}: expected one of {', '.join(HOST_CLOCKS)}")
+    if mode != "native":
+        raise UsageError("--timeline needs native mode: fakecuda runs PyTorch's math on the CPU and records no GPU "
+                         "work (use torch.profiler there)")
+    if profile is not None:
+        return load_catalog().get(profile)
+    return resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
+
+
+def _write_timeline(folder: Path, out: Path, board, host: str) -> None:
+    from fakegpu.perf.timeline_run import write_timelines
+    from fakegpu.perf.units import seconds_text
+
+    for w in write_timelines(folder, out, board, host):
+        s = w.summary
+        who = f"rank {w.rank}" if w.rank is not None else f"pid {w.pid}"
+        mfu = f", MFU {100 * s['mfu']:.1f}% ({s['mfu_dtype']})" if s["mfu"] is not None else ""
+        steps = f"{s['steps']} step(s)" if s["steps"] else "the whole run (no steps: fewer than two synchronizations)"
+        typer.echo(f"timeline {w.path} ({who}, {board.id}): predicted step {seconds_text(s['step_us'] * 1e-6)} "
+                   f"over {steps}; GPU busy {seconds_text(s['gpu_busy_us'] * 1e-6)}, {s['kernels']:.0f} kernels "
+                   f"({s['estimated_kernels']:.0f} estimated){mfu}", err=True)
+        for note in w.notes:
+            typer.echo(f"timeline {w.path}: {note}", err=True)
 
 
 def nvidia_smi(

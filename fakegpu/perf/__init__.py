@@ -17,8 +17,10 @@ measured by HolisticTraceAnalysis's definitions (`trace_replay`, `trace_window`,
 `trace_retime`); collectives are priced through one replaceable function (`trace_whatif.CollectivePricer`, by
 default a bandwidth ratio) that the topology model can take over.
 
-Later rooms-within-the-room sit beside these modules: the simulated timeline writer; it prices kernels through the
-same `roofline.estimate_op` and collectives through `collectives`.
+The simulated timeline (`fakegpu run --timeline`): native mode's per-process log of GPU work (`timeline_log`),
+priced per piece (`timeline_price`: GEMMs through the same `roofline.estimate_op`, collectives through
+`collectives`), played with CUDA's stream and synchronisation order (`timeline`) and written as a Kineto trace
+with its summary (`timeline_kineto`, one per process: `timeline_run`).
 
 Measured beside modeled (`bandwidth`): a collective sweep run through torch.distributed on this host or a
 cluster (`bandwidth_launch`; the ranks run `bandwidth_worker`, torch only), each row next to `simulate`'s figures

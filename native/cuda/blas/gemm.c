@@ -35,7 +35,7 @@ static cublasStatus_t check(cublasHandle_t h, cublasOperation_t ta, cublasOperat
         cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);                                              \
         const void *out[] = {C};                                                                                  \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(h->stream, #name, m, n, k, 1, out, 1);                                                  \
+            fgblas_record(h->stream, #name, m, n, k, 1, out, 1, fgblas_types(h, -1, -1));                             \
         return s;                                                                                                 \
     }
 GEMM(cublasSgemm_v2, float)
@@ -54,7 +54,7 @@ GEMM(cublasZgemm_v2, cuDoubleComplex)
             s = CUBLAS_STATUS_INVALID_VALUE;                                                                      \
         const void *out[] = {C}; /* the batch's matrices lie from C on */                                         \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(h->stream, #name, m, n, k, batch, out, 1);                                              \
+            fgblas_record(h->stream, #name, m, n, k, batch, out, 1, fgblas_types(h, -1, -1));                         \
         return s;                                                                                                 \
     }
 GEMM_STRIDED(cublasSgemmStridedBatched, float)
@@ -74,7 +74,7 @@ GEMM_STRIDED(cublasZgemmStridedBatched, cuDoubleComplex)
         if (s == CUBLAS_STATUS_SUCCESS) {                                                                         \
             size_t nout = 0;                                                                                      \
             const void **out = fgblas_batch_outputs((const void *const *)C, batch, &nout);                        \
-            fgblas_record(h->stream, #name, m, n, k, batch, out, nout);                                           \
+            fgblas_record(h->stream, #name, m, n, k, batch, out, nout, fgblas_types(h, -1, -1));                      \
             free(out);                                                                                            \
         }                                                                                                         \
         return s;                                                                                                 \
@@ -93,7 +93,7 @@ FGC_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, c
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
     const void *out[] = {C};
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record(h->stream, "cublasGemmEx", m, n, k, 1, out, 1);
+        fgblas_record(h->stream, "cublasGemmEx", m, n, k, 1, out, 1, fgblas_types(h, (int)at, (int)compute));
     return s;
 }
 
@@ -106,7 +106,7 @@ FGC_EXPORT cublasStatus_t cublasSgemmEx(cublasHandle_t h, cublasOperation_t ta, 
     cublasStatus_t s = check(h, ta, tb, m, n, k, lda, ldb, ldc);
     const void *out[] = {C};
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record(h->stream, "cublasSgemmEx", m, n, k, 1, out, 1);
+        fgblas_record(h->stream, "cublasSgemmEx", m, n, k, 1, out, 1, fgblas_types(h, (int)at, -1));
     return s;
 }
 
@@ -124,6 +124,7 @@ FGC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOpe
         s = CUBLAS_STATUS_INVALID_VALUE;
     const void *out[] = {C};
     if (s == CUBLAS_STATUS_SUCCESS)
-        fgblas_record(h->stream, "cublasGemmStridedBatchedEx", m, n, k, batch, out, 1);
+        fgblas_record(h->stream, "cublasGemmStridedBatchedEx", m, n, k, batch, out, 1,
+                      fgblas_types(h, (int)at, (int)compute));
     return s;
 }

@@ -17,7 +17,8 @@ static int bad_inc(int inc) { return inc == 0; }
             (trans != CUBLAS_OP_N && trans != CUBLAS_OP_T && trans != CUBLAS_OP_C))                               \
             return CUBLAS_STATUS_INVALID_VALUE;                                                                   \
         const void *out[] = {y};                                                                                  \
-        fgblas_record(h->stream, #name, trans == CUBLAS_OP_N ? m : n, 1, trans == CUBLAS_OP_N ? n : m, 1, out, 1); \
+        fgblas_record(h->stream, #name, trans == CUBLAS_OP_N ? m : n, 1, trans == CUBLAS_OP_N ? n : m, 1, out, 1,     \
+                      fgblas_types(h, -1, -1));                                                                       \
         return CUBLAS_STATUS_SUCCESS;                                                                             \
     }
 GEMV(cublasSgemv_v2, float)
@@ -36,7 +37,7 @@ GEMV(cublasZgemv_v2, cuDoubleComplex)
         if (m < 0 || n < 0 || lda < (m > 1 ? m : 1) || bad_inc(incx) || bad_inc(incy))                           \
             return CUBLAS_STATUS_INVALID_VALUE;                                                                   \
         const void *out[] = {A};                                                                                  \
-        fgblas_record(h->stream, #name, m, n, 1, 1, out, 1);                                                      \
+        fgblas_record(h->stream, #name, m, n, 1, 1, out, 1, fgblas_types(h, -1, -1));                                 \
         return CUBLAS_STATUS_SUCCESS;                                                                             \
     }
 GER(cublasSger_v2, float)
@@ -61,7 +62,7 @@ GER(cublasZgerc_v2, cuDoubleComplex)
         if (h->pointer_mode != CUBLAS_POINTER_MODE_DEVICE)                                                        \
             return (cublasStatus_t)fgc_refuse("cublas", #name "(host pointer mode)", CUBLAS_STATUS_NOT_SUPPORTED); \
         const void *out[] = {result};                                                                             \
-        fgblas_record(h->stream, #name, 1, 1, n > 0 ? n : 0, 1, out, 1);                                          \
+        fgblas_record(h->stream, #name, 1, 1, n > 0 ? n : 0, 1, out, 1, fgblas_types(h, -1, -1));                     \
         return CUBLAS_STATUS_SUCCESS;                                                                             \
     }
 DOT(cublasSdot_v2, float)

@@ -11,12 +11,14 @@ struct cublasLtContext {
 
 typedef struct {
     int transa, transb;
+    int compute; /* cublasComputeType_t, for the timeline log */
 } lt_desc;
 
 typedef struct {
     uint64_t rows, cols;
     int64_t ld;
     int32_t batch;
+    int type; /* cudaDataType, for the timeline log */
 } lt_layout;
 
 FGC_EXPORT cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
@@ -38,11 +40,13 @@ FGC_EXPORT size_t cublasLtGetCudartVersion(void) { return CUDART_VERSION; }
 
 FGC_EXPORT cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType_t s)
 {
-    (void)c, (void)s;
+    (void)s;
     if (!d)
         return CUBLAS_STATUS_INVALID_VALUE;
     *d = calloc(1, sizeof(lt_desc) < sizeof(cublasLtMatmulDescOpaque_t) ? sizeof(cublasLtMatmulDescOpaque_t)
                                                                           : sizeof(lt_desc));
+    if (*d)
+        ((lt_desc *)*d)->compute = (int)c;
     return *d ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
 }
 
@@ -68,7 +72,6 @@ FGC_EXPORT cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
 FGC_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
                                                      uint64_t cols, int64_t ld)
 {
-    (void)t;
     if (!l)
         return CUBLAS_STATUS_INVALID_VALUE;
     lt_layout *x = calloc(1, sizeof(cublasLtMatrixLayoutOpaque_t) > sizeof(lt_layout)
@@ -80,6 +83,7 @@ FGC_EXPORT cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, 
     x->cols = cols;
     x->ld = ld;
     x->batch = 1;
+    x->type = (int)t;
     *l = (cublasLtMatrixLayout_t)x;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -155,7 +159,7 @@ FGC_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_
     long long k = x->transa == CUBLAS_OP_N ? (long long)a->cols : (long long)a->rows;
     const void *out[] = {D};
     fgblas_record(stream, "cublasLtMatmul", (long long)d->rows, (long long)d->cols, k, d->batch > 0 ? d->batch : 1,
-                  out, 1);
+                  out, 1, fgblas_types(NULL, a->type, x->compute));
     return CUBLAS_STATUS_SUCCESS;
 }
 

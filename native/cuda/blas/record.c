@@ -89,7 +89,7 @@ static void replayed(void *data)
 }
 
 void fgblas_record(cudaStream_t stream, const char *api, long long m, long long n, long long k, long long batch,
-                   const void *const *outs, size_t nouts)
+                   const void *const *outs, size_t nouts, unsigned long long types)
 {
     unsigned long long flops = (unsigned long long)(2 * m * n * k * batch);
     fgc_library_loaded("cublas"); /* a real cuBLAS's kernels would load into the context with its first GEMM */
@@ -109,6 +109,11 @@ void fgblas_record(cudaStream_t stream, const char *api, long long m, long long 
         }
     }
     count(flops);
+    /* The shape and dtypes the driver cannot see, just before the stand-in's launch, which carries the time. */
+    fgc_tl_record r = {.kind = FGC_TL_GEMM, .device = FGC_TL_NO_DEVICE, .stream = (uint64_t)(uintptr_t)stream,
+                       .a = (uint64_t)(m & 0xffffffff) | (uint64_t)(n & 0xffffffff) << 32,
+                       .b = (uint64_t)(k & 0xffffffff) | (uint64_t)(batch & 0xffffffff) << 32, .d = types};
+    fgc_timeline(&r, api);
     wrote((CUstream)stream, api, outs, nouts, flops);
 }
 

@@ -26,7 +26,7 @@ static cublasStatus_t check_trsm(cublasHandle_t h, cublasSideMode_t side, int m,
         cublasStatus_t s = check_trsm(h, side, m, n, lda, ldb, &t);                                               \
         const void *out[] = {B};                                                                                  \
         if (s == CUBLAS_STATUS_SUCCESS)                                                                           \
-            fgblas_record(h->stream, #name, m, n, (t + 1) / 2, 1, out, 1);                                        \
+            fgblas_record(h->stream, #name, m, n, (t + 1) / 2, 1, out, 1, fgblas_types(h, -1, -1));                   \
         return s;                                                                                                 \
     }
 TRSM(cublasStrsm_v2, float)
@@ -48,7 +48,7 @@ TRSM(cublasZtrsm_v2, cuDoubleComplex)
             return s;                                                                                             \
         size_t nouts;                                                                                             \
         const void **out = fgblas_batch_outputs((const void *const *)B, batch, &nouts);                           \
-        fgblas_record(h->stream, #name, m, n, (t + 1) / 2, batch, out, nouts);                                    \
+        fgblas_record(h->stream, #name, m, n, (t + 1) / 2, batch, out, nouts, fgblas_types(h, -1, -1));               \
         free(out);                                                                                                \
         return CUBLAS_STATUS_SUCCESS;                                                                             \
     }
@@ -80,7 +80,7 @@ TRSM_BATCHED(cublasZtrsmBatched, cuDoubleComplex)
             return CUBLAS_STATUS_INVALID_VALUE;                                                                   \
         size_t nouts;                                                                                             \
         const void **out = fgblas_batch_outputs((const void *const *)B, batch, &nouts);                           \
-        fgblas_record(h->stream, #name, n, nrhs, n, batch, out, nouts);                                           \
+        fgblas_record(h->stream, #name, n, nrhs, n, batch, out, nouts, fgblas_types(h, -1, -1));                      \
         free(out);                                                                                                \
         return CUBLAS_STATUS_SUCCESS;                                                                             \
     }

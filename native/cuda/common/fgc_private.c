@@ -56,3 +56,10 @@ void fgc_device_hung(int device)
     if (HAS(device_hung))
         table->device_hung(device);
 }
+
+void fgc_timeline(const fgc_tl_record *r, const char *name)
+{
+    pthread_once(&once, find_table);
+    if (HAS(timeline))
+        table->timeline(r, name);
+}

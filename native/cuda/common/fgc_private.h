@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "fg_log.h"
+#include "fgc_timeline.h"
 
 typedef struct {
     size_t size; /* of this struct: fields are only ever appended */
@@ -19,6 +20,9 @@ typedef struct {
     /* A peer of this process hangs in the collective it is in: the device is hung from now on, as a GPU whose
      * NCCL kernel waits forever for a peer is. */
     void (*device_hung)(int device);
+    /* Append a library's record to the process's timeline log (common/fgc_timeline.h): a GEMM's shape, a
+     * collective, a launch the driver did not see. Does nothing when no log is kept. */
+    void (*timeline)(const fgc_tl_record *r, const char *name);
 } fgc_private_table;
 
 /* The table's id, 16 bytes as a CUuuid holds them. */
@@ -30,5 +34,7 @@ FG_HIDDEN void fgc_library_loaded(const char *library);
 /* The table's nccl_operation and device_hung, or 0 and nothing under a driver that is not FakeGPU's. */
 FG_HIDDEN unsigned fgc_nccl_operation(int rank, int device);
 FG_HIDDEN void fgc_device_hung(int device);
+/* The table's timeline entry (nothing under a driver that is not FakeGPU's, or when no log is kept). */
+FG_HIDDEN void fgc_timeline(const fgc_tl_record *r, const char *name);
 
 #endif

@@ -11,6 +11,7 @@
 #include "fg_contract.h" /* FG_CUDA_CONTEXT_TABLE, generated from the workspace profiles */
 #include "fg_faults.h" /* the run's fault board: lost GPUs, allocation triggers */
 #include "fgd.h"
+#include "fgd_timeline.h"
 #include "fg_visible.h"
 
 fgd_world fgd;
@@ -378,6 +379,7 @@ FGC_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 FGC_EXPORT CUresult cuCtxSynchronize(void)
 {
     FGD_INIT(); /* nothing ever runs asynchronously */
+    fgd_stamp t0 = fgd_timeline_stamp();
     struct CUctx_st *c = fgd_current();
     if (c && fgd_lost(c->device))
         return CUDA_ERROR_UNKNOWN;
@@ -388,6 +390,7 @@ FGC_EXPORT CUresult cuCtxSynchronize(void)
     if (c)
         fgd_synced(c->device);
     fgd_sync_wait();
+    fgd_timeline_simple(FGC_TL_SYNC, FGC_TL_SYNC_DEVICE, NULL, 0, 0, t0);
     return CUDA_SUCCESS;
 }
 

@@ -23,6 +23,7 @@
 #include "fg_faults.h" /* allocation-triggered faults */
 #include "fgc_env.h"
 #include "fgd_module.h"
+#include "fgd_timeline.h"
 
 /* The driver hands out whole 2 MiB pages for device allocations on current boards; what a device "uses"
  * (cuMemGetInfo, nvidia-smi) counts pages, not requested bytes. */
@@ -581,15 +582,28 @@ CUresult fgd_copy(void *dst, const void *src, size_t n, const char *api) { retur
 
 #define P(x) ((void *)(uintptr_t)(x))
 
+/* A copy the program asked for, on stream `s` (async) or the legacy default stream, in the timeline log. */
+static CUresult copy_logged(CUstream s, int async, void *dst, const void *src, size_t n, const char *api)
+{
+    fgd_stamp t0 = fgd_timeline_stamp();
+    CUresult rc = fgd_copy(dst, src, n, api);
+    if (rc == CUDA_SUCCESS && n && fgd_timeline_on()) {
+        int to = on_device(dst), from = on_device(src);
+        int dir = to && from ? FGC_TL_DTOD : to ? FGC_TL_HTOD : from ? FGC_TL_DTOH : FGC_TL_HTOH;
+        fgd_timeline_simple(FGC_TL_MEMCPY, dir, async ? s : NULL, n, (unsigned long long)async, t0);
+    }
+    return rc;
+}
+
 /* The stream-ordered copy: recorded when the stream is capturing a graph, done now otherwise. */
 static CUresult copy_on(CUstream s, void *dst, const void *src, size_t n, const char *api)
 {
     CUresult rc;
-    return fgd_capture_copy(s, dst, src, n, &rc) ? rc : fgd_copy(dst, src, n, api);
+    return fgd_capture_copy(s, dst, src, n, &rc) ? rc : copy_logged(s, 1, dst, src, n, api);
 }
 FGC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    return fgd_copy(P(dst), P(src), n, "cuMemcpy");
+    return copy_logged(NULL, 0, P(dst), P(src), n, "cuMemcpy");
 }
 FGC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
 {
@@ -597,15 +611,15 @@ FGC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CU
 }
 FGC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
-    return fgd_copy(P(dst), src, n, "cuMemcpyHtoD");
+    return copy_logged(NULL, 0, P(dst), src, n, "cuMemcpyHtoD");
 }
 FGC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 {
-    return fgd_copy(dst, P(src), n, "cuMemcpyDtoH");
+    return copy_logged(NULL, 0, dst, P(src), n, "cuMemcpyDtoH");
 }
 FGC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n)
 {
-    return fgd_copy(P(dst), P(src), n, "cuMemcpyDtoD");
+    return copy_logged(NULL, 0, P(dst), P(src), n, "cuMemcpyDtoD");
 }
 FGC_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
 {
@@ -622,7 +636,7 @@ FGC_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_
 FGC_EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n)
 {
     (void)dc, (void)sc;
-    return fgd_copy(P(dst), P(src), n, "cuMemcpyPeer");
+    return copy_logged(NULL, 0, P(dst), P(src), n, "cuMemcpyPeer");
 }
 FGC_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dc, CUdeviceptr src, CUcontext sc, size_t n,
                                       CUstream s)
@@ -755,15 +769,28 @@ CUresult fgd_fill(CUdeviceptr dst, unsigned value, size_t width, size_t n)
     return CUDA_SUCCESS;
 }
 
+/* A fill the program asked for, on stream `s` (async) or the legacy default stream, in the timeline log. */
+static CUresult fill_logged(CUstream s, int async, CUdeviceptr d, unsigned v, size_t width, size_t n)
+{
+    fgd_stamp t0 = fgd_timeline_stamp();
+    CUresult rc = fgd_fill(d, v, width, n);
+    if (rc == CUDA_SUCCESS && n)
+        fgd_timeline_simple(FGC_TL_MEMSET, 0, async ? s : NULL, n * width, (unsigned long long)async, t0);
+    return rc;
+}
+
 static CUresult fill_on(CUstream s, CUdeviceptr d, unsigned v, size_t width, size_t n)
 {
     CUresult rc;
-    return fgd_capture_fill(s, d, v, width, n, &rc) ? rc : fgd_fill(d, v, width, n);
+    return fgd_capture_fill(s, d, v, width, n, &rc) ? rc : fill_logged(s, 1, d, v, width, n);
 }
 
-FGC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fgd_fill(d, v, 1, n); }
-FGC_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return fgd_fill(d, v, 2, n); }
-FGC_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return fgd_fill(d, v, 4, n); }
+FGC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return fill_logged(NULL, 0, d, v, 1, n); }
+FGC_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n)
+{
+    return fill_logged(NULL, 0, d, v, 2, n);
+}
+FGC_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return fill_logged(NULL, 0, d, v, 4, n); }
 FGC_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
 {
     return fill_on(s, d, v, 1, n);

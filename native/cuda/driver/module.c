@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "fgd_module.h"
+#include "fgd_timeline.h"
 
 #define MODULE_MAGIC 0x6d6f646cu /* "modl" */
 
@@ -370,6 +371,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
                        unsigned smem, CUstream s, void **params, void **extra)
 {
     FGD_INIT();
+    fgd_stamp t0 = fgd_timeline_stamp();
     if (!fgd_is_function(f))
         return CUDA_ERROR_INVALID_HANDLE;
     if (!gx || !gy || !gz || !bx || !by || !bz || (params && extra_buffer(extra, &(size_t){0})))
@@ -389,6 +391,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
     fgd_launched(f, device, params, extra);
     fgd_load_part(device, FGD_PART_FIRST_LAUNCH);
     fgd_launch_busy(device, ((const struct CUfunc_st *)f)->name, (unsigned long long)gx * gy * gz);
+    fgd_timeline_kernel(s, ((const struct CUfunc_st *)f)->name, gx, gy, gz, bx, by, bz, smem, t0);
     return CUDA_SUCCESS;
 }
 

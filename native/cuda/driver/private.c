@@ -7,6 +7,7 @@
 #include "fgc_private.h"
 #include "fgc_unsup.h"
 #include "fgd.h"
+#include "fgd_timeline.h"
 
 static void library_loaded(const char *library)
 {
@@ -27,7 +28,8 @@ static unsigned nccl_operation(int rank, int device)
     return code;
 }
 
-static const fgc_private_table table = {sizeof table, library_loaded, nccl_operation, fgd_hang};
+static const fgc_private_table table = {sizeof table, library_loaded, nccl_operation, fgd_hang,
+                                        fgd_timeline_library};
 
 FGC_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "fgd.h"
+#include "fgd_timeline.h"
 
 /* What a synchronisation leaves the caller's other threads (issue 13). On a real device a synchronisation waits
  * (a round trip to the GPU at least, and as long as the work queued before it), and frameworks release their
@@ -78,6 +79,8 @@ FGC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ph, unsigned int flags,
     s->flags = flags;
     s->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority; /* clamped to the range, as CUDA does */
     *ph = s;
+    fgd_timeline_simple(FGC_TL_STREAM_CREATE, 0, s, flags, (unsigned long long)(long long)s->priority,
+                        fgd_timeline_stamp());
     return CUDA_SUCCESS;
 }
 
@@ -100,6 +103,7 @@ FGC_EXPORT CUresult cuStreamQuery(CUstream s)
 FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
     FGD_INIT();
+    fgd_stamp t0 = fgd_timeline_stamp();
     struct CUctx_st *c = fgd_current();
     if (fgd_lost(fgd_default_stream(s) ? (c ? c->device : 0) : s->device))
         return CUDA_ERROR_UNKNOWN;
@@ -108,12 +112,15 @@ FGC_EXPORT CUresult cuStreamSynchronize(CUstream s)
     fgd_pools_synced(); /* where pools above their release threshold give memory back */
     fgd_synced(fgd_default_stream(s) ? (c ? c->device : 0) : s->device);
     fgd_sync_wait();
+    fgd_timeline_simple(FGC_TL_SYNC, FGC_TL_SYNC_STREAM, s, 0, 0, t0);
     return CUDA_SUCCESS;
 }
 FGC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 {
-    (void)s, (void)e, (void)flags;
-    return fgd_init();
+    (void)flags;
+    FGD_INIT();
+    fgd_timeline_simple(FGC_TL_STREAM_WAIT, 0, s, (unsigned long long)(uintptr_t)e, 0, fgd_timeline_stamp());
+    return CUDA_SUCCESS;
 }
 
 FGC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *priority)
@@ -207,6 +214,7 @@ FGC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
     int dev = device_of(s);
     atomic_store(&e->hung, fgd_hung(dev) ? dev + 1 : 0);
     atomic_store(&e->t_ns, fgd_now_ns());
+    fgd_timeline_simple(FGC_TL_EVENT_RECORD, 0, s, (unsigned long long)(uintptr_t)e, 0, fgd_timeline_stamp());
     return CUDA_SUCCESS;
 }
 
@@ -226,6 +234,7 @@ FGC_EXPORT CUresult cuEventQuery(CUevent e)
 
 FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
+    fgd_stamp t0 = fgd_timeline_stamp();
     CUresult rc = cuEventQuery(e);
     if (rc == CUDA_ERROR_NOT_READY) { /* recorded on a hung device */
         fgd_wait_if_hung(atomic_load(&e->hung) - 1);
@@ -237,6 +246,7 @@ FGC_EXPORT CUresult cuEventSynchronize(CUevent e)
         struct CUctx_st *c = fgd_current();
         fgd_synced(c ? c->device : 0);
         fgd_sync_wait();
+        fgd_timeline_simple(FGC_TL_SYNC, FGC_TL_SYNC_EVENT, NULL, (unsigned long long)(uintptr_t)e, 0, t0);
     }
     return rc;
 }

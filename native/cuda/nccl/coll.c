@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fg_faults.h"
@@ -91,6 +92,29 @@ static ncclResult_t finished(ncclComm_t c, fgn_coll k, size_t b, int exchanged)
     }
     return done(k, b, exchanged && !c->peer_hung);
 }
+
+/* The operation in the timeline log (common/fgc_timeline.h): `b` its bytes as the process report counts them, on
+ * the program's stream, for `fakegpu run --timeline` to price with the topology model. */
+static ncclResult_t logged(ncclResult_t rc, fgn_coll k, ncclComm_t c, cudaStream_t st, size_t count,
+                           ncclDataType_t t, int op, size_t b, const struct timespec t0[2])
+{
+    if (rc == ncclSuccess && c) {
+        fgc_tl_record r = {.kind = FGC_TL_COLL, .sub = (uint8_t)k, .device = (uint16_t)c->device,
+                           .t0 = (int64_t)t0[0].tv_sec * 1000000000LL + t0[0].tv_nsec,
+                           .cpu0 = (int64_t)t0[1].tv_sec * 1000000000LL + t0[1].tv_nsec,
+                           .stream = (uint64_t)(uintptr_t)st,
+                           .a = b, .b = count, .c = (uint64_t)(uint32_t)c->nranks | (uint64_t)(uint32_t)c->rank << 32,
+                           .d = (uint64_t)(uint32_t)t | (uint64_t)(uint32_t)(op & 0xffff) << 16};
+        fgc_timeline(&r, NULL);
+    }
+    return rc;
+}
+
+/* The operation's start on the timeline log's two clocks (common/fgc_timeline.h). */
+#define STARTED(t0)                                                                                               \
+    struct timespec t0[2];                                                                                        \
+    clock_gettime(CLOCK_MONOTONIC, &t0[0]);                                                                       \
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0[1])
 
 /* Output region dst takes the account of this rank's input src (see the file comment); the bytes it copies are
  * overwritten by the result. */
@@ -171,23 +195,25 @@ static ncclResult_t reduce(fgn_coll k, const void *s, void *r, size_t count, ncc
 FGC_EXPORT ncclResult_t ncclAllReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                                       ncclComm_t comm, cudaStream_t st)
 {
-    (void)st;
-    return reduce(FGN_ALLREDUCE, s, r, n, t, op, -1, comm);
+    STARTED(t0);
+    return logged(reduce(FGN_ALLREDUCE, s, r, n, t, op, -1, comm), FGN_ALLREDUCE, comm, st, n, t, op,
+                  n * fgn_type_size(t), t0);
 }
 
 FGC_EXPORT ncclResult_t ncclReduce(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op, int root,
                                    ncclComm_t comm, cudaStream_t st)
 {
-    (void)st;
+    STARTED(t0);
     if (comm && (root < 0 || root >= comm->nranks))
         return ncclInvalidArgument;
-    return reduce(FGN_REDUCE, s, r, n, t, op, root, comm);
+    return logged(reduce(FGN_REDUCE, s, r, n, t, op, root, comm), FGN_REDUCE, comm, st, n, t, op,
+                  n * fgn_type_size(t), t0);
 }
 
 FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, ncclDataType_t t, int root,
                                       ncclComm_t c, cudaStream_t st)
 {
-    (void)st;
+    STARTED(t0);
     size_t ts = fgn_type_size(t), b = count * ts, off = 0;
     if (!c || !ts || root < 0 || root >= c->nranks)
         return ncclInvalidArgument;
@@ -213,7 +239,7 @@ FGC_EXPORT ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, nccl
     }
     if (off < b && me && !fgc_memory_accounting()) /* a non-root's send buffer means nothing: leave r */
         copy_if(CH(r, off), CCH(s, off), b - off);
-    return finished(c, FGN_BROADCAST, b, moved && off >= b);
+    return logged(finished(c, FGN_BROADCAST, b, moved && off >= b), FGN_BROADCAST, c, st, count, t, 0, b, t0);
 }
 
 FGC_EXPORT ncclResult_t ncclBcast(void *buf, size_t n, ncclDataType_t t, int root, ncclComm_t comm, cudaStream_t st)
@@ -224,7 +250,7 @@ FGC_EXPORT ncclResult_t ncclBcast(void *buf, size_t n, ncclDataType_t t, int roo
 FGC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t c,
                                       cudaStream_t st)
 {
-    (void)st;
+    STARTED(t0);
     size_t ts = fgn_type_size(t), b = count * ts;
     if (!c || !ts)
         return ncclInvalidArgument;
@@ -234,7 +260,8 @@ FGC_EXPORT ncclResult_t ncclAllGather(const void *s, void *r, size_t count, nccl
     for (int i = 0; i < c->nranks; i++) /* rank-local, that is also the result: this rank's input everywhere */
         like_input(CH(r, (size_t)i * b), s, b);
     int moved = exchange(c) ? fgn_allgather_bytes(c, s, r, b) : 0;
-    return finished(c, FGN_ALLGATHER, b * (size_t)c->nranks, moved);
+    return logged(finished(c, FGN_ALLGATHER, b * (size_t)c->nranks, moved), FGN_ALLGATHER, c, st, count, t, 0,
+                  b * (size_t)c->nranks, t0);
 }
 
 /* Reduce-scatter and all-to-all share a shape: the send buffer is nranks blocks of `count`; in each round a
@@ -286,34 +313,40 @@ static ncclResult_t scatter(fgn_coll k, const void *s, void *r, size_t count, nc
 FGC_EXPORT ncclResult_t ncclReduceScatter(const void *s, void *r, size_t n, ncclDataType_t t, ncclRedOp_t op,
                                           ncclComm_t comm, cudaStream_t st)
 {
-    (void)st;
-    return scatter(FGN_REDUCESCATTER, s, r, n, t, op, comm);
+    STARTED(t0);
+    return logged(scatter(FGN_REDUCESCATTER, s, r, n, t, op, comm), FGN_REDUCESCATTER, comm, st, n, t, op,
+                  comm ? n * fgn_type_size(t) * (size_t)comm->nranks : 0, t0);
 }
 
 FGC_EXPORT ncclResult_t ncclAlltoAll(const void *s, void *r, size_t n, ncclDataType_t t, ncclComm_t comm,
                                      cudaStream_t st)
 {
-    (void)st;
-    return scatter(FGN_ALLTOALL, s, r, n, t, ncclSum, comm);
+    STARTED(t0);
+    return logged(scatter(FGN_ALLTOALL, s, r, n, t, ncclSum, comm), FGN_ALLTOALL, comm, st, n, t, 0,
+                  comm ? n * fgn_type_size(t) * (size_t)comm->nranks : 0, t0);
 }
 
 /* Point-to-point: rank-local and counted (matching a send with its receive would need a queue per pair). */
 FGC_EXPORT ncclResult_t ncclSend(const void *s, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
 {
-    (void)s, (void)peer, (void)st;
+    (void)s, (void)peer;
+    STARTED(t0);
     ncclResult_t rc;
     if (!comm)
         return ncclInvalidArgument;
-    return faulted(FGN_SEND, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_SEND, n * fgn_type_size(t), 0);
+    rc = faulted(FGN_SEND, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_SEND, n * fgn_type_size(t), 0);
+    return logged(rc, FGN_SEND, comm, st, n, t, 0, n * fgn_type_size(t), t0);
 }
 
 FGC_EXPORT ncclResult_t ncclRecv(void *r, size_t n, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st)
 {
-    (void)r, (void)peer, (void)st;
+    (void)r, (void)peer;
+    STARTED(t0);
     ncclResult_t rc;
     if (!comm)
         return ncclInvalidArgument;
-    return faulted(FGN_RECV, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_RECV, n * fgn_type_size(t), 0);
+    rc = faulted(FGN_RECV, n * fgn_type_size(t), comm, &rc) ? rc : done(FGN_RECV, n * fgn_type_size(t), 0);
+    return logged(rc, FGN_RECV, comm, st, n, t, 0, n * fgn_type_size(t), t0);
 }
 
 /* The NCCL part of the process report. */

@@ -1,0 +1,141 @@
+"""The simulated timeline's rules on hand-made logs (no native build needed): CUDA's stream ordering (the legacy
+default stream against blocking and non-blocking streams, cudaStreamWaitEvent), the host waiting at a
+synchronisation and everything after it moving by that wait, the log format's reader, and `fakegpu run
+--timeline`'s refusals."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fakegpu.cli.main import app
+from fakegpu.errors import TraceError
+from fakegpu.perf import timeline_log as tl
+from fakegpu.perf.timeline import simulate
+from fakegpu.perf.timeline_price import Price, gemm_dtype
+
+US = 1000  # ns
+KERNEL_US = 10.0
+
+
+class Fixed:
+    """Every kernel lasts KERNEL_US, every GEMM twice that: the rules, not the prices, are under test."""
+
+    def kernel(self, name: str, threads: int) -> Price:
+        return Price(KERNEL_US * 1e-6, {}, estimated=True)
+
+    def gemm(self, routine, m, n, k, batch, types) -> Price:
+        return Price(2 * KERNEL_US * 1e-6, {"m": m}, flops=2.0 * m * n * k, dtype="fp32")
+
+    def memcpy(self, direction: str, nbytes: int) -> Price:
+        return Price(KERNEL_US * 1e-6, {})
+
+
+def rec(kind: int, t_us: float, stream: int = 0, sub: int = 0, a: int = 0, b: int = 0, c: int = 0, d: int = 0,
+        name: str | None = None, tid: int = 1) -> tl.Record:
+    grid_block = (1, 1 << 16) if kind == tl.KERNEL else (b, c)
+    t = int(t_us * US)  # the same spacing on both clocks: each call takes 1 us
+    return tl.Record(kind, sub, 0, tid, t, t, US, US, stream, a, grid_block[0] or b, grid_block[1] or c, d, name)
+
+
+def log(*records: tl.Record) -> tl.TimelineLog:
+    return tl.TimelineLog(Path("x.fgtl"), 42, None, None, None, 0, 1_700_000_000 * 10**9, list(records))
+
+
+def by_name(sim):
+    return {w.name: w for w in sim.gpu}
+
+
+def test_streams_order_as_cuda_orders_them() -> None:
+    sim = simulate(log(
+        rec(tl.STREAM_CREATE, 0, stream=0x100, a=1),  # non-blocking
+        rec(tl.STREAM_CREATE, 0, stream=0x200, a=0),  # blocking
+        rec(tl.KERNEL, 10, stream=0, name="legacy"),
+        rec(tl.KERNEL, 12, stream=0x100, name="nonblocking"),
+        rec(tl.KERNEL, 14, stream=0x200, name="blocking"),
+        rec(tl.EVENT_RECORD, 16, stream=0x100, a=0xE),
+        rec(tl.STREAM_WAIT, 18, stream=0x200, a=0xE),
+        rec(tl.KERNEL, 19, stream=0x200, name="after-event"),
+    ), Fixed())
+    w = by_name(sim)
+    assert w["legacy"].start_ns == 11 * US  # at its launch's return
+    assert w["nonblocking"].start_ns == 13 * US  # overlaps the legacy stream's kernel
+    assert w["blocking"].start_ns == w["legacy"].end_ns  # the legacy stream's implicit synchronisation
+    event_done = w["nonblocking"].end_ns
+    assert w["after-event"].start_ns == max(w["blocking"].end_ns, event_done)
+    assert all(g.estimated for g in sim.gpu)
+
+
+def test_the_host_waits_at_a_synchronisation_and_later_work_moves_with_it() -> None:
+    sim = simulate(log(
+        rec(tl.GEMM, 10, a=128 | 256 << 32, b=64 | 1 << 32, name="cublasSgemm_v2"),
+        rec(tl.KERNEL, 10, name="cublasSgemm_v2"),
+        rec(tl.SYNC, 12, sub=tl.SYNC_DEVICE),
+        rec(tl.KERNEL, 20, name="next"),
+        rec(tl.SYNC, 22, sub=tl.SYNC_DEVICE),
+        rec(tl.MEMCPY, 30, sub=tl.DTOH, a=4, b=0),  # a synchronous copy: the host waits for it too
+        rec(tl.KERNEL, 40, name="last"),
+    ), Fixed())
+    gemm = by_name(sim)["cublasSgemm_v2"]
+    assert gemm.end_ns - gemm.start_ns == 2 * KERNEL_US * US and gemm.flops == 2.0 * 128 * 256 * 64
+    first_wait = gemm.end_ns - 13 * US  # the sync returned at 13 us recorded; the GEMM ended later
+    sync = sim.host[1]
+    assert sync.name == "cudaDeviceSynchronize" and sync.end_ns == gemm.end_ns
+    nxt = by_name(sim)["next"]
+    assert nxt.start_ns == 21 * US + first_wait  # the host is late by the wait, and so is its next launch
+    copy = next(g for g in sim.gpu if g.cat == "gpu_memcpy")
+    last = by_name(sim)["last"]
+    assert last.start_ns == 41 * US + sim.host_wait_ns and copy.end_ns <= last.start_ns
+    assert len(sim.steps) == 1 and sim.steps[0][1] > sim.steps[0][0]
+
+
+def test_the_host_is_spaced_by_cpu_time_unless_wall_time_is_asked_for() -> None:
+    # the process was off the CPU for 1 ms between the two launches (another program ran): wall time shows the gap
+    first = tl.Record(tl.KERNEL, 0, 0, 1, 10 * US, 5 * US, US, US, 0, 0, 1, 1 | 1 << 16, 0, "a")
+    second = tl.Record(tl.KERNEL, 0, 0, 1, 1011 * US, 7 * US, US, US, 0, 0, 1, 1 | 1 << 16, 0, "b")
+    cpu = simulate(log(first, second), Fixed()).host
+    wall = simulate(log(first, second), Fixed(), host_clock="wall").host
+    assert cpu[1].start_ns - cpu[0].start_ns == 2 * US
+    assert wall[1].start_ns - wall[0].start_ns == 1001 * US
+
+
+def test_gemm_math_follows_the_recorded_types() -> None:
+    fp32, tf32_compute, bf16, unknown = 0, 77, 14, 0xFFFF
+    assert gemm_dtype("cublasGemmEx", fp32 | 68 << 16) == "fp32"
+    assert gemm_dtype("cublasGemmEx", fp32 | 68 << 16 | 1 << 48) == "tf32"  # the handle's TF32 math mode
+    assert gemm_dtype("cublasLtMatmul", fp32 | tf32_compute << 16) == "tf32"
+    assert gemm_dtype("cublasLtMatmul", bf16 | 68 << 16) == "bf16"
+    assert gemm_dtype("cublasDgemm_v2", unknown | unknown << 16) == "fp64"
+
+
+def test_the_reader_keeps_whole_records_and_says_when_cut(tmp_path: Path) -> None:
+    header = tl.HEADER.pack(tl.MAGIC, 7, 1, 2, 1, 5, 6)
+    name = b"my_kernel"
+    body = tl.RECORD.pack(tl.NAME, 0, 0, 0, 0, 0, 0, 0, 0, 1, len(name), 0, 0) + name + b"\0" * (-len(name) % 8)
+    body += tl.RECORD.pack(tl.KERNEL, 0, 0, 3, 100, 50, 100, 90, 0, 1, 1 | 1 << 32, 1 | 128 << 16, 0)
+    path = tmp_path / "7.fgtl"
+    path.write_bytes(header + body + b"\1\2\3")
+    got = tl.read_log(path)
+    assert (got.pid, got.rank, got.world, got.local_rank) == (7, 1, 2, 1)
+    assert [(r.kind, r.name, r.t0, r.t1, r.cpu0, r.cpu_dur) for r in got.records] == [
+        (tl.KERNEL, "my_kernel", 100, 200, 50, 90)]
+    assert got.cut_short
+    (tmp_path / "8.fgtl").write_bytes(struct.pack("<8s", b"nope") + b"\0" * 64)
+    with pytest.raises(TraceError, match="not a FakeGPU timeline log"):
+        tl.read_log(tmp_path / "8.fgtl")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mode", "fakecuda", "--timeline", "TRACE"], "needs native mode"),
+    (["--timeline", "TRACE", "--profile", "h10O-nope"], "unknown GPU profile 'h10O-nope'"),
+    (["--profile", "h100"], "give --timeline"),
+])
+def test_run_refuses_a_timeline_it_cannot_write(args: list[str], message: str, tmp_path: Path) -> None:
+    args = [str(tmp_path / "t.json") if a == "TRACE" else a for a in args]
+    result = CliRunner().invoke(app, ["run", *args, "--", "true"])
+    assert result.exit_code != 0
+    assert message in result.output
+    assert not (tmp_path / "t.json").exists()
