@@ -1,4 +1,5 @@
-"""`fakegpu analyze-repo`: which FakeGPU path runs each entry point of a repository, with the evidence."""
+"""`fakegpu analyze-repo`: which FakeGPU path runs each entry point of a repository, with the evidence; `fakegpu
+analyze-kernel`: what CUDA kernels need, and whether they run on a board."""
 
 from __future__ import annotations
 
@@ -107,3 +108,135 @@ def _repository(report: dict[str, Any]) -> None:
                 typer.echo(f"  {line}")
             if len(lines) > SHOWN_PER_LIST:
                 typer.echo(f"  ... {len(lines) - SHOWN_PER_LIST} more (--json lists all)")
+
+
+SHOWN_KERNELS = 20  # text output: kernels per file (the --json report has them all)
+SHOWN_IMAGES = 8  # text output: images listed one by one up to this many, else counted per architecture
+
+
+def analyze_kernel(
+    files: list[Path] = typer.Argument(..., help="CUDA source (.cu, .cuh), PTX (.ptx), cubins, fatbinaries, or "
+                                       "programs and shared libraries that embed device code.", show_default=False),
+    profile: str = typer.Option(None, "--profile", "-p", help="A catalog board: say whether the code runs there "
+                                "and each kernel's theoretical occupancy."),
+    block_size: int = typer.Option(None, "--block-size", help="Threads per block for occupancy (default: the "
+                                   "kernel's launch bounds, else 256)."),
+    dynamic_shared: str = typer.Option("0", "--dynamic-shared", help="Dynamic shared memory per block for "
+                                       "occupancy, e.g. 16KiB."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output (schema analyze-kernel)."),
+) -> None:
+    """What CUDA kernels need: per kernel the real registers, shared memory, stack and constant sizes (cubins and
+    the fatbinaries of programs and libraries), PTX facts, source kernels and launches; with --profile, whether
+    the code can run on that board and each kernel's theoretical occupancy."""
+    from fakegpu.analyze.kernel import analyze_kernels
+    from fakegpu.errors import EXIT_FAILURE, UsageError
+    from fakegpu.sizes import parse_bytes
+
+    try:
+        try:
+            dynamic = parse_bytes(dynamic_shared)
+        except ValueError as exc:
+            raise UsageError(f"--dynamic-shared: {exc}") from exc
+        report = analyze_kernels(list(files), profile, block_size, dynamic)
+    except FakeGPUError as exc:
+        raise fail("analyze-kernel", exc, as_json) from exc
+    code = EXIT_FAILURE if report["summary"]["unreadable"] else 0
+    if as_json:
+        emit_json("analyze-kernel", report, code)
+    else:
+        _render_kernels(report)
+    if code:
+        raise typer.Exit(code)
+
+
+def _image(i: dict[str, Any]) -> str:
+    text = i["arch"] or "?"
+    if i.get("ptx_version"):
+        text += f" (PTX {i['ptx_version']})"
+    if i.get("compression"):
+        text += f" [{i['compression']}{'' if i['read'] else ', not read'}]"
+    elif not i["read"]:
+        text += " [not read]"
+    return text
+
+
+def _images(images: list[dict[str, Any]]) -> str:
+    """Each image, or for many of them (a library's fatbinaries) a count per architecture."""
+    if len(images) <= SHOWN_IMAGES:
+        return f"; images: {', '.join(_image(i) for i in images)}" if images else ""
+    counts: dict[str, int] = {}
+    for i in images:
+        counts[i["arch"] or "?"] = counts.get(i["arch"] or "?", 0) + 1
+    unread = sum(1 for i in images if not i["read"])
+    compressed = {i["compression"] for i in images if i.get("compression")}
+    how = f"{', '.join(sorted(compressed))}-compressed, " if compressed else ""
+    return (f"; {len(images)} images ({how}{f'{unread} not read' if unread else 'all read'}): "
+            + ", ".join(f"{arch} x{n}" for arch, n in counts.items()))
+
+
+def _kernel_line(k: dict[str, Any]) -> str:
+    if k["from"] == "source":
+        extra = f" template<{k['template']}>" if k["template"] else ""
+        extra += f" __launch_bounds__({', '.join(k['launch_bounds'])})" if k["launch_bounds"] else ""
+        extra += f" instantiated {', '.join(k['instantiations'])}" if k["instantiations"] else ""
+        return f"{k['name']}  line {k['line']}{extra}"
+    if k["from"] == "ptx":
+        regs = ", ".join(f"{n} .{c}" for c, n in k["virtual_registers"].items())
+        tensor = sorted({t["shape"] or t["op"] for t in k["tensor_core"]})
+        flops = k["flops_per_thread"] if k["flops_per_thread"] is not None else f"not static ({k['flops_note']})"
+        bounds = "".join(f".{d} {','.join(map(str, v))}, " for d, v in k["directives"].items())
+        return (f"{k['name']}  [{k['arch']}] {bounds}params {len(k['params'])}, virtual registers {regs or 'none'}, "
+                f"shared "
+                f"{k['shared_bytes']}{' + dynamic' if k['dynamic_shared'] else ''}, local {k['local_bytes']}, "
+                f"{sum(k['instructions'].values())} instructions"
+                + (f", tensor cores {' '.join(tensor)}" if tensor else "") + f", FLOPs/thread {flops}")
+    line = (f"{k['name']}  [{k['arch']}] registers {k['registers']}, shared {k['shared_bytes']}, stack "
+            f"{k['stack_bytes']}, local {k['local_bytes']}, constant[0] {k['constant0_bytes']}")
+    occ = k.get("occupancy")
+    if occ and occ.get("launchable"):
+        line += (f"; occupancy {occ['occupancy']:.0%} ({occ['blocks_per_sm']} blocks of {occ['threads_per_block']}"
+                 f" threads, {occ['warps_per_sm']} warps per SM, limited by {', '.join(occ['limited_by'])})")
+    elif occ and occ.get("launchable") is False:
+        line += f"; cannot launch: {occ['why']}"
+    elif occ:
+        line += f"; occupancy unknown: {occ['why']}"
+    return line
+
+
+def _shown_kernels(f: dict[str, Any]) -> list[dict[str, Any]]:
+    """The kernels of the image that runs on the profile, else of the newest SASS image, else all."""
+    chosen = [k for k in f["kernels"] if k.get("occupancy") is not None]
+    if chosen:
+        return chosen
+    sass = [i["arch"] for i in f["images"] if i["kind"] == "sass" and i["read"]]
+    if len(f["images"]) > 1 and sass:
+        newest = max(sass, key=lambda a: int(a[3:].rstrip("af")))
+        return [k for k in f["kernels"] if k.get("arch") == newest]
+    return f["kernels"]
+
+
+def _render_kernels(report: dict[str, Any]) -> None:
+    board = report["profile"]
+    for n, f in enumerate(report["files"]):
+        if n:
+            typer.echo("")
+        typer.echo(f"{f['path']}: {f['kind']}, {len(f['kernels'])} kernel(s)" + _images(f["images"]))
+        if f.get("on_profile"):
+            v = f["on_profile"]
+            where = f"{board['id']} (compute capability {board['compute_capability']})"
+            typer.echo(f"  on {where}: " + (f"runs ({v['why']})" if v["runs"] else f"CANNOT RUN: {v['why']}"))
+        shown = _shown_kernels(f)
+        if len(shown) < len(f["kernels"]) and shown:
+            typer.echo(f"  kernels of {shown[0].get('arch')} ({len(shown)} of {len(f['kernels'])}; --json lists all):")
+        for k in shown[:SHOWN_KERNELS]:
+            typer.echo(f"  {_kernel_line(k)}")
+        if len(shown) > SHOWN_KERNELS:
+            typer.echo(f"  ... {len(shown) - SHOWN_KERNELS} more (--json lists all)")
+        for launch in f["launches"]:
+            args = f"<{launch['template_args']}>" if launch["template_args"] else ""
+            how = f"<<<{launch['config']}>>>" if launch["how"] == "<<<>>>" else f"via {launch['how']}"
+            typer.echo(f"  launch {launch['kernel']}{args} {how}  line {launch['line']}")
+        for problem in f["problems"][:5]:
+            typer.echo(f"  not read: {problem}")
+        if len(f["problems"]) > 5:
+            typer.echo(f"  ... {len(f['problems']) - 5} more problems (--json lists all)")

@@ -5,9 +5,10 @@ Every report names itself in one key, `"schema": "fakegpu.<name>/v<N>"`, where <
 `bandwidth` (a `fakegpu bandwidth` sweep), `preflight`,
 `fakecuda-process` and `fakecuda-activity` (what each torch process writes at exit), `cluster-report`,
 `estimate-llm`, `plan-training`, `calibrate-compare`, `estimate-roofline`, `simulate-topology`, `replay-trace` (a
-profiler trace's replay), `analyze-repo` (what in a repository needs a GPU), `capabilities` (what native mode's
-libraries and fakecuda implement), `native-process` and `nvml-process` (what native mode's C libraries write per
-process), `validate` (a `fakegpu validate` run), `workspace-profile`
+profiler trace's replay), `analyze-repo` (what in a repository needs a GPU), `analyze-kernel` (what CUDA
+kernels need, and whether they run on a board), `capabilities` (what native mode's libraries and fakecuda
+implement), `native-process` and `nvml-process` (what native mode's C libraries write per process), `validate` (a
+`fakegpu validate` run), `workspace-profile`
 (the context and workspace figures for one software stack, alone from `workspace-profiles show` and inside the
 estimates), and `cli`, the envelope around every --json output. Later reports add their schema here. Validation
 needs jsonschema and referencing, imported only when asked, so writers stay light.

@@ -179,6 +179,8 @@ def written(fakecuda_run: Path, minilm_dir: Path, tmp_path_factory) -> dict[str,
     out["analyze-repo"] = [_cli_data("analyze-repo", str(REPO / "examples" / "analyze-repo"), "--json")]
     # every library and fakecuda, the export audit, and the NVML run's unsupported call above
     out["capabilities"] = [_cli_data("capabilities", "--strict", "--from-report", str(nvml), "--json")]
+    out["analyze-kernel"] = [_cli_data("analyze-kernel", "--profile", "h100", str(REPO / "examples" / "analyze-kernel"
+                                                                                  / "scale.ptx"), "--json")]
     # a real sweep: two fakecuda ranks on this host
     swept = _fakegpu("bandwidth", "--nproc", "2", "--mode", "fakecuda", "--devices", "a100:2", "--sizes", "8B:4KiB",
                      "--iters", "2", "--warmup", "1", "--json", env=_clean_env())

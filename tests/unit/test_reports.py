@@ -9,8 +9,8 @@ from fakegpu import reports
 
 
 def test_every_schema_is_a_valid_json_schema():
-    assert reports.names() == ["analyze-repo", "bandwidth", "calibrate-compare", "capabilities", "cli",
-                               "cluster-report", "estimate-llm", "estimate-roofline", "fakecuda-activity",
+    assert reports.names() == ["analyze-kernel", "analyze-repo", "bandwidth", "calibrate-compare", "capabilities",
+                               "cli", "cluster-report", "estimate-llm", "estimate-roofline", "fakecuda-activity",
                                "fakecuda-process", "native-process", "nvml-process", "plan-serving", "plan-training",
                                "preflight", "replay-trace", "simulate-topology", "validate", "workspace-profile"]
     for name in reports.names():
@@ -40,7 +40,7 @@ def test_validate_uses_the_named_schema_or_the_documents_own():
         reports.validate({"schema": "fakegpu.preflight/v1"}, "nvml-process")
     with pytest.raises(KeyError, match="not a FakeGPU report"):
         reports.validate({"report": "preflight"})
-    with pytest.raises(KeyError, match="known: analyze-repo, bandwidth, calibrate-compare"):
+    with pytest.raises(KeyError, match="known: analyze-kernel, analyze-repo, bandwidth"):
         reports.schema("no-such-report")
 
 
