@@ -7,8 +7,8 @@ from a model's config.json (`model_ops`).
 
 The topology model (`simulate.simulate`): a cluster's fabric as directed links with capacities and latencies
 (`topology`, from a file: `fabric_file`, from either a file or the generator's options: `fabric_options`; the data
-of fabrics, shares and latencies: `fabric_kinds` and `fabrics.yaml`), collectives as the loads their algorithms put on those links (`collectives`), and a training
-step's communication (`training_comm`).
+of fabrics, shares and latencies: `fabric_kinds` and `fabrics.yaml`), collectives as the loads their algorithms
+put on those links (`collectives`), and a training step's communication (`training_comm`).
 
 Trace replay (`trace_replay.analyse`, `trace_whatif.what_if`): PyTorch profiler traces read as a stream
 (`trace_read`), reduced per rank to arrays of GPU activities (`trace_collect`), classified (`trace_kernels`),

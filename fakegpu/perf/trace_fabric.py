@@ -105,14 +105,20 @@ class Priced:
     protocol: str
 
 
-def collective_time(fabric: Fabric, ranks: tuple[int, ...], kind: str, nbytes: int) -> Priced:
-    """The model's time for collective `kind` of `nbytes` on the fabric's GPUs `ranks`: as simulate-topology
-    prices it, the fastest algorithm and protocol NCCL would consider (on the whole fabric exactly its pick; on
-    part of it, the communicator group's plans its training step uses)."""
+def collective_plans(fabric: Fabric, ranks: tuple[int, ...], kind: str) -> list[collectives.Plan]:
+    """The plans simulate-topology weighs for collective `kind` on the fabric's GPUs `ranks`: on the whole fabric
+    every algorithm NCCL would consider (its own sweep's choice); on part of it, the communicator group's plans its
+    training step uses."""
     if len(ranks) == fabric.gpu_count:
-        plans = [collectives.plan(fabric, kind, a) for a in collectives.candidates(fabric, kind)]
-    else:
-        plans = collectives.group_plans(fabric, [np.array(ranks)], kind)
+        return [collectives.plan(fabric, kind, a) for a in collectives.candidates(fabric, kind)]
+    return collectives.group_plans(fabric, [np.array(ranks)], kind)
+
+
+def collective_time(fabric: Fabric, ranks: tuple[int, ...], kind: str, nbytes: int,
+                    plans: list[collectives.Plan] | None = None) -> Priced:
+    """The model's time for collective `kind` of `nbytes` on the fabric's GPUs `ranks`, with the fastest algorithm
+    and protocol among `plans` (default: collective_plans)."""
+    plans = collective_plans(fabric, ranks, kind) if plans is None else plans
     times, picks = collectives.fastest(fabric, plans, np.array([float(max(1, nbytes))]))
     return Priced(float(times[0]), *picks[0])
 
@@ -166,6 +172,7 @@ class FabricPricer:
         self.world = world
         self.source_board = source_board
         self._one_node: dict[int, Fabric] = {}
+        self._plans: dict[tuple[int, tuple[int, ...], str], list[collectives.Plan]] = {}
         self._prices: dict[tuple[int, tuple[int, ...], str, int], Priced] = {}
         self.rows: dict[tuple[str, str, int, tuple[int, ...]], dict[str, Any]] = {}
         self.assumed: dict[str, int] = {}  # process group -> its size, where its ranks were assumed
@@ -193,10 +200,14 @@ class FabricPricer:
         return self._one_node[k], tuple(range(k))
 
     def _price(self, fabric: Fabric, ranks: tuple[int, ...], kind: str, nbytes: int) -> Priced:
-        key = (id(fabric), ranks, kind, nbytes)
-        found = self._prices.get(key)
+        # a trace repeats a few kinds and groups at many sizes: plans once per group, a price once per size
+        found = self._prices.get((id(fabric), ranks, kind, nbytes))
         if found is None:
-            found = self._prices[key] = collective_time(fabric, ranks, kind, nbytes)
+            plans = self._plans.get((id(fabric), ranks, kind))
+            if plans is None:
+                plans = self._plans[(id(fabric), ranks, kind)] = collective_plans(fabric, ranks, kind)
+            found = self._prices[(id(fabric), ranks, kind, nbytes)] = collective_time(fabric, ranks, kind, nbytes,
+                                                                                     plans)
         return found
 
     def __call__(self, c: Collective, source: Profile, target: Profile, transfer_us: float) -> float:
@@ -209,6 +220,9 @@ class FabricPricer:
         if why is not None:
             self.fallback[why] = self.fallback.get(why, 0) + 1
             return bandwidth_ratio_pricer(c, source, target, transfer_us)
+        if ranks[-1] >= self.world:  # both fabrics hold the world (fabric_pricer checked): so the group fits
+            raise UsageError(f"process group {c.group} of rank {c.rank} holds rank {ranks[-1]}, past the job's "
+                             f"{self.world} ranks: the trace's metadata does not fit its distributedInfo")
         if assumed:
             self.assumed[c.group] = len(ranks)
         self.partial |= len(ranks) < self.world
@@ -260,6 +274,9 @@ class FabricPricer:
         for group, k in sorted(self.assumed.items()):
             out.append(f"process group {group}: its ranks are not in the trace's metadata; taken as consecutive "
                        f"ranks, blocks of {k} (0-{k - 1}, {k}-{2 * k - 1}, ...)")
+        if any(r["model_collective"] == "send-recv" for r in self.rows.values()):
+            out.append("send/recv: the trace does not record the peer; priced as every rank of the group sending to "
+                       "the next at once (nccl-tests' sendrecv)")
         if self.partial:
             out.append("each process group is priced alone: other groups' collectives at the same moment do not "
                        "share its links here")

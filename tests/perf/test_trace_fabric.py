@@ -223,6 +223,15 @@ def test_group_ranks_and_sizes():
     assert model_bytes(c(0), "all-gather", 4) == 256
 
 
+def test_a_group_past_the_world_is_refused(ddp):
+    _, pricer = _what_if(ddp, FabricOptions(gpus_per_node=8))
+    c, transfer = _first_all_reduce(ddp)
+    c.meta["pg_ranks"] = "[0, 5]"
+    h100 = load_catalog().get("h100")
+    with pytest.raises(UsageError, match="holds rank 5, past the job's 2 ranks"):
+        pricer(c, h100, h100, transfer)
+
+
 def test_collectives_the_model_cannot_price_fall_back_and_are_counted(ddp):
     _, pricer = _what_if(ddp, FabricOptions(gpus_per_node=8))
     c, transfer = _first_all_reduce(ddp)
