@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from fakegpu.cli import fabric_options as opts
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
 from fakegpu.text import table
@@ -14,20 +15,14 @@ COMMAND = "simulate-topology"
 
 
 def simulate_topology(
-    fabric_file: Path | None = typer.Option(None, "--fabric-file", "-f", help="A fabric in YAML or JSON "
-                                            "(fakegpu/perf/fabric.schema.json); or describe one with the options "
-                                            "below."),
-    nodes: int | None = typer.Option(None, "--nodes", help="Nodes of a generated fabric (default 1)."),
-    gpus_per_node: int | None = typer.Option(None, "--gpus-per-node", help="GPUs per node of a generated fabric "
-                                             "(default 8)."),
+    fabric_file: Path | None = opts.FABRIC_FILE,
+    nodes: int | None = opts.NODES,
+    gpus_per_node: int | None = opts.GPUS_PER_NODE,
     profile: str | None = typer.Option(None, "--profile", "-p", help="Board of a generated fabric (h100, a100, ...)."),
-    fabric: str | None = typer.Option(None, "--fabric", help="Scale-out network of a generated fabric: ib-ndr400, "
-                                      "ib-hdr200, roce-400, ... (fakegpu/perf/fabrics.yaml)."),
-    rail_optimized: bool | None = typer.Option(None, "--rail-optimized/--no-rail-optimized", help="NIC i of every "
-                                               "node on rail i's leaf (default), or a node's NICs on one leaf."),
-    nics_per_node: int | None = typer.Option(None, "--nics-per-node", help="NICs per node (default: one per GPU)."),
-    oversubscription: float | None = typer.Option(None, "--oversubscription", help="Leaf downlinks per uplink "
-                                                  "(1: non-blocking, the default; 2: 2:1)."),
+    fabric: str | None = opts.NETWORK,
+    rail_optimized: bool | None = opts.RAIL_OPTIMIZED,
+    nics_per_node: int | None = opts.NICS_PER_NODE,
+    oversubscription: float | None = opts.OVERSUBSCRIPTION,
     collective: str = typer.Option("all-reduce", "--collective", "-c", help="all-reduce, all-gather, "
                                    "reduce-scatter, broadcast, reduce, all-to-all or send-recv."),
     algorithm: str = typer.Option("auto", "--algorithm", "-a", help="auto (the fastest per size), ring, tree, "
@@ -56,31 +51,13 @@ def simulate_topology(
 
     With --model-dir: the communication of one training step (DDP, ZeRO, FSDP, tensor and pipeline parallel).
     """
-    from fakegpu.errors import UsageError
-    from fakegpu.perf.fabric_file import load as load_fabric_file
+    from fakegpu.perf.fabric_options import FabricOptions
     from fakegpu.perf.simulate import Request, parse_sizes, simulate
-    from fakegpu.perf.topology import Fabric, generated
     from fakegpu.perf.training_comm import Parallelism
-    from fakegpu.profiles import load_catalog
 
     try:
-        if fabric_file is not None:
-            given = [o for o, v in (("--profile", profile), ("--fabric", fabric), ("--nics-per-node", nics_per_node),
-                                    ("--nodes", nodes), ("--gpus-per-node", gpus_per_node),
-                                    ("--rail-optimized", rail_optimized), ("--oversubscription", oversubscription))
-                     if v is not None]
-            if given:
-                raise UsageError(f"{', '.join(given)}: the fabric file describes the fabric; give one or the other")
-            spec = load_fabric_file(fabric_file)
-        else:
-            if profile is None:
-                raise UsageError("name the board with --profile (or give --fabric-file)")
-            spec = generated(1 if nodes is None else nodes, 8 if gpus_per_node is None else gpus_per_node,
-                             load_catalog().get(profile), fabric,
-                             rail_optimized=True if rail_optimized is None else rail_optimized,
-                             nics_per_node=nics_per_node,
-                             oversubscription=1.0 if oversubscription is None else oversubscription)
-        built = Fabric(spec)
+        built = FabricOptions(fabric_file, nodes, gpus_per_node, profile, fabric, rail_optimized, nics_per_node,
+                              oversubscription).build()
         req = Request(collective=collective, algorithm=None if algorithm == "auto" else algorithm,
                       protocol=None if protocol == "auto" else protocol, dtype=dtype,
                       sizes=parse_sizes(sizes, step_factor), root=root)
@@ -97,18 +74,14 @@ def simulate_topology(
 
 
 def _render(report: dict) -> None:
-    fab = report["fabric"]
-    parts = [f"{g['count']} x {g['gpus']} {g['profile']} ({g['system']}"
-             + (", NVLS" if g["nvls"] else "") + f", {g['nics']} NICs)" for g in fab["node_groups"]]
-    net = fab["network"]
-    where = "" if net is None else (f"; {net['fabric']} {net['gb_s_per_port']:g} GB/s per port, "
-                                    f"{'rail-optimized' if net['rail_optimized'] else 'one leaf per node group'}, "
-                                    f"{net['leaves']} leaves, oversubscription {net['oversubscription']:g}:1")
+    from fakegpu.perf.fabric_options import fabric_text
+
+    where = fabric_text(report["fabric"])
     if report["training_step"] is not None:
-        typer.echo(f"training step on {report['ranks']} GPUs: " + " + ".join(parts) + where)
+        typer.echo(f"training step on {report['ranks']} GPUs: {where}")
         _render_step(report["training_step"])
         return
-    typer.echo(f"{report['collective']} on {report['ranks']} GPUs: " + " + ".join(parts) + where)
+    typer.echo(f"{report['collective']} on {report['ranks']} GPUs: {where}")
     rows = [(r["size"], r["count"], r["type"], f"{r['time_us']:.2f}", f"{r['algbw_gb_s']:.2f}",
              f"{r['busbw_gb_s']:.2f}", f"{r['algorithm']}/{r['protocol']}") for r in report["rows"]]
     typer.echo(table(rows, ["SIZE(B)", "COUNT", "TYPE", "TIME(us)", "ALGBW(GB/s)", "BUSBW(GB/s)", "ALGO/PROTO"]))

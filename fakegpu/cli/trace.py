@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from fakegpu.cli import fabric_options as opts
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.errors import FakeGPUError
 from fakegpu.text import table
@@ -15,9 +16,20 @@ from fakegpu.text import table
 def replay_trace(
     traces: list[Path] = typer.Argument(..., help="Trace files (.json or .json.gz), one per rank, or a directory "
                                         "of them."),
-    profile: str | None = typer.Option(None, "--profile", "-p", help="What-if: re-time the trace for this board."),
+    profile: str | None = typer.Option(None, "--profile", "-p", help="What-if: re-time the trace for this board "
+                                       "(and the board of a generated fabric)."),
     from_profile: str | None = typer.Option(None, "--from-profile", help="The board the trace was recorded on "
                                             "(default: the trace's deviceProperties)."),
+    fabric_file: Path | None = opts.FABRIC_FILE,
+    nodes: int | None = opts.NODES,
+    gpus_per_node: int | None = opts.GPUS_PER_NODE,
+    fabric: str | None = opts.NETWORK,
+    rail_optimized: bool | None = opts.RAIL_OPTIMIZED,
+    nics_per_node: int | None = opts.NICS_PER_NODE,
+    oversubscription: float | None = opts.OVERSUBSCRIPTION,
+    from_fabric_file: Path | None = typer.Option(None, "--from-fabric-file", help="What-if: the fabric the trace "
+                                                 "ran on, as --fabric-file (default: one node of the trace's board "
+                                                 "per process group)."),
     dtype: str = typer.Option("bf16", "--dtype", help="What-if: the dtype of GEMM and attention kernels whose "
                               "names do not say."),
     include_last_step: bool = typer.Option(False, "--include-last-step", help="Also analyse the last "
@@ -29,17 +41,29 @@ def replay_trace(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Replay a PyTorch profiler (Kineto) trace: compute, communication, overlap, idle, kernels, memory per rank;
-    stragglers across ranks; with --profile, the predicted step time on another board."""
+    stragglers across ranks; with --profile, the predicted step time on another board; with a fabric
+    (--fabric-file, or --nodes/--gpus-per-node/--fabric ...), its collectives re-priced by simulate-topology's
+    model."""
+    from fakegpu.perf.fabric_options import FabricOptions
+    from fakegpu.perf.trace_fabric import fabric_pricer
+    from fakegpu.perf.trace_links import bandwidth_ratio_pricer
     from fakegpu.perf.trace_replay import analyse
-    from fakegpu.perf.trace_whatif import what_if
+    from fakegpu.perf.trace_whatif import source_profile, what_if
     from fakegpu.profiles import load_catalog
 
+    # --profile is the generated fabric's board too, so it is not one of the fabric's own options here
+    fab = FabricOptions(fabric_file, nodes, gpus_per_node, None, fabric, rail_optimized, nics_per_node,
+                        oversubscription)
     try:
         target = load_catalog().get(profile) if profile else None
         report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
                                   allow_missing_ranks=allow_missing_ranks)
+        pricer = bandwidth_ratio_pricer
+        if fab.given() or from_fabric_file is not None:
+            target, pricer = fabric_pricer(windows, fab, from_fabric_file, source_profile(windows, from_profile),
+                                           target)
         if target is not None:
-            report["what_if"] = what_if(windows, target, from_profile=from_profile, dtype=dtype)
+            report["what_if"] = what_if(windows, target, from_profile=from_profile, dtype=dtype, pricer=pricer)
     except FakeGPUError as exc:
         raise fail("replay-trace", exc, as_json) from exc
     if as_json:
@@ -91,9 +115,13 @@ def _render(report: dict) -> None:
         typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP", "LAUNCH-BOUND (SOURCE)",
                                 "(TARGET)"]))
         by_time = sorted(w["classes"].items(), key=lambda kv: (-round(kv[1]["recorded_us"], 3), kv[0]))
-        rows = [(cls, _us(v["recorded_us"]), _us(v["predicted_us"]), w["basis"].get(cls, {}).get("target", ""))
-                for cls, v in by_time]
+        basis = {cls: b["target"] for cls, b in w["basis"].items()}
+        if w["fabric"] is not None:
+            basis["nccl (transfer)"] = "topology model (collectives below)"
+        rows = [(cls, _us(v["recorded_us"]), _us(v["predicted_us"]), basis.get(cls, "")) for cls, v in by_time]
         typer.echo("\n" + table(rows, ["KERNELS", "RECORDED", "PREDICTED", f"ON {w['target_profile'].upper()}"]))
+        if w["fabric"] is not None:
+            _render_collectives(w["fabric"], w["basis"]["nccl (transfer)"])
         for note in w["notes"]:
             typer.echo(f"note: {note}")
     for r in ranks:
@@ -104,3 +132,24 @@ def _render(report: dict) -> None:
                    f"{sum(e['unusable'].values()):,} unusable")
     for note in report["notes"]:
         typer.echo(f"note: {note}")
+
+
+def _render_collectives(fab: dict, basis: dict) -> None:
+    from fakegpu.perf.units import amount_text
+
+    typer.echo(f"\ncollectives on {basis['target'].removeprefix('topology model: ')}, from "
+               f"{basis['source'].removeprefix('topology model: ')}:")
+
+    def model(m: dict) -> str:
+        return f"{_us(m['time_us'])} {m['algorithm']}/{m['protocol']}"
+
+    def size(b: int) -> str:
+        text = amount_text(b)
+        return text + ("B" if text[-1].isalpha() else " B")
+
+    rows = [(c["collective"], size(c["bytes"]), c["group_ranks"] + ("*" if c["group_ranks_assumed"]
+                                                                               else ""),
+             c["count"], _us(c["recorded_us"] / c["count"]), model(c["source_model"]), model(c["target_model"]),
+             f"{c['ratio']:.3g}", _us(c["predicted_us"] / c["count"])) for c in fab["collectives"]]
+    typer.echo(table(rows, ["COLLECTIVE", "BYTES", "RANKS", "COUNT", "RECORDED", "MODEL (SOURCE)",
+                            "MODEL (TARGET)", "RATIO", "PREDICTED"]))

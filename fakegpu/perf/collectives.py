@@ -324,6 +324,21 @@ def candidates(fabric: Fabric, collective: str) -> list[str]:
     return out
 
 
+def fastest(fabric: Fabric, plans: Sequence[Plan], sizes: np.ndarray,
+            protocol: str | None = None) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Per size, the time of the fastest plan and protocol, and which (algorithm, protocol) that is: NCCL's tuner
+    choosing from its cost model, with this model's costs. The first listed wins a tie."""
+    options: list[tuple[str, str]] = []
+    table = []
+    for p in plans:
+        for proto in protocols_for(p, protocol):
+            options.append((p.algorithm, proto))
+            table.append(p.times(fabric, sizes, proto))
+    times = np.vstack(table)
+    best = times.argmin(axis=0)
+    return times[best, np.arange(len(sizes))], [options[b] for b in best]
+
+
 def protocols_for(plan_: Plan, protocol: str | None) -> tuple[str, ...]:
     if plan_.nvls:
         return ("simple",)
@@ -336,8 +351,9 @@ def protocols_for(plan_: Plan, protocol: str | None) -> tuple[str, ...]:
 def group_plans(fabric: Fabric, groups: Sequence[np.ndarray], collective: str) -> list[Plan]:
     """`collective` run at once by every group of `groups` (each an array of GPU indices, e.g. every tensor-
     parallel group of a job), as rings in GPU order (a node's GPUs together): the groups' flows share links, so
-    groups that meet on a NIC or an NVLink port slow each other. All-to-all and send-recv go peer to peer; for
-    send-recv each group is a chain of stages, each sending to the next. One group that is a whole NVLS node
+    groups that meet on a NIC or an NVLink port slow each other. Broadcast and reduce run a chain along the ring
+    from (to) the group's first GPU; all-to-all and send-recv go peer to peer; for send-recv each group is a chain
+    of stages, each sending to the next. One group that is a whole NVLS node
     also gets NVLS for all-reduce; the caller prices each plan per size and keeps the fastest."""
     k = len(groups[0])
     if any(len(g) != k for g in groups) or k < 2:
@@ -346,18 +362,31 @@ def group_plans(fabric: Fabric, groups: Sequence[np.ndarray], collective: str) -
     if len(arr) == 1 and k == fabric.gpu_count and collective != "send-recv":
         # the whole fabric: every algorithm NCCL would consider for it
         return [plan(fabric, collective, a) for a in candidates(fabric, collective)]
-    if collective in ("all-reduce", "all-gather", "reduce-scatter"):
-        per = 2 * (k - 1) / k if collective == "all-reduce" else (k - 1) / k
+    if collective in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce"):
+        chain = collective in ("broadcast", "reduce")  # a pipelined chain from (or to) the group's first GPU
+        per = 1.0 if chain else 2 * (k - 1) / k if collective == "all-reduce" else (k - 1) / k
         src_l, dst_l, c = [], [], 1
         for g in arr:
             orders = _group_rings(fabric, g)
             c = len(orders)
             for order in orders:
-                src_l.append(order)
-                dst_l.append(np.roll(order, -1))
-        steps = _hop_steps(fabric, src_l[0], dst_l[0], per)
+                s, d = (order[:-1], order[1:]) if chain else (order, np.roll(order, -1))
+                if collective == "reduce":
+                    s, d = d[::-1], s[::-1]
+                src_l.append(s)
+                dst_l.append(d)
+        steps = _hop_steps(fabric, src_l[0], dst_l[0], 1.0 if chain else per)
         src, dst = np.concatenate(src_l), np.concatenate(dst_l)
         per /= c
+    elif collective == "all-to-all":
+        if k > MAX_ALL_TO_ALL:
+            raise UsageError(f"all-to-all routes every pair of ranks; the model takes at most {MAX_ALL_TO_ALL} "
+                             f"GPUs in a group (this one has {k})")
+        per = 1 / k
+        a, b = np.nonzero(~np.eye(k, dtype=bool))
+        src, dst = arr[:, a].ravel(), arr[:, b].ravel()
+        _, lat, cls = fabric.loads(src, dst, 0.0)
+        steps = [(1, lat, cls)]  # every peer at once: the step waits for the longest path
     elif collective == "send-recv":
         arr = np.stack([np.asarray(g) for g in groups])  # stage order as given
         per = 1.0
@@ -367,7 +396,7 @@ def group_plans(fabric: Fabric, groups: Sequence[np.ndarray], collective: str) -
     else:
         raise UsageError(f"{collective} is not priced for communicator groups")
     load, _, _ = fabric.loads(src, dst, per)
-    plan_ = Plan("ring" if collective != "send-recv" else "p2p", load, steps)
+    plan_ = Plan("p2p" if collective in ("send-recv", "all-to-all") else "ring", load, steps)
     plans = [plan_]
     node = int(fabric.node_of[arr[0, 0]])
     if (collective == "all-reduce" and fabric.nvls_node(node)

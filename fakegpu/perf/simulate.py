@@ -102,26 +102,17 @@ def simulate(fabric: Fabric, req: Request, training: tuple[Path, Parallelism] | 
     sizes = _sizes_as_run(req, n)
     algos = [req.algorithm] if req.algorithm else collectives.candidates(fabric, req.collective)
     plans: dict[str, Plan] = {a: collectives.plan(fabric, req.collective, a, req.root) for a in algos}
-    # every (algorithm, protocol) priced for every size; the fastest wins each size
-    options: list[tuple[str, str]] = []
-    table = []
-    for name, p in plans.items():
-        for proto in collectives.protocols_for(p, req.protocol):
-            options.append((name, proto))
-            table.append(p.times(fabric, sizes, proto))
-    times = np.vstack(table)
-    best = times.argmin(axis=0)
-    chosen = times[best, np.arange(len(sizes))]
+    chosen, picks = collectives.fastest(fabric, list(plans.values()), sizes, req.protocol)
     factor = busbw_factor(req.collective, n)
     elem = DTYPES[req.dtype]
     rows = []
     for i, size in enumerate(sizes):
         algbw = size / chosen[i] / 1e9
-        algo, proto = options[best[i]]
+        algo, proto = picks[i]
         rows.append({"size": int(size), "count": int(size // elem), "type": req.dtype,
                      "time_us": float(chosen[i] * 1e6), "algbw_gb_s": float(algbw),
                      "busbw_gb_s": float(algbw * factor), "algorithm": algo, "protocol": proto})
-    largest = plans[options[best[-1]][0]]
+    largest = plans[picks[-1][0]]
     return {
         "schema": SCHEMA,
         "fabric": fabric.describe(),

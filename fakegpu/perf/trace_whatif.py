@@ -9,8 +9,9 @@ class, so the per-dtype peaks, bandwidth, efficiency factors and fallbacks are e
     memset, device copies,
     other
     host<->device copies     PCIe: scales by the boards' PCIe link rates;
-    NCCL collectives         priced by a CollectivePricer (default: the boards' GPU-to-GPU link bandwidth ratio;
-                             a topology model can replace it).
+    NCCL collectives         priced by a CollectivePricer: with a fabric, the topology model (trace_fabric: the
+                             transfer x model time on the target fabric / on the source's); without one, the
+                             fallback, the boards' GPU-to-GPU link bandwidth ratio (trace_links).
 
 Each kernel keeps its start-and-drain time (efficiency.yaml kernel_fixed_s of the architecture) apart from its
 work. The timeline is then replayed: the host's launch times stay as recorded (the board does not change the
@@ -22,7 +23,6 @@ others include waiting). Replayed on the source board the trace comes out as rec
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,9 @@ from fakegpu.errors import UsageError
 from fakegpu.perf.ops import Attention, Gemm, MemoryOp
 from fakegpu.perf.roofline import Board, pricing
 from fakegpu.perf.trace_collectives import Collective, collectives
+from fakegpu.perf.trace_fabric import FabricPricer
 from fakegpu.perf.trace_kernels import kernel_class, kernel_dtype
+from fakegpu.perf.trace_links import CollectivePricer, bandwidth_ratio_pricer, pcie_gb_s, ratio_basis
 from fakegpu.perf.trace_retime import replay
 from fakegpu.perf.trace_window import Window
 from fakegpu.profiles import Profile, load_catalog
@@ -39,33 +41,8 @@ from fakegpu.profiles.efficiency import Efficiency, load
 # A representative op per class, for its factors only (its size does not enter the ratios).
 _MEMORY_KIND = {"elementwise": "elementwise", "reduction": "reduction", "memset": "fill", "memcpy": "copy",
                 "other": "copy"}
-# PCIe per-lane rate of each generation, GB/s one way (after line coding).
-_PCIE_LANE_GB_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-
 PCIE, NCCL = "memcpy (host)", "nccl (transfer)"  # what-if classes of their own: priced by links, not the chip
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-
-CollectivePricer = Callable[[Collective, Profile, Profile, float], float]
-
-
-def link_gb_s(profile: Profile) -> float:
-    """One GPU's GPU-to-GPU bandwidth one way: NVLink where the board has it, else its PCIe link."""
-    nvlink = profile.data.get("nvlink") or {}
-    if nvlink.get("bandwidth_gb_s"):
-        return float(nvlink["bandwidth_gb_s"]) / 2  # the catalog gives both directions together
-    return pcie_gb_s(profile)
-
-
-def pcie_gb_s(profile: Profile) -> float:
-    pci = profile.data.get("pci") or {}
-    return _PCIE_LANE_GB_S.get(int(pci.get("generation", 4)), 1.969) * int(pci.get("link_width", 16))
-
-
-def bandwidth_ratio_pricer(c: Collective, source: Profile, target: Profile, transfer_us: float) -> float:
-    """The default collective price: the transfer scaled by the GPU-to-GPU link bandwidth ratio. A seam: a
-    topology model (ring/tree over the fabric, message size, group size) replaces it without touching the rest."""
-    return transfer_us * link_gb_s(source) / link_gb_s(target)
-
 
 @dataclass(frozen=True)
 class Rate:
@@ -160,6 +137,9 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
                          "report without --profile says why")
     eff = load()
     source = source_profile(windows, from_profile)
+    fabric = pricer if isinstance(pricer, FabricPricer) else None
+    if fabric is not None:
+        fabric.check(source, target)
     src, dst = Rates(source, dtype, eff), Rates(target, dtype, eff)
     pcie = pcie_gb_s(source) / pcie_gb_s(target)
     colls = {r: {c.index: c for c in collectives(r, w)} for r, w in windows.items()}
@@ -202,10 +182,10 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
     step = max(x["predicted_step_us"] for x in rows)
     basis = {cls: {"source": src.of(cls, "").basis, "target": dst.of(cls, "").basis}
              for cls in classes_used if cls not in ("nccl", "sync")}
-    basis[NCCL] = {"source": f"{link_gb_s(source):.0f} GB/s GPU-to-GPU (one way)",
-                   "target": f"{link_gb_s(target):.0f} GB/s GPU-to-GPU (one way)"}
+    basis[NCCL] = fabric.basis() if fabric is not None else {"source": ratio_basis(source),
+                                                              "target": ratio_basis(target)}
     basis[PCIE] = {"source": f"PCIe {pcie_gb_s(source):.1f} GB/s", "target": f"PCIe {pcie_gb_s(target):.1f} GB/s"}
-    notes = sorted(src.substituted | dst.substituted)
+    notes = sorted(src.substituted | dst.substituted) + (fabric.notes() if fabric is not None else [])
     notes.append("the host's own time is kept as recorded (after a synchronizing call it resumes when the GPU "
                  "work it waited for ends): a launch-bound step speeds up less than its kernels")
     return {
@@ -217,5 +197,6 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
         "ranks": rows,
         "classes": {k: {"recorded_us": a, "predicted_us": b} for k, (a, b) in sorted(by_class.items())},
         "basis": basis,
+        "fabric": fabric.section() if fabric is not None else None,
         "notes": notes,
     }

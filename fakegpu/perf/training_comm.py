@@ -185,15 +185,9 @@ def _data_parallel(par: Parallelism, fabric: Fabric, rank: np.ndarray, groups: l
 
 def _price(fabric: Fabric, op: _Op) -> dict[str, Any]:
     plans = collectives.group_plans(fabric, op.groups, op.collective)
-    size = np.array([max(1.0, op.nbytes)])
-    best = None
-    for p in plans:
-        for proto in collectives.protocols_for(p, None):
-            t = float(p.times(fabric, size, proto)[0])
-            if best is None or t < best[0]:
-                best = (t, p.algorithm, proto)
-    assert best is not None
-    t, algo, proto = best
+    times, picks = collectives.fastest(fabric, plans, np.array([max(1.0, op.nbytes)]))
+    t = float(times[0])
+    algo, proto = picks[0]
     k = len(op.groups[0])
     return {"name": op.name, "parallelism": op.parallelism, "collective": op.collective, "group_size": k,
             "groups": len(op.groups), "bytes": op.nbytes, "count": op.count, "algorithm": algo, "protocol": proto,

@@ -10,8 +10,9 @@ from tests.readme_examples import examples, printed
 EXAMPLES = examples("## Where did a profiled step's time go? `replay-trace`", "replay-trace")
 
 
-def test_the_section_has_its_example():
-    assert len(EXAMPLES) == 1 and "tests/data/traces/ddp-2rank" in EXAMPLES[0][0]
+def test_the_section_has_its_examples():
+    assert len(EXAMPLES) == 2 and all("tests/data/traces/ddp-2rank" in command for command, _ in EXAMPLES)
+    assert "--fabric ib-ndr400" in EXAMPLES[1][0]  # the what-if onto a fabric, priced by the topology model
 
 
 @pytest.mark.parametrize("command,shown", EXAMPLES, ids=[c for c, _ in EXAMPLES])

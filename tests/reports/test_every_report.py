@@ -175,7 +175,10 @@ def written(fakecuda_run: Path, minilm_dir: Path, tmp_path_factory) -> dict[str,
     out["simulate-topology"] = [_cli_data("simulate-topology", "--nodes", "2", "--profile", "h100", "--fabric",
                                           "ib-ndr400", "--sizes", "1MiB:16MiB", "--json")]
     out["replay-trace"] = [_cli_data("replay-trace", str(REPO / "tests" / "data" / "traces" / "ddp-2rank"),
-                                     "--profile", "a100", "--json")]
+                                     "--profile", "a100", "--json"),
+                           # the what-if onto a fabric: collectives priced by the topology model
+                           _cli_data("replay-trace", str(REPO / "tests" / "data" / "traces" / "ddp-2rank"),
+                                     "--nodes", "2", "--gpus-per-node", "1", "--fabric", "ib-ndr400", "--json")]
     out["analyze-repo"] = [_cli_data("analyze-repo", str(REPO / "examples" / "analyze-repo"), "--json")]
     # every library and fakecuda, the export audit, and the NVML run's unsupported call above
     out["capabilities"] = [_cli_data("capabilities", "--strict", "--from-report", str(nvml), "--json")]
