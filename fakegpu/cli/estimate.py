@@ -229,6 +229,11 @@ def plan_training(
         if "megatron" in r:
             _print_megatron(r["megatron"])
         _print_target(r["target"], (("max_micro_batch", "largest micro-batch"),))
+        o = r["options"]
+        switched = [k for k in ("loss", "compile", "activation_offloading", "optimizer_in_backward") if o.get(k) not in
+                    (None, False, "full")]
+        for key in switched:
+            typer.echo(f"assumed {key.replace('_', ' ')}: {r['assumptions']['recipe'][key]}")
         for note in r["notes"] + r["assumptions"]["config_notes"]:
             typer.echo(f"note: {note}")
 

@@ -60,7 +60,9 @@ def assumptions(o: TrainingOptions) -> dict:
     """What the recipe options made the plan assume, for the report (each with the code it follows)."""
     out: dict = {
         "loss": {"full": "whole-vocabulary logits, fp32 upcast and log-softmax at once",
-                 "chunked": f"CEWithChunkedOutputLoss: half-precision logits kept, one of {CE_CHUNKS} chunks in fp32",
+                 "chunked": ("CEWithChunkedOutputLoss, compiled: half-precision logits kept, each chunk's fp32 "
+                             "upcast fused away" if o.compile else
+                             f"CEWithChunkedOutputLoss: half-precision logits kept, one of {CE_CHUNKS} chunks in fp32"),
                  "fused": "fused linear + cross-entropy: no full-vocabulary logits, one chunk at a time"}[o.loss],
         "compile": ("torch.compile: fused norms keep their half-precision input, silu(gate) recomputed"
                     if o.compile else "eager: norms keep fp32 upcasts, silu output saved"),
