@@ -108,13 +108,35 @@ def _print_megatron(section: dict) -> None:
 
 def plan_training(
     model_dir: Path = typer.Option(..., "--model-dir", help="Model folder, a .safetensors file, or an index json."),
-    method: str | None = typer.Option(None, "--method", help="full (default), lora or qlora."),
+    method: str | None = typer.Option(None, "--method", help="full (default), lora, qlora, ia3 or prompt-tuning."),
     lora_rank: int | None = typer.Option(None, "--lora-rank", help="Default 16."),
-    lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list (q_proj,v_proj) or all-linear."),
+    lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list of adapted modules "
+                                            "(q_proj,v_proj or short q,k,v,o,gate,up,down) or all-linear; each "
+                                            "module's saved input and x@A are counted from its shapes. For ia3 the "
+                                            "default is k,v,down."),
+    dora: bool | None = typer.Option(None, "--dora/--no-dora", help="DoRA on top of lora/qlora (PEFT use_dora): "
+                                     "magnitude vector, saved base/LoRA results, weight-norm temporaries."),
+    virtual_tokens: int | None = typer.Option(None, "--virtual-tokens", help="prompt-tuning: virtual tokens "
+                                              "prepended to every sequence (default 20)."),
     lora_dropout: float | None = typer.Option(None, "--lora-dropout", help="LoRA dropout (default 0.0, as PEFT)."),
-    optimizer: str | None = typer.Option(None, "--optimizer", help="adamw (default), adamw-8bit, sgd or adafactor."),
+    optimizer: str | None = typer.Option(None, "--optimizer", help="adamw (default), adamw-8bit (bitsandbytes/torchao: "
+                                         "2 bytes/param), paged-adamw, paged-adamw-8bit (bitsandbytes paged: states "
+                                         "in unified memory, outside the allocator), sgd or adafactor."),
     framework: str | None = typer.Option(None, "--framework", help="generic (transformers/PEFT, default), litgpt, "
-                                         "or megatron (Megatron-LM: per-stage memory, the flags below)."),
+                                         "torchtune, or megatron (Megatron-LM: per-stage memory, the flags below)."),
+    loss: str | None = typer.Option(None, "--loss", help="full (default: whole-vocabulary fp32 logits), chunked "
+                                    "(torchtune CEWithChunkedOutputLoss) or fused (Liger / Cut Cross-Entropy / "
+                                    "LinearCrossEntropyLoss: no full logits)."),
+    compile_model: bool | None = typer.Option(None, "--compile/--no-compile", help="torch.compile: fused norms and "
+                                              "SwiGLU keep fewer tensors; with --loss chunked no fp32 chunk."),
+    activation_offloading: bool | None = typer.Option(None, "--activation-offloading/--no-activation-offloading",
+                                                      help="Saved activations moved to CPU (torchtune "
+                                                      "enable_activation_offloading); one layer's stay."),
+    optimizer_in_backward: bool | None = typer.Option(None, "--optimizer-in-backward/--no-optimizer-in-backward",
+                                                      help="Optimizer step fused into backward (torchtune "
+                                                      "optimizer_in_bwd): one gradient alive, no step temporaries."),
+    packed: bool | None = typer.Option(None, "--packed/--no-packed", help="Sample packing: every sequence is "
+                                       "--seq-len real tokens (the estimate assumes full sequences either way)."),
     double_quant: bool | None = typer.Option(None, "--double-quant/--no-double-quant",
                                              help="QLoRA absmax double quantization (default on)."),
     bitsandbytes: str | None = typer.Option(None, "--bitsandbytes", help="Installed bitsandbytes version (0.45)."),
@@ -151,11 +173,13 @@ def plan_training(
     attention: str | None = typer.Option(None, "--attention", help="Megatron: fused (flash/cuDNN via Transformer "
                                          "Engine, default) or unfused (local implementation: scores kept)."),
     fused_adam: bool | None = typer.Option(None, "--fused-adam/--no-fused-adam",
-                                           help="Megatron: FusedAdam from Transformer Engine or apex (default); "
-                                           "without either torch's AdamW adds a 4-byte/param step temporary."),
+                                           help="A fused AdamW kernel (Megatron's FusedAdam, default there; "
+                                           "torch.optim.AdamW(fused=True)): no step temporary. Default elsewhere: "
+                                           "torch's foreach step with a parameter-sized temporary."),
     megatron_core: str | None = typer.Option(None, "--megatron-core", help="Megatron: installed megatron-core "
                                              "version (0.13); before 0.8 the loss keeps a second fp32 logits copy."),
-    config: list[Path] = typer.Option([], "--config", help="DeepSpeed JSON, accelerate YAML or FSDP config file."),
+    config: list[Path] = typer.Option([], "--config", help="DeepSpeed JSON, accelerate YAML, FSDP config, "
+                                      "torchtune recipe YAML, axolotl YAML or a Megatron-LM argument list file."),
     target_profile: str | None = typer.Option(None, "--target-profile"),
     workspace_files: list[Path] = typer.Option([], "--workspace-file", help=WORKSPACE_FILE_HELP),
     torch_version: str | None = typer.Option(None, "--torch-version", help=TORCH_HELP),
@@ -181,12 +205,16 @@ def plan_training(
         "sequence_parallel": sequence_parallel, "distributed_optimizer": distributed_optimizer,
         "recompute": recompute, "pp_schedule": pp_schedule, "virtual_stages": virtual_stages,
         "global_batch": global_batch, "attention": attention, "fused_adam": fused_adam,
-        "megatron_core": megatron_core,
+        "megatron_core": megatron_core, "dora": dora, "virtual_tokens": virtual_tokens, "loss": loss,
+        "compile": compile_model, "activation_offloading": activation_offloading,
+        "optimizer_in_backward": optimizer_in_backward, "packed": packed,
     }
     typed = {k: v for k, v in typed.items() if v is not None}
     try:
-        report = run(model_dir, TrainingOptions(**merge_config_files(config, typed)), target=target_profile,
-                     workspace_files=workspace_files, torch_version=torch_version, cuda_version=cuda_version)
+        notes: list[str] = []
+        settings = merge_config_files(config, typed, notes)
+        report = run(model_dir, TrainingOptions(**settings), target=target_profile, workspace_files=workspace_files,
+                     torch_version=torch_version, cuda_version=cuda_version, config_notes=notes)
     except FakeGPUError as exc:
         raise fail("plan-training", exc, as_json) from exc
 
@@ -201,7 +229,12 @@ def plan_training(
         if "megatron" in r:
             _print_megatron(r["megatron"])
         _print_target(r["target"], (("max_micro_batch", "largest micro-batch"),))
-        for note in r["notes"]:
+        o = r["options"]
+        switched = [k for k in ("loss", "compile", "activation_offloading", "optimizer_in_backward") if o.get(k) not in
+                    (None, False, "full")]
+        for key in switched:
+            typer.echo(f"assumed {key.replace('_', ' ')}: {r['assumptions']['recipe'][key]}")
+        for note in r["notes"] + r["assumptions"]["config_notes"]:
             typer.echo(f"note: {note}")
 
     _finish("plan-training", report, check, as_json, render)

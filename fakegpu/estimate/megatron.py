@@ -104,11 +104,11 @@ def validate(o: TrainingOptions) -> None:
     megatron_only = {"sequence_parallel": o.sequence_parallel, "distributed_optimizer": o.distributed_optimizer,
                      "recompute": o.recompute != "none", "pp_schedule": o.pp_schedule != "1f1b",
                      "virtual_stages": o.virtual_stages != 1, "attention": o.attention != "fused",
-                     "global_batch": o.global_batch is not None, "fused_adam": not o.fused_adam}
+                     "global_batch": o.global_batch is not None}
     if o.framework != "megatron":
         used = [k for k, v in megatron_only.items() if v]
         if used:
-            flags = ", ".join(f"--{'no-' if k == 'fused_adam' else ''}{k.replace('_', '-')}" for k in used)
+            flags = ", ".join(f"--{k.replace('_', '-')}" for k in used)
             raise EstimateInputError(flags.split(", ")[0],
                                      f"only Megatron-LM runs use {flags}; add --framework megatron")
         return
@@ -185,7 +185,7 @@ def _bytes_per_param(o: TrainingOptions) -> dict[str, float]:
     adam = 8 if o.optimizer == "adamw" else 4
     # Without Transformer Engine and apex, Megatron's optimizer falls back to torch.optim.AdamW, whose foreach step
     # takes the square root of every exp_avg_sq into a new list of fp32 tensors (_multi_tensor_adamw).
-    foreach = 4 if o.optimizer == "adamw" and not o.fused_adam else 0
+    foreach = 4 if o.optimizer == "adamw" and o.fused_adam is False else 0
     if o.precision == "fp32":
         return {"weights": 4, "gradients": 4, "master": 0, "states": adam, "step_grads": 0, "step_foreach": foreach}
     grads = 4 if o.precision == "bf16-mixed" else 2
@@ -293,7 +293,8 @@ def assumptions(cfg: ModelConfig, o: TrainingOptions) -> dict:
         "first_stage_in_flight": first,
         "padded_vocab": padded_vocab(cfg.vocab_size, o.tensor_parallel),
         "gradient_bytes_per_param": _bytes_per_param(o)["gradients"],
-        "optimizer_impl": "FusedAdam (Transformer Engine or apex)" if o.fused_adam else "torch.optim.AdamW (foreach)",
+        "optimizer_impl": ("FusedAdam (Transformer Engine or apex)" if o.fused_adam is not False
+                           else "torch.optim.AdamW (foreach)"),
         "megatron_core": o.megatron_core,
         "logits_bytes_per_element": logits_factor(o),
         "activation_source": "Korthikanti et al. 2022 Table 2, sized from the model's shapes",

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fakegpu.estimate import megatron, runtime
+from fakegpu.estimate import megatron, runtime, training_adapters, training_recipes
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.llm import load_model, resolve_profile, runtime_section, stack_overheads, workspace_notes
 from fakegpu.estimate.model_config import ModelConfig
@@ -37,8 +37,8 @@ from fakegpu.profiles.workspace_profiles import Overheads
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("plan-training")
-METHODS = ("full", "lora", "qlora")
-OPTIMIZERS = ("adamw", "adamw-8bit", "sgd", "adafactor")
+METHODS = ("full", "lora", "qlora", "ia3", "prompt-tuning")
+OPTIMIZERS = ("adamw", "adamw-8bit", *training_recipes.PAGED_OPTIMIZERS, "sgd", "adafactor")
 PRECISIONS = ("bf16", "bf16-mixed", "fp16-mixed", "fp32")
 FSDP = ("none", "full", "hybrid", "grad-op")
 OFFLOAD = ("none", "optimizer", "params")
@@ -88,13 +88,25 @@ class TrainingOptions:
     virtual_stages: int = 1
     attention: str = "fused"  # see megatron.ATTENTION
     global_batch: int | None = None  # sequences per optimizer step over all data-parallel ranks
-    fused_adam: bool = True  # Transformer Engine's or apex's FusedAdam; else torch.optim.AdamW (foreach)
+    # A fused AdamW kernel (Megatron: Transformer Engine's or apex's FusedAdam; torch.optim.AdamW(fused=True), as
+    # torchtune's LoRA configs set) has no step temporary; else torch's foreach step allocates one parameter-sized
+    # list. None: the framework's default (Megatron fused, the others torch's foreach).
+    fused_adam: bool | None = None
     megatron_core: str = "0.13"  # installed megatron-core; before 0.8 the loss made a second fp32 logits copy
+    # Adapter variants (training_adapters.py)
+    dora: bool = False  # PEFT's use_dora / torchtune's use_dora, on top of --method lora or qlora
+    virtual_tokens: int = 20  # prompt tuning's num_virtual_tokens
+    # What recipes switch on (training_recipes.py)
+    loss: str = "full"  # see training_recipes.LOSSES
+    compile: bool = False  # torch.compile of the model (and loss)
+    activation_offloading: bool = False  # saved activations moved to CPU (torchtune enable_activation_offloading)
+    optimizer_in_backward: bool = False  # optimizer step fused into backward, gradients freed per parameter
+    packed: bool = False  # sample packing (every sequence is seq_len real tokens)
 
     def validate(self) -> None:
         for name, allowed in (("method", METHODS), ("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
                               ("fsdp", FSDP), ("offload", OFFLOAD), ("framework", (*FRAMEWORKS, "megatron")),
-                              ("checkpoint_impl", CHECKPOINT_IMPLS)):
+                              ("checkpoint_impl", CHECKPOINT_IMPLS), ("loss", training_recipes.LOSSES)):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
                 near = closest(str(value), list(allowed), limit=1)
@@ -105,7 +117,8 @@ class TrainingOptions:
             raise EstimateInputError("--zero", f"ZeRO stage {self.zero} does not exist; use 0, 1, 2 or 3")
         if self.zero and self.fsdp != "none":
             raise EstimateInputError("--fsdp", "ZeRO and FSDP both shard the model; choose one")
-        for name in ("micro_batch", "seq_len", "gpus", "tensor_parallel", "pipeline_parallel", "lora_rank"):
+        for name in ("micro_batch", "seq_len", "gpus", "tensor_parallel", "pipeline_parallel", "lora_rank",
+                     "virtual_tokens"):
             if getattr(self, name) < 1:
                 raise EstimateInputError(f"--{name.replace('_', '-')}", "must be at least 1")
         if not 0.0 <= self.lora_dropout < 1.0:
@@ -119,7 +132,22 @@ class TrainingOptions:
             value = str(getattr(self, name)).strip()
             if not re.fullmatch(r"\d+(\.\d+){0,2}([.+-]?\w+)*", value):
                 raise EstimateInputError(f"--{name}", f"{value!r} is not a version; use e.g. 0.45 or 0.13.2")
+        if self.dora and self.method not in ("lora", "qlora"):
+            raise EstimateInputError("--dora", f"DoRA decomposes LoRA weights; use it with --method lora or qlora, "
+                                     f"not {self.method}")
+        if self.optimizer_in_backward and (self.zero or self.offload != "none"):
+            raise EstimateInputError("--optimizer-in-backward", "steps each parameter in its gradient hook; "
+                                     "DeepSpeed ZeRO and optimizer offload step elsewhere, so drop one of them")
+        if self.optimizer_in_backward and self.optimizer in training_recipes.PAGED_OPTIMIZERS:
+            pass  # torchtune's default full single-device config combines them; states still live outside
         megatron.validate(self)
+        if self.framework == "megatron":
+            used = [f for f, on in (("--compile", self.compile), ("--activation-offloading",
+                    self.activation_offloading), ("--optimizer-in-backward", self.optimizer_in_backward),
+                    ("--loss", self.loss != "full"), ("--dora", self.dora)) if on]
+            if used:
+                raise EstimateInputError(used[0], "is not modelled for --framework megatron (Megatron's own options "
+                                         "are --recompute, --sequence-parallel, --distributed-optimizer)")
         if self.framework == "megatron" and self.grad_checkpointing:
             raise EstimateInputError("--grad-checkpointing", "Megatron recomputes with --recompute full or selective")
 
@@ -156,6 +184,37 @@ def _param_groups(ckpt: Checkpoint, cfg: ModelConfig) -> dict[str, int]:
     return groups
 
 
+def _largest_trainable(ckpt: Checkpoint, o: TrainingOptions, trainable: float) -> float:
+    """Elements of the largest trainable tensor on a rank (full training: the largest weight; adapters are small)."""
+    if o.method != "full":
+        return trainable
+    largest = max((t.numel for t in ckpt.tensors.values()), default=0)
+    return largest / o.tensor_parallel
+
+
+def _adapters(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, fw) -> tuple[float, float, float, float]:
+    """(trainable parameters, summed input width LoRA dropouts copy per layer, saved bytes per token per layer the
+    adapters add, DoRA's transient weight-norm bytes) for the adapter method."""
+    a = 4 if o.precision == "fp32" else 2
+    tp = o.tensor_parallel
+    if o.method == "prompt-tuning":
+        return float(o.virtual_tokens * cfg.hidden_size), 0.0, 0.0, 0.0
+    if o.method == "ia3":
+        mods = training_adapters.ia3_modules(ckpt, o.lora_targets)
+        return (float(training_adapters.ia3_parameters(mods, cfg.num_layers)), 0.0,
+                training_adapters.ia3_saved_per_token(mods, a, tp), 0.0)
+    training_adapters.check_targets(ckpt, o.lora_targets)
+    adapters, lora_inputs = lora_trainable(ckpt, o.lora_targets, o.lora_rank, fw)
+    mods = training_adapters.adapted(ckpt, o.lora_targets)
+    extra = training_adapters.lora_saved_per_token(mods, o.lora_rank, a, o.lora_dropout > 0, True, tp)
+    dora_temp = 0.0
+    if o.dora:
+        adapters += training_adapters.dora_parameters(mods, cfg.num_layers)
+        extra += training_adapters.dora_saved_per_token(mods, a, tp)
+        dora_temp = training_adapters.dora_transient(mods, a, o.method == "qlora", tp)
+    return float(adapters), lora_inputs, extra, dora_temp
+
+
 def _head_and_largest(ckpt: Checkpoint) -> tuple[int, int]:
     """(lm_head parameters, the largest transformer-layer linear's parameters): what a 4-bit plugin dequantizes."""
     head = largest = 0
@@ -170,7 +229,7 @@ def _head_and_largest(ckpt: Checkpoint) -> tuple[int, int]:
 
 
 def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout_inputs: float = 0.0,
-                 dequant: float = 0.0) -> dict[str, float]:
+                 dequant: float = 0.0, adapter_extra: float = 0.0) -> dict[str, float]:
     """Saved-for-backward bytes of one layer, the layer inputs kept under checkpointing, and the logits peak.
 
     Full fine-tuning counts every trainable linear's saved input (the plain-layer formula below); LoRA/QLoRA
@@ -203,6 +262,11 @@ def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout
             # that graph pins is MatMul4Bit's inputs (bnb < 0.43.2), every layer's and lm_head's.
             lm_head_input = h * a if o.method == "qlora" and saves and fw.quantizes_head else 0.0
             stale = tokens * (layer["stale"] * cfg.num_layers + lm_head_input)
+    # What the adapters themselves keep (training_adapters: x @ A, inputs no frozen op saves, DoRA, IA3), and what
+    # torch.compile's fused kernels drop.
+    per_token += adapter_extra
+    if o.compile:
+        per_token = max(0.0, per_token - training_recipes.compile_saving(cfg, a, r, tp))
     layer_bytes = tokens * per_token
     layer_input = tokens * h * r
     # The first layer's backward (the peak's neighbour) holds gradients of the widest intermediates at once: the
@@ -210,7 +274,10 @@ def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout
     width = cfg.moe.expert_intermediate * cfg.moe.experts_per_token if cfg.moe else cfg.intermediate_size
     layer_grads = tokens * (3 if cfg.gated_mlp else 2) * width / tp * a
     logits = tokens * cfg.vocab_size * (a + 8)  # lm_head output, its fp32 copy, the loss's log-softmax
-    if fw.holds_last_outputs and o.method != "full":
+    if o.loss != "full":
+        logits = training_recipes.logits_bytes(tokens, cfg.vocab_size, a, o.loss, o.compile)
+        logits_fwd = logits + dequant
+    elif fw.holds_last_outputs and o.method != "full":
         # Fabric's convert_output casts the logits to fp32; the previous step's fp32 logits are still held until
         # model() returns, next to this step's half-precision ones and then either their fp32 copy or lm_head's
         # dequantized weight (the larger).
@@ -226,6 +293,9 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     workspace profile of the target GPU and stack (its cuBLAS workspace)."""
     if o.framework == "megatron":
         return _plan_megatron(ckpt, cfg, o, overheads)
+    if o.method == "prompt-tuning":
+        # PEFT prepends the virtual tokens' embeddings to every sequence: all activations and logits see them.
+        o = _with(o, seq_len=o.seq_len + o.virtual_tokens)
     groups = _param_groups(ckpt, cfg)
     total = sum(groups.values())
     tp, pp = o.tensor_parallel, o.pipeline_parallel
@@ -244,6 +314,7 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     if o.method == "full":
         trainable = rank_params
         lora_inputs = 0
+        adapter_extra = dora_temp = 0.0
         if o.precision == "fp32":
             w_b, g_b, master_b, state_b = 4, 4, 0, 4
         elif o.precision == "bf16":
@@ -255,7 +326,7 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
         weights = rank_params * w_b / s_weights
         frozen = 0.0
     else:
-        adapters, lora_inputs = lora_trainable(ckpt, o.lora_targets, o.lora_rank, fw)
+        adapters, lora_inputs, adapter_extra, dora_temp = _adapters(ckpt, cfg, o, fw)
         trainable = adapters / pp / tp
         base_b = 4 if o.precision == "fp32" else 2
         # PEFT >= 0.12 keeps adapters in fp32 (autocast_adapter_dtype); litgpt's bf16-true casts them with the
@@ -295,11 +366,17 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
         # (DeepSpeed v0.14.0). So the master is fp32 and Adam's states follow it; the gradient partition stays in
         # the model dtype (engine.get_data_types: grad_accum_dtype = model dtype under ZeRO).
         master_b, state_b = 4, 4
-    states_per_param = {"adamw": 2 * state_b, "adamw-8bit": 2, "sgd": state_b, "adafactor": 0.05 * state_b}[o.optimizer]
+    states_per_param = {"adamw": 2 * state_b, "adamw-8bit": 2, "sgd": state_b, "adafactor": 0.05 * state_b,
+                        "paged-adamw": 0, "paged-adamw-8bit": 0}[o.optimizer]
     optimizer = trainable * (states_per_param + master_b) / s_states
     if o.method == "qlora" and fw.paged_qlora_optimizer:
         optimizer = 0.0  # bnb PagedAdamW: states in cudaMallocManaged memory, outside max_memory_allocated
     grads = trainable * g_b / s_grads
+    if o.optimizer_in_backward:
+        # torchtune's optimizer_in_bwd / torch's _apply_optimizer_in_backward: a post-accumulate-grad hook steps each
+        # parameter and sets its .grad to None, so one gradient is alive at a time: the largest (a tied embedding's
+        # waits for both its uses, still one tensor).
+        grads = min(grads, _largest_trainable(ckpt, o, trainable) * g_b / s_grads)
     if o.offload in ("optimizer", "params"):
         optimizer = 0.0
     if o.offload == "params":
@@ -307,9 +384,20 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     frozen += frozen_stats
 
     dropout_inputs = lora_inputs / max(1, cfg.num_layers) / tp if o.lora_dropout > 0 else 0.0
-    act = _activations(cfg, o, o.micro_batch, dropout_inputs, dequant)
+    act = _activations(cfg, o, o.micro_batch, dropout_inputs, dequant, adapter_extra)
     inflight = pp  # 1F1B keeps as many micro-batches in flight on the first stage as there are stages
-    if o.grad_checkpointing:
+    if o.activation_offloading:
+        # torchtune's OffloadActivations (a saved_tensors_hooks context) copies each saved tensor to pinned CPU memory
+        # on a side stream as forward runs and brings it back during backward, prefetching the next layer's: under
+        # checkpointing what leaves is every layer's input, else every saved tensor; one layer's stay on the GPU.
+        if o.grad_checkpointing:
+            activations = act["layer_input"] * inflight + act["layer"]
+            logits_fwd = max(0.0, act["logits_forward"] - act["layer"])  # sequential, as below
+            logits_bwd = max(0.0, act["logits"] - act["layer"] - act["layer_grads"] - act["dequant"])
+        else:
+            activations = act["layer"] * min(2, layers_here) * inflight
+            logits_fwd, logits_bwd = act["logits_forward"], act["logits"]
+    elif o.grad_checkpointing:
         # Only each layer's input is kept; a layer's saved tensors exist again only while it is recomputed in
         # backward, and by then autograd has released the loss's buffers (a node's saved tensors and the grads it
         # consumed are freed as it runs), so the layer's peak and the logits' peak are sequential, not summed. The
@@ -362,7 +450,11 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     else:
         bucket = 0
     ddp_buckets = trainable * g_b if stage == 0 and o.data_parallel > 1 else 0
-    step_temp = trainable * 4 / s_states if o.optimizer in ("adamw", "sgd") and stage == 0 else 0
+    # torch.optim's foreach step (the default without fused=True) makes parameter-sized temporaries
+    # (_multi_tensor_adamw: exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)); a fused kernel, or a step run per
+    # parameter inside backward, makes none.
+    foreach = o.optimizer in ("adamw", "sgd") and stage == 0 and not o.fused_adam and not o.optimizer_in_backward
+    step_temp = trainable * 4 / s_states if foreach else 0
     if deepspeed_half and o.offload == "none":
         # ...and before the step it upcasts the partition's gradient to fp32 (stage3.py
         # _prepare_fp32_grad_for_sub_group; stage_1_and_2.py step: `.to(single_partition_of_fp32_groups[i].dtype)`).
@@ -372,12 +464,13 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     phases = {
         "load": {"weights": weights, "frozen_weights": frozen},
         "forward": {**base, "ddp_buckets": ddp_buckets, "activations": activations,
-                    "logits": logits_fwd, "previous_step_graph": act["stale_graph"],
+                    "logits": logits_fwd, "previous_step_graph": act["stale_graph"], "dora_weight_norm": dora_temp,
                     "gathered_params": gathered, "fsdp_root_params": fsdp_root, "offload_staging": offload_staging,
                     "autocast_cache": autocast_cache, "cublas_workspace": workspace},
         "backward": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "reduce_bucket": bucket,
                      "activations": activations, "held_input_grads": held_grads, "logits": logits_bwd,
                      "layer_gradients": act["layer_grads"], "dequantized_weight": act["dequant"],
+                     "dora_weight_norm": dora_temp if o.grad_checkpointing else 0.0,
                      "gathered_params": gathered, "fsdp_root_params": fsdp_root, "offload_staging": offload_staging,
                      "autocast_cache": autocast_cache, "cublas_workspace": workspace},
         "optimizer_step": {**base, "ddp_buckets": ddp_buckets, "gradients": grads, "step_temporaries": step_temp,
@@ -472,10 +565,10 @@ def _peak(totals: dict) -> dict:
 
 def plan_training(source: Path | str, options: TrainingOptions, target: str | None = None, *,
                   workspace_files: Sequence[str | Path] = (), torch_version: str | None = None,
-                  cuda_version: str | None = None) -> dict:
+                  cuda_version: str | None = None, config_notes: Sequence[str] = ()) -> dict:
     """The report for training `source` under `options`. The context and cuBLAS workspace come from the workspace
     profiles (the built-in ones, `workspace_files` first) for the target's GPU and the torch / CUDA versions named,
-    else the profiles' default stack."""
+    else the profiles' default stack. `config_notes`: what the --config files set that the plan does not model."""
     options.validate()
     ckpt, cfg = load_model(source)
     profile = resolve_profile(target) if target else None
@@ -498,6 +591,8 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
         "peak": peak,
         "target": None,
         "notes": _notes(cfg, options, profile) + workspace_notes(overheads, workspace_files),
+        "assumptions": {"adapter": _adapter_assumptions(ckpt, cfg, options),
+                        "recipe": training_recipes.assumptions(options), "config_notes": list(config_notes)},
     }
     if options.framework == "megatron":
         report["megatron"] = _megatron_section(cfg, options, details)
@@ -522,6 +617,32 @@ def peak_for(source: Path | str, options: TrainingOptions, compute_capability: t
     overheads = workspace_profiles.builtin().overheads(compute_capability)
     phases, details = plan(ckpt, cfg, options, overheads)
     return _peak(_totals(phases, overheads, options.gpus, details))
+
+
+def _adapter_assumptions(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions) -> dict:
+    """Which modules the adapter covers and what each keeps, as the plan counted them."""
+    out: dict = {"method": o.method, "framework": o.framework}
+    if o.method in ("lora", "qlora"):
+        mods = training_adapters.adapted(ckpt, o.lora_targets)
+        out.update({
+            "modules": [f"{m.name} ({m.in_features}->{m.out_features})" for m in mods],
+            "rank": o.lora_rank, "dropout": o.lora_dropout, "dora": o.dora,
+            "saved_per_module": ("dropped input copy + bool mask, and x@A (rank wide)" if o.lora_dropout > 0 else
+                                 "the module's input where no frozen op keeps it (down_proj: the intermediate), "
+                                 "and x@A (rank wide)"),
+        })
+        if o.dora:
+            out["dora_terms"] = ("magnitude vector (out_features per module, trainable); base and LoRA results "
+                                 "saved per module; weight-norm temporaries of the largest module per forward")
+    elif o.method == "ia3":
+        mods = training_adapters.ia3_modules(ckpt, o.lora_targets)
+        out.update({"modules": [m.name for m in mods],
+                    "saved_per_module": "k/v outputs and down_proj's input (the scaled tensors)"})
+    elif o.method == "prompt-tuning":
+        out.update({"virtual_tokens": o.virtual_tokens,
+                    "effective_seq_len": o.seq_len + o.virtual_tokens,
+                    "trainable": f"{o.virtual_tokens} x {cfg.hidden_size} prompt embeddings"})
+    return out
 
 
 def _with(o: TrainingOptions, **changes) -> TrainingOptions:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.model_config import ModelConfig
 from fakegpu.estimate.safetensors_header import Checkpoint
+from fakegpu.estimate.training_adapters import normalise_targets
 
 # bitsandbytes' MatMul4Bit kept its input A in `ctx.tensors` (a plain attribute, not save_for_backward) until
 # bitsandbytes PR #1270 "fix QLoRA mem bug: delete useless buffered activation", first released in 0.43.2.
@@ -52,6 +53,14 @@ FRAMEWORKS = {
     "litgpt": Framework(fused_qkv=True, expands_kv=True, quantizes_head=True, head_in_all_linear=True,
                         holds_last_outputs=True, dequant_copies=2, adapters_in_base_dtype=True,
                         paged_qlora_optimizer=True),
+    # torchtune (recipes lora_finetune_single_device / full_finetune_single_device, torchtune 0.4, Nov 2024):
+    # - LoRALinear per projection (lora_attn_modules, apply_lora_to_mlp, apply_lora_to_output), each its own dropout;
+    # - MultiHeadAttention expands k/v to num_heads before SDPA when num_kv_heads < num_heads;
+    # - the model (adapters included) is built in the recipe's dtype, so bf16 adapters and bf16 AdamW states;
+    # - QLoRA quantizes the projections with torchao's NF4Tensor, dequantized once per matmul; the output head stays.
+    "torchtune": Framework(fused_qkv=False, expands_kv=True, quantizes_head=False, head_in_all_linear=False,
+                           holds_last_outputs=False, dequant_copies=1, adapters_in_base_dtype=True,
+                           paged_qlora_optimizer=False),
 }
 
 
@@ -121,7 +130,7 @@ def lora_trainable(ckpt: Checkpoint, lora_targets: str, rank: int, fw: Framework
     A fused-qkv framework (litgpt's LoRAQKVLinear) runs one dropout over the attention input for q, k and v; with
     "all-linear" litgpt also adapts lm_head (its dropout copy is once per model, spread over the layers here).
     """
-    targets = None if lora_targets == "all-linear" else {t.strip() for t in lora_targets.split(",") if t.strip()}
+    targets = normalise_targets(lora_targets)
     total = inputs = 0
     qkv_seen: set[str] = set()
     head = None

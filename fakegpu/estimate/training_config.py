@@ -1,6 +1,8 @@
-"""Read DeepSpeed, accelerate and FSDP config files into plan-training settings.
+"""Read DeepSpeed, accelerate, FSDP, torchtune, axolotl and Megatron-LM config files into plan-training settings.
 
-Precedence: built-in defaults < config files (in the order given) < options typed on the command line.
+Precedence: built-in defaults < config files (in the order given) < options typed on the command line. The recipe
+formats (torchtune, axolotl, Megatron argument lists) are read by training_recipe_files, which also says which of
+their memory-relevant keys the plan does not model; those notes reach the report's assumptions.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from fakegpu.estimate import training_recipe_files as recipe_files
 from fakegpu.estimate.errors import EstimateInputError
 
 _FSDP_STRATEGIES = {
@@ -24,23 +27,44 @@ _OPTIMIZERS = {"adam": "adamw", "adamw": "adamw", "fusedadam": "adamw", "sgd": "
 
 def read_config_file(path: Path) -> dict[str, Any]:
     """The plan-training settings one file implies (only those it states)."""
+    return read_config(path)[0]
+
+
+def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """(settings, notes): what one file implies, and what it sets that changes memory but is not modelled."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    if path.suffix != ".json" and recipe_files.is_megatron_args(text):
+        return recipe_files.read_megatron_args(text, path)
     try:
         doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EstimateInputError(path, f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
     if not isinstance(doc, dict):
         raise EstimateInputError(path, "is not a mapping of settings")
+    if recipe_files.is_axolotl(doc):
+        out, notes = recipe_files.read_axolotl(doc, path)
+        # axolotl hands these to transformers' Trainer: a DeepSpeed file next to the config, or FSDP settings.
+        if isinstance(doc.get("deepspeed"), str):
+            out.update(read_config_file(path.parent / doc["deepspeed"]))
+        if isinstance(doc.get("fsdp_config"), dict):
+            out.update(_fsdp(doc["fsdp_config"], path))
+            if "fsdp" not in out and doc.get("fsdp"):
+                out["fsdp"] = "full" if "full_shard" in str(doc["fsdp"]) else "grad-op"
+        return out, notes
+    if recipe_files.is_torchtune(doc):
+        return recipe_files.read_torchtune(doc, path)
     if "distributed_type" in doc or "compute_environment" in doc:
-        return _accelerate(doc, path)
+        return _accelerate(doc, path), []
     if "zero_optimization" in doc or "train_micro_batch_size_per_gpu" in doc or "train_batch_size" in doc:
-        return _deepspeed(doc, path)
+        return _deepspeed(doc, path), []
     if any(k in doc for k in ("fsdp_config", "sharding_strategy", "fsdp_sharding_strategy")):
-        return _fsdp(doc.get("fsdp_config", doc), path)
-    raise EstimateInputError(path, "neither a DeepSpeed, an accelerate nor an FSDP config (no key any of them uses)")
+        return _fsdp(doc.get("fsdp_config", doc), path), []
+    raise EstimateInputError(path, "not a config plan-training reads: DeepSpeed JSON, accelerate or FSDP YAML, a "
+                             "torchtune recipe YAML, an axolotl YAML or a Megatron-LM argument list (no key any of "
+                             "them uses)")
 
 
 def _deepspeed(doc: dict, path: Path) -> dict[str, Any]:
@@ -113,10 +137,14 @@ def _accelerate(doc: dict, path: Path) -> dict[str, Any]:
     return out
 
 
-def merge_config_files(files: list[Path], typed: dict[str, Any]) -> dict[str, Any]:
-    """Settings from the files in order, then the options the user typed on top."""
+def merge_config_files(files: list[Path], typed: dict[str, Any], notes: list[str] | None = None) -> dict[str, Any]:
+    """Settings from the files in order, then the options the user typed on top; each file's notes (what it sets
+    that is not modelled) are appended to `notes`."""
     merged: dict[str, Any] = {}
     for f in files:
-        merged.update(read_config_file(Path(f)))
+        settings, file_notes = read_config(Path(f))
+        merged.update(settings)
+        if notes is not None:
+            notes.extend(file_notes)
     merged.update(typed)
     return merged

@@ -55,7 +55,9 @@ def test_training_devset_bound(training_results):
 
 def test_each_predicted_number_is_validated(training_results):
     """Allocated, reserved and nvidia-smi predictions each have their own rows and their own reached bound."""
-    scores = by_metric(training_results)
+    # The rows these bounds were pinned on (and Megatron's); issue 20's recipe and LoRA-module rows are bounded by
+    # tests/estimate/test_devset_recipes.py, so a new category cannot loosen or hide a regression here.
+    scores = by_metric([r for r in training_results if r.group in ("training", "megatron")])
     assert set(scores) == set(METRIC_BOUNDS)
     for metric, (rows, median, under) in METRIC_BOUNDS.items():
         s = scores[metric]

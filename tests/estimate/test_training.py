@@ -115,7 +115,7 @@ def test_config_files(tmp_path):
     assert read_config_file(fsdp) == {"fsdp": "full", "offload": "params"}
     junk = tmp_path / "junk.yaml"
     junk.write_text("hello: world\n")
-    with pytest.raises(EstimateInputError, match="neither"):
+    with pytest.raises(EstimateInputError, match="not a config plan-training reads"):
         read_config_file(junk)
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"zero_optimization": {"stage": 7}}))
