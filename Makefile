@@ -13,7 +13,7 @@ VENV210_STAMP := $(VENV210)/.installed
 VENV211       := .venv-torch211
 VENV211_STAMP := $(VENV211)/.installed
 
-.PHONY: all install native catalog test test-fast soak memory-fidelity native-memory lint demo images bench clean
+.PHONY: all install native catalog test test-fast soak memory-fidelity native-memory reserved-fit lint demo images bench clean
 
 all: install native
 
@@ -78,6 +78,12 @@ memory-fidelity: all
 # database under torch 2.11 (tests/real_gpu/native_memory.py); writes build/native-memory/{workloads,opdb}.json.
 native-memory: all $(VENV211_STAMP)
 	$(PY) -m tests.real_gpu.native_memory --json build/native-memory
+
+# Re-measure PyTorch's caching allocator in native mode (tools/reserved_fit: training and inference workloads, both
+# expandable_segments settings, about a minute) and refit fakegpu/estimate/data/reserved_fit.json; raw records in
+# build/reserved-fit/.
+reserved-fit: all
+	$(PY) tools/reserved_fit/run.py
 
 # The fast subset: no Docker, no torch.
 test-fast: $(STAMP)

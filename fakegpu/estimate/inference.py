@@ -13,6 +13,7 @@ from math import ceil
 from fakegpu.estimate import runtime
 from fakegpu.estimate.dtypes import element_bytes
 from fakegpu.estimate.model_config import ModelConfig
+from fakegpu.estimate.reserved import load_fit
 from fakegpu.estimate.weights import WeightSummary
 from fakegpu.profiles.workspace_profiles import Overheads
 
@@ -137,14 +138,15 @@ def phase_totals(model: LoadedModel, opts: InferenceOptions) -> dict[str, dict]:
     """Per phase: components, and the predicted max_memory_allocated / max_memory_reserved / nvidia-smi used."""
     context = model.overheads.non_pytorch_bytes()
     other = runtime.nccl_bytes(opts.tensor_parallel)
+    terms = load_fit().for_kind("inference")
     out = {}
     for phase, parts in phase_components(model, opts).items():
         allocated = sum(parts.values())
         transient = allocated - model.weights_allocated
-        held = runtime.round_up(transient * (1 + runtime.FRAGMENTATION), runtime.LARGE_ROUND)
-        reserved = model.weights_reserved + held
-        if phase != "load":
-            reserved += runtime.SMALL_SEGMENT  # the small-block pool every step touches
+        # The load phase holds the weights alone; every other step's temporaries are held as the native-mode fit of
+        # inference steps says (reserved.py), the small-block pool's segments included in its constant.
+        held = terms.held(transient) if phase != "load" else 0
+        reserved = runtime.round_up(model.weights_reserved + held, runtime.LARGE_ROUND)
         out[phase] = {
             "components": parts,
             "max_memory_allocated": allocated,

@@ -11,6 +11,7 @@ from fakegpu.estimate.dtypes import FLOAT_DTYPES, normalise_user_dtype, payload_
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.inference import ATTENTION, LOGITS, InferenceOptions, LoadedModel, peak_of, phase_totals
 from fakegpu.estimate.model_config import ModelConfig, read_model_config
+from fakegpu.estimate.reserved import load_fit
 from fakegpu.estimate.safetensors_header import Checkpoint, load_checkpoint
 from fakegpu.estimate.target import fits, largest, resolve_profile, verdict
 from fakegpu.estimate.weights import WeightSummary, classify, summarise
@@ -104,7 +105,7 @@ def estimate_llm(
         "workload": asdict(options) | {"weights_cast_to": cast_to},
         "runtime": runtime_section(overheads, runtime.nccl_bytes(options.tensor_parallel)) | {
             "allocator_round_bytes": runtime.ALLOC_ROUND,
-            "fragmentation_share": runtime.FRAGMENTATION,
+            "reserved_fit": load_fit().summary() | {"kind": "inference"},
         },
         "phases": phases,
         "peak": peak_of(phases),

@@ -9,29 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from fakegpu.fakecuda.allocator import (
-    K_LARGE_BUFFER,
-    K_MIN_BLOCK_SIZE,
-    K_MIN_LARGE_ALLOC,
-    K_ROUND_LARGE,
-    K_SMALL_BUFFER,
-    K_SMALL_SIZE,
-)
+from fakegpu.fakecuda.allocator import K_MIN_BLOCK_SIZE, K_ROUND_LARGE, K_SMALL_SIZE, DeviceAllocator
 
 MIB = 1 << 20
 
-# The caching allocator's rules have one home, fakecuda's allocator model; the estimator sums them up
-# instead of replaying them block by block.
+# The caching allocator's rules have one home, fakecuda's allocator model.
 ALLOC_ROUND = K_MIN_BLOCK_SIZE
-SMALL_REQUEST = K_SMALL_SIZE
-SMALL_SEGMENT = K_SMALL_BUFFER
-MID_REQUEST = K_MIN_LARGE_ALLOC
-MID_SEGMENT = K_LARGE_BUFFER
 LARGE_ROUND = K_ROUND_LARGE
-
-# Freed blocks of a growing KV cache and of per-layer temporaries rarely coalesce perfectly; this share of the
-# non-weight peak is what the caching allocator is expected to hold on top (see `fakegpu calibrate compare`).
-FRAGMENTATION = 0.15
+# Room for any one rank's weights when they are replayed through the allocator model (its address space per device).
+_REPLAY_TOTAL = 1 << 40
 
 
 def round_alloc(n: int) -> int:
@@ -42,18 +28,24 @@ def round_up(n: float, unit: int) -> int:
     return 0 if n <= 0 else int(-(-int(n) // unit) * unit)
 
 
-def reserved_for_resident(sizes: Iterable[int]) -> int:
-    """Segments reserved to hold tensors allocated one after another and never freed (model weights)."""
-    small = mid = large = 0
+def reserved_for_resident(sizes: Iterable[int], expandable: bool = False) -> int:
+    """Segments reserved to hold tensors allocated one after another and never freed (model weights).
+
+    Replayed through fakecuda's model of the caching allocator, because packing matters: two 8 MiB projections
+    share a 20 MiB segment but a third does not fit the 4 MiB left, so summing sizes per pool undercounts (by 120
+    MiB for a 1B Llama's q/k/v/o; tools/reserved_fit checks this against the real allocator's load phase).
+    """
+    if expandable:
+        # expandable_segments: one segment per pool and stream grows in 2 MiB pages, so nothing is left between
+        # tensors; each pool ends on a page.
+        small = sum(round_alloc(n) for n in sizes if 0 < round_alloc(n) <= K_SMALL_SIZE)
+        large = sum(round_alloc(n) for n in sizes if round_alloc(n) > K_SMALL_SIZE)
+        return round_up(small, K_ROUND_LARGE) + round_up(large, K_ROUND_LARGE)
+    allocator = DeviceAllocator(0, _REPLAY_TOTAL)
     for n in sizes:
-        n = round_alloc(n)
-        if n <= SMALL_REQUEST:
-            small += n
-        elif n < MID_REQUEST:
-            mid += n
-        else:
-            large += round_up(n, LARGE_ROUND)
-    return round_up(small, SMALL_SEGMENT) + round_up(mid, MID_SEGMENT) + large
+        if n > 0:
+            allocator.malloc(n)
+    return allocator.reserved_bytes
 
 
 def nccl_bytes(ranks: int) -> int:

@@ -21,6 +21,7 @@ from fakegpu.estimate import megatron, runtime, training_adapters, training_reci
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.llm import load_model, resolve_profile, runtime_section, stack_overheads, workspace_notes
 from fakegpu.estimate.model_config import ModelConfig
+from fakegpu.estimate.reserved import load_fit
 from fakegpu.estimate.safetensors_header import Checkpoint
 from fakegpu.estimate.target import fits, largest, verdict
 from fakegpu.estimate.training_activations import (
@@ -506,7 +507,7 @@ def _plan_megatron(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overh
                                  "layers divisible by pipeline-parallel x virtual stages)")
     groups = _param_groups(ckpt, cfg)
     stages = megatron.stage_memory(ckpt, cfg, groups, o, overheads.cublas_workspace_bytes())
-    peaks = [_peak(_totals(phases, overheads, o.gpus)) for phases in stages]
+    peaks = [_peak(_totals(phases, overheads, o.gpus, kind=step_kind(o))) for phases in stages]
     worst = max(range(len(stages)), key=lambda i: (peaks[i]["max_memory_allocated"], -i))
     total = sum(groups.values())
     details = {"trainable": total, "total": total, "stage": 1 if o.distributed_optimizer else 0, "init_cache": 0,
@@ -533,10 +534,18 @@ def _megatron_section(cfg: ModelConfig, o: TrainingOptions, details: dict) -> di
 STREAM_POOLS = ("gathered_params", "fsdp_root_params", "offload_staging")
 
 
-def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None) -> dict:
+def step_kind(o: TrainingOptions) -> str:
+    """Which fitted reserved-memory terms a run's steps take (fakegpu/estimate/reserved.py): recomputing every
+    layer in backward (gradient checkpointing, Megatron's full recompute) caches blocks differently."""
+    return "training_checkpointed" if o.grad_checkpointing or o.recompute == "full" else "training"
+
+
+def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None,
+            kind: str = "training") -> dict:
     """Allocated, reserved and nvidia-smi per phase. Reserved: resident states as they are, FSDP's stream pools as
-    they are, and the compute stream's temporaries (with what earlier peaks left cached) plus fragmentation, never
-    below what FSDP's constructor left cached."""
+    they are, and what the caching allocator holds for the compute stream's temporaries (with what earlier peaks
+    left cached) by the native-mode fit of `kind` (reserved.py), never below what FSDP's constructor left cached."""
+    terms = load_fit().for_kind(kind)
     details = details or {}
     init_cache = details.get("init_cache", 0)
     cached_only = details.get("cached_only", {})
@@ -547,7 +556,7 @@ def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None 
         allocated = sum(ints.values())
         resident = ints.get("weights", 0) + ints.get("frozen_weights", 0) + ints.get("optimizer_states", 0)
         pools = sum(ints.get(k, 0) for k in STREAM_POOLS)
-        compute = (allocated - resident - pools + cached_only.get(name, 0)) * (1 + runtime.FRAGMENTATION)
+        compute = terms.held(allocated - resident - pools + cached_only.get(name, 0), ints.get("optimizer_states", 0))
         held = resident + pools + (max(compute, init_cache) if name != "load" else compute)
         reserved = runtime.round_up(held, runtime.LARGE_ROUND)
         out[name] = {"components": ints, "max_memory_allocated": allocated, "max_memory_reserved": reserved,
@@ -575,7 +584,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     cc = profile.compute_capability if profile else DEFAULT_CC
     overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     phases, details = plan(ckpt, cfg, options, overheads)
-    totals = _totals(phases, overheads, options.gpus, details)
+    totals = _totals(phases, overheads, options.gpus, details, step_kind(options))
     peak = _peak(totals)
     summary = summarise(ckpt, cfg.quantization)
     report = {
@@ -586,7 +595,8 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
                         "tensor_parallel": options.tensor_parallel, "pipeline_parallel": options.pipeline_parallel,
                         "zero_stage_equivalent": details["stage"]},
         "trainable_parameters": details["trainable"],
-        "runtime": runtime_section(overheads, runtime.nccl_bytes(options.gpus)),
+        "runtime": runtime_section(overheads, runtime.nccl_bytes(options.gpus)) | {
+            "reserved_fit": load_fit().summary() | {"kind": step_kind(options)}},
         "phases": totals,
         "peak": peak,
         "target": None,
@@ -602,7 +612,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
 
         def ok(mb: int) -> bool:
             phases_mb, details_mb = plan(ckpt, cfg, _with(options, micro_batch=mb), overheads)
-            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb))
+            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb, step_kind(options)))
             return fits(profile, p["max_memory_reserved"], context, p["nvidia_smi_used"])
 
         out["max_micro_batch"] = largest(ok, cap=4096)
@@ -616,7 +626,7 @@ def peak_for(source: Path | str, options: TrainingOptions, compute_capability: t
     ckpt, cfg = load_model(source)
     overheads = workspace_profiles.builtin().overheads(compute_capability)
     phases, details = plan(ckpt, cfg, options, overheads)
-    return _peak(_totals(phases, overheads, options.gpus, details))
+    return _peak(_totals(phases, overheads, options.gpus, details, step_kind(options)))
 
 
 def _adapter_assumptions(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions) -> dict:
