@@ -25,9 +25,11 @@ from fakegpu.estimate.errors import EstimateInputError
 
 SCHEMA = "fakegpu.reserved-fit/v1"
 DEFAULT_FIT_PATH = Path(__file__).resolve().parent / "data" / "reserved_fit.json"
-# Kinds of step with their own coefficients: gradient checkpointing recomputes each layer inside backward, which
-# leaves more blocks of differing sizes cached than storing activations does.
-KINDS = ("training", "training_checkpointed", "inference")
+# Kinds of step with their own coefficients. Checkpointed and plain training steps share one set: what checkpointing
+# adds (a recomputed layer's blocks cached beside the logits') is plan-training's own term (training.py, cached_only),
+# so separate coefficients fitted on measured totals would count it twice; the fit file still scores the
+# checkpointed runs apart.
+KINDS = ("training", "inference")
 DEFAULT_ALLOC = "default"  # PYTORCH_CUDA_ALLOC_CONF unset (expandable_segments off)
 TERMS = ("a", "c", "b")
 

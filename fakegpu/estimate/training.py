@@ -507,7 +507,7 @@ def _plan_megatron(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overh
                                  "layers divisible by pipeline-parallel x virtual stages)")
     groups = _param_groups(ckpt, cfg)
     stages = megatron.stage_memory(ckpt, cfg, groups, o, overheads.cublas_workspace_bytes())
-    peaks = [_peak(_totals(phases, overheads, o.gpus, kind=step_kind(o))) for phases in stages]
+    peaks = [_peak(_totals(phases, overheads, o.gpus)) for phases in stages]
     worst = max(range(len(stages)), key=lambda i: (peaks[i]["max_memory_allocated"], -i))
     total = sum(groups.values())
     details = {"trainable": total, "total": total, "stage": 1 if o.distributed_optimizer else 0, "init_cache": 0,
@@ -534,18 +534,12 @@ def _megatron_section(cfg: ModelConfig, o: TrainingOptions, details: dict) -> di
 STREAM_POOLS = ("gathered_params", "fsdp_root_params", "offload_staging")
 
 
-def step_kind(o: TrainingOptions) -> str:
-    """Which fitted reserved-memory terms a run's steps take (fakegpu/estimate/reserved.py): recomputing every
-    layer in backward (gradient checkpointing, Megatron's full recompute) caches blocks differently."""
-    return "training_checkpointed" if o.grad_checkpointing or o.recompute == "full" else "training"
-
-
-def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None,
-            kind: str = "training") -> dict:
+def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None) -> dict:
     """Allocated, reserved and nvidia-smi per phase. Reserved: resident states as they are, FSDP's stream pools as
     they are, and what the caching allocator holds for the compute stream's temporaries (with what earlier peaks
-    left cached) by the native-mode fit of `kind` (reserved.py), never below what FSDP's constructor left cached."""
-    terms = load_fit().for_kind(kind)
+    left cached) as the native-mode fit of training steps says (reserved.py), never below what FSDP's constructor
+    left cached."""
+    terms = load_fit().for_kind("training")
     details = details or {}
     init_cache = details.get("init_cache", 0)
     cached_only = details.get("cached_only", {})
@@ -584,7 +578,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     cc = profile.compute_capability if profile else DEFAULT_CC
     overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     phases, details = plan(ckpt, cfg, options, overheads)
-    totals = _totals(phases, overheads, options.gpus, details, step_kind(options))
+    totals = _totals(phases, overheads, options.gpus, details)
     peak = _peak(totals)
     summary = summarise(ckpt, cfg.quantization)
     report = {
@@ -596,7 +590,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
                         "zero_stage_equivalent": details["stage"]},
         "trainable_parameters": details["trainable"],
         "runtime": runtime_section(overheads, runtime.nccl_bytes(options.gpus)) | {
-            "reserved_fit": load_fit().summary() | {"kind": step_kind(options)}},
+            "reserved_fit": load_fit().summary() | {"kind": "training"}},
         "phases": totals,
         "peak": peak,
         "target": None,
@@ -612,7 +606,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
 
         def ok(mb: int) -> bool:
             phases_mb, details_mb = plan(ckpt, cfg, _with(options, micro_batch=mb), overheads)
-            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb, step_kind(options)))
+            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb))
             return fits(profile, p["max_memory_reserved"], context, p["nvidia_smi_used"])
 
         out["max_micro_batch"] = largest(ok, cap=4096)
@@ -626,7 +620,7 @@ def peak_for(source: Path | str, options: TrainingOptions, compute_capability: t
     ckpt, cfg = load_model(source)
     overheads = workspace_profiles.builtin().overheads(compute_capability)
     phases, details = plan(ckpt, cfg, options, overheads)
-    return _peak(_totals(phases, overheads, options.gpus, details, step_kind(options)))
+    return _peak(_totals(phases, overheads, options.gpus, details))
 
 
 def _adapter_assumptions(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions) -> dict:

@@ -26,9 +26,7 @@ MIB = 1 << 20
 
 
 def kind_of(spec: dict) -> str:
-    if spec["kind"] == "inference":
-        return "inference"
-    return "training_checkpointed" if spec.get("grad_checkpointing") else "training"
+    return "inference" if spec["kind"] == "inference" else "training"
 
 
 def row(run: dict, expandable: bool) -> dict:
@@ -40,7 +38,8 @@ def row(run: dict, expandable: bool) -> dict:
     load = next(p for p in run["phases"] if p["phase"] == "load")
     modeled = runtime.reserved_for_resident(params, expandable=expandable)
     resident = modeled if spec["kind"] == "inference" else allocated
-    return {"name": spec["name"], "kind": kind_of(spec), "resident_bytes": resident,
+    return {"name": spec["name"], "kind": kind_of(spec), "checkpointed": bool(spec.get("grad_checkpointing")),
+            "resident_bytes": resident,
             "resident_allocated_bytes": allocated, "transient_bytes": run["run_peak_allocated"] - allocated,
             "optimizer_state_bytes": sum(runtime.round_alloc(n) for n in states),
             "max_memory_allocated": run["run_peak_allocated"], "max_memory_reserved": run["run_peak_reserved"],
@@ -117,6 +116,9 @@ def fit_conf(doc: dict) -> dict:
             r["error"] = round((r["predicted_reserved"] - r["max_memory_reserved"]) / r["max_memory_reserved"], 4)
             errs.append(r["error"])
         scores[kind] = _score(errs)
+        if kind == "training":  # the estimator adds checkpointing's own term on top; see reserved.KINDS
+            for label, ckpt in (("training_checkpointed_runs", True), ("training_plain_runs", False)):
+                scores[label] = _score([r["error"] for r in mine if r["checkpointed"] == ckpt])
     load = [(r["load_reserved_modeled"] - r["load_reserved_measured"]) / r["load_reserved_measured"] for r in rows]
     return {"alloc_conf": doc["alloc_conf"], "terms": terms, "scores": scores,
             "load_phase_worst_error": max(load, key=abs), "workloads": rows}
@@ -138,8 +140,8 @@ def describe(doc: dict) -> str:
         lines.append(f"  {name} ({conf['alloc_conf']}); load phase, weights replayed vs measured: worst "
                      f"{conf['load_phase_worst_error'] * 100:+.2f}%")
         for kind, t in conf["terms"].items():
-            s = conf["scores"][kind]
-            lines.append(f"    {kind:22s} a={t['a']:.4f} c={t['c']:.4f} b={t['b'] / MIB:+8.1f} MiB   "
-                         f"{s['runs']} runs: median |err| {s['median_abs_error'] * 100:.2f}%, "
-                         f"range {s['worst_underestimate'] * 100:+.2f}% .. {s['worst_overestimate'] * 100:+.2f}%")
+            lines.append(f"    {kind:10s} a={t['a']:.4f} c={t['c']:.4f} b={t['b'] / MIB:+6.1f} MiB")
+        for label, s in conf["scores"].items():
+            lines.append(f"      {label:28s} {s['runs']:3d} runs: median |err| {s['median_abs_error'] * 100:5.2f}%, "
+                         f"range {s['worst_underestimate'] * 100:+6.2f}% .. {s['worst_overestimate'] * 100:+6.2f}%")
     return "\n".join(lines)
