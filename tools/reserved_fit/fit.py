@@ -5,7 +5,9 @@ Per workload (one run of workload.py) the quantities are the ones the estimators
             inference: the weights' reserved segments as runtime.reserved_for_resident replays them
   transient the run's peak allocated bytes minus the allocated resident bytes
   states    optimizer-state bytes (0 for inference)
-and the target is the run's max_memory_reserved. For each kind of step (reserved.KINDS) the terms a, c, b of
+and the target is the run's max_memory_reserved. Peaks count from what the process held when the workload
+began (workload.py's reserved_at_start / allocated_at_start: what an earlier workload left that empty_cache
+cannot free). For each kind of step (reserved.KINDS) the terms a, c, b of
     reserved = resident + a * transient + c * states + b
 are found by least squares on the relative error of the whole reserved figure (what a user compares with), so a
 10 MiB miss on a 100 MiB run weighs as much as a 1 GiB miss on a 10 GiB run. Training fits a and c with b = 0:
@@ -36,14 +38,17 @@ def row(run: dict, expandable: bool) -> dict:
     states = run["optimizer_state_sizes"]
     allocated = sum(runtime.round_alloc(n) for n in params + states)
     load = next(p for p in run["phases"] if p["phase"] == "load")
+    base_reserved, base_allocated = run["reserved_at_start"], run.get("allocated_at_start", 0)
+    peak_allocated = run["run_peak_allocated"] - base_allocated
+    peak_reserved = run["run_peak_reserved"] - base_reserved
     modeled = runtime.reserved_for_resident(params, expandable=expandable)
     resident = modeled if spec["kind"] == "inference" else allocated
     return {"name": spec["name"], "kind": kind_of(spec), "checkpointed": bool(spec.get("grad_checkpointing")),
             "resident_bytes": resident,
-            "resident_allocated_bytes": allocated, "transient_bytes": run["run_peak_allocated"] - allocated,
+            "resident_allocated_bytes": allocated, "transient_bytes": peak_allocated - allocated,
             "optimizer_state_bytes": sum(runtime.round_alloc(n) for n in states),
-            "max_memory_allocated": run["run_peak_allocated"], "max_memory_reserved": run["run_peak_reserved"],
-            "load_reserved_measured": load["reserved"],
+            "max_memory_allocated": peak_allocated, "max_memory_reserved": peak_reserved,
+            "load_reserved_measured": load["reserved"] - base_reserved,
             "load_reserved_modeled": modeled,
             "segments": {"small": max(p["small_segments"] for p in run["phases"]),
                          "large": max(p["large_segments"] for p in run["phases"])}}

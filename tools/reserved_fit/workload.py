@@ -168,15 +168,19 @@ def run_inference(spec: dict, rec: Recorder) -> dict:
 
 def run_one(spec: dict) -> dict:
     gc.collect()
+    # cuBLAS workspaces are the allocator's blocks that outlive a workload (torch 2.11 keeps 36 MiB of them here);
+    # freeing them lets each workload start from no segments, as a fresh process does.
+    torch._C._cuda_clearCublasWorkspaces()
     torch.cuda.empty_cache()
-    leftover = torch.cuda.memory_reserved()
+    # Anything still held; fit.py measures from it (0 on the torch versions tried).
+    leftover, held = torch.cuda.memory_reserved(), torch.cuda.memory_allocated()
     rec = Recorder()
     rec.start()
     began = time.perf_counter()
     sizes = (run_training if spec["kind"] == "training" else run_inference)(spec, rec)
     gc.collect()
-    return {"spec": spec, "reserved_at_start": leftover, "seconds": round(time.perf_counter() - began, 2),
-            "phases": rec.phases, **rec.summary(), **sizes}
+    return {"spec": spec, "reserved_at_start": leftover, "allocated_at_start": held,
+            "seconds": round(time.perf_counter() - began, 2), "phases": rec.phases, **rec.summary(), **sizes}
 
 
 def main(argv: list[str]) -> int:
