@@ -31,6 +31,13 @@ def kind_of(spec: dict) -> str:
     return "inference" if spec["kind"] == "inference" else "training"
 
 
+def _first_at(run: dict, key: str) -> str:
+    """The phase (and step) in which the run's maximum of `key` was first reached."""
+    top = max(p[key] for p in run["phases"])
+    p = next(p for p in run["phases"] if p[key] == top)
+    return p["phase"] + (f"{p['step']}" if "step" in p else "")
+
+
 def row(run: dict, expandable: bool) -> dict:
     """The estimator-side quantities of one recorded run."""
     spec = run["spec"]
@@ -50,6 +57,7 @@ def row(run: dict, expandable: bool) -> dict:
             "max_memory_allocated": peak_allocated, "max_memory_reserved": peak_reserved,
             "load_reserved_measured": load["reserved"] - base_reserved,
             "load_reserved_modeled": modeled,
+            "peak_phases": {"allocated": _first_at(run, "peak_allocated"), "reserved": _first_at(run, "peak_reserved")},
             "segments": {"small": max(p["small_segments"] for p in run["phases"]),
                          "large": max(p["large_segments"] for p in run["phases"])}}
 
