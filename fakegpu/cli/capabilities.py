@@ -28,9 +28,10 @@ def capabilities(
 ) -> None:
     """What FakeGPU does for real, records only, or refuses, per CUDA library and for fakecuda's torch.cuda."""
     from fakegpu.analyze.capabilities import capabilities as build
+    from fakegpu.fakecuda.surface import surface
 
     try:
-        report = build(library, strict=strict, reports=from_report)
+        report = build(library, strict=strict, reports=from_report, fakecuda_surface=surface)
     except FakeGPUError as exc:
         raise fail("capabilities", exc, as_json) from exc
     code = EXIT_CHECK_FAILED if strict and not report["strict"]["ok"] else EXIT_OK

@@ -3,14 +3,14 @@
 Native mode's libraries are described by their API tables and their build (tables.py): the hand-written functions
 (`impl` rows), those not supported on purpose (`stub` rows, with why), and the generated not-supported stubs (every
 other function of the header or of PyTorch's imports). fakecuda's torch.cuda surface is read from fakecuda
-(fakecuda_surface.py). `--strict` audits the built exports (audit.py); `--from-report` lists the unsupported calls a
-run made (hits.py)."""
+(fakegpu/fakecuda/surface.py, handed in by the caller). `--strict` audits the built exports (audit.py); `--from-report`
+lists the unsupported calls a run made (hits.py)."""
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +79,19 @@ def _library_entry(lib: Library) -> dict[str, Any]:
 
 
 def capabilities(only: Sequence[str] = (), *, strict: bool = False, reports: Sequence[Path] = (),
-                 lib_dir: Path | None = None) -> dict[str, Any]:
+                 lib_dir: Path | None = None,
+                 fakecuda_surface: Callable[[], dict[str, Any]] | None = None) -> dict[str, Any]:
     """The capabilities report (schema capabilities). `only`: library names (resolve()), default all (with
     `reports`, all native ones); strict: audit the built exports; reports: native-mode process reports (files or
-    folders) whose unsupported calls to list."""
+    folders) whose unsupported calls to list; fakecuda_surface: what answers for fakecuda's torch.cuda surface
+    (fakegpu.fakecuda.surface.surface; without it that section says it was not read)."""
     from fakegpu.analyze.capabilities import audit, hits
-    from fakegpu.analyze.capabilities.fakecuda_surface import surface
+
+    def surface() -> dict[str, Any]:
+        if fakecuda_surface is None:
+            return {"available": False, "reason": "fakecuda's surface was not read (no reader given)",
+                    "torch_version": None, "entry_points": []}
+        return fakecuda_surface()
 
     try:
         libraries = load(lib_dir)

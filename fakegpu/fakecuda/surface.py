@@ -1,6 +1,8 @@
-"""The torch.cuda surface fakecuda serves, read from fakecuda itself: the (owner, name) pairs its FakeCudaApi
-installs (fakegpu/fakecuda/cuda_api.py, `replacements`), so this list cannot drift from what a run replaces.
-Needs torch; without it the section says so."""
+"""The torch.cuda surface fakecuda serves, as `fakegpu capabilities` lists it: the (owner, name) pairs its
+FakeCudaApi installs (cuda_api.py, `replacements`), so this list cannot drift from what a run replaces. Needs
+torch; without it the answer says so. It lives here, not in analyze/: the capabilities report takes it as an
+input (the CLI passes it), so the analyze room does not import fakecuda (whose preflight reaches the launcher,
+which uses analyze)."""
 
 from __future__ import annotations
 
