@@ -8,8 +8,11 @@
 
 Same process, same model code, steps interleaved (cpu, fake, cpu, fake, ...) so machine noise hits both alike;
 reports the median step time of each, their ratio, and the fake side's cost per ATen op (its extra time over the
-number of ops a step dispatches). Target (issue 22): fake/cpu <= 1.05 on the transformer and the conv net.
-Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--json]
+number of ops a step dispatches). The CPU side runs with no mode on either stack (plain()), so it is plain torch.
+Target (issue 22): fake/cpu <= 1.05 on the transformer and the conv net. On a machine other work shares, use
+--threads 1 --clock cpu: the process's CPU time, which others' load moves far less than wall time. Measured
+figures, and why the MLP stays several times slower: fakegpu/fakecuda/README.md, "Cost per op".
+Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu] [--json]
 """
 
 from __future__ import annotations

@@ -103,9 +103,10 @@ class Publisher:
                     self.file.set(index, now)
             self.published = used
 
-    def busy(self, board: int, compute: bool = False, started_ns: int | None = None) -> None:
-        """An op ran on the board, from started_ns until now: its time goes into the ring (no lock: the file only
-        goes at close; two threads' ops on one board may lose a few microseconds to each other).
+    def busy(self, board: int, compute: bool = False, started_ns: int | None = None,
+             ended_ns: int | None = None) -> None:
+        """An op ran on the board, from started_ns until now (or ended_ns): its time goes into the ring (no lock:
+        the file only goes at close; two threads' ops on one board may lose a few microseconds to each other).
 
         Back-to-back ops of one kind on one board within one time slot are one span to the ring (StateFile.busy
         joins such work into one interval anyway, and its microseconds per slot carry their remainders, so one
@@ -114,7 +115,7 @@ class Publisher:
         see a slot's work at the latest when the next slot's first op runs, instead of a mapping write per op."""
         if self.file is None or self.closed:
             return
-        now = time.monotonic_ns()
+        now = time.monotonic_ns() if ended_ns is None else ended_ns
         kind = WORK_COMPUTE if compute else WORK_MEMORY
         span = self._span
         if span is not None:
@@ -130,7 +131,7 @@ class Publisher:
             self._span = [board, kind, started_ns, now, (now // SLOT_NS + 1) * SLOT_NS]
 
     def flush(self) -> None:
-        """Write the pending busy span (a sync point: synchronize, a value read back, exit)."""
+        """Write the pending busy span (at a sync point: torch.cuda.synchronize, and at exit)."""
         span, self._span = self._span, None
         if span is not None:
             self._write(span[0], span[1], span[2], span[3])
