@@ -87,7 +87,7 @@ def _written(spots: tuple[tuple[int, str], ...], args: tuple, kwargs: dict) -> s
     for i, name in spots:
         t = args[i] if i < len(args) else kwargs.get(name)
         for x in (t if isinstance(t, (list, tuple)) else (t,)):
-            if isinstance(x, torch.Tensor) and x.layout is torch.strided and x.device.type == "cpu":
+            if isinstance(x, torch.Tensor) and x.layout is _STRIDED and x.is_cpu:  # (a fake tensor's is_cpu is False)
                 keys.add(x.untyped_storage()._cdata)
     return keys
 

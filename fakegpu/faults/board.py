@@ -303,8 +303,15 @@ class Watch:
     def quiet(self) -> bool:
         """No fault can touch this process now: no board (looked for again every RETRY_S), or one with no records.
         The per-op question, answered with one count load; lost(), pressure() and slowdown() are all negative then."""
-        m = self._map if self._map is not None else self._board()
-        return m is None or not _COUNT.unpack_from(m, OFF_COUNT)[0]
+        m = self._map
+        if m is None:
+            looked = self._looked
+            if looked >= 0 and time.monotonic() - looked < self.RETRY_S:
+                return True  # _board() would not look again yet
+            m = self._board()
+            if m is None:
+                return True
+        return not _COUNT.unpack_from(m, OFF_COUNT)[0]
 
     def lost(self, device: int) -> bool:
         """The GPU (its table index) fell off the bus by now."""
