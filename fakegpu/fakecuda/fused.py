@@ -69,9 +69,10 @@ CUDNN_BACKWARD_WORKSPACE_PAD = 512
 
 
 # Attention whose (B x H x L x S) weights have at most this many elements keeps the CPU math path's graph from
-# forward to backward (its weights, softmax and dropout mask, in host memory, 16 MiB each in float32 at most);
-# larger ones recompute the forward in backward, as the fused kernels do, rather than hold them.
-KEEP_GRAPH_ELEMENTS = 1 << 22
+# forward to backward (its weights, softmax and dropout mask, in host memory, 4 MiB each in float32 at most, as a
+# plain CPU run holds them); larger ones recompute the forward in backward, as the fused kernels do, rather than
+# hold them (a rehearsal's host memory goes to many ranks).
+KEEP_GRAPH_ELEMENTS = 1 << 20
 
 
 def _transient(rt, index: int, nbytes: int) -> None:
