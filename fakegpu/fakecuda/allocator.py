@@ -27,6 +27,8 @@ from fakegpu.fakecuda.errors import ModelOutOfMemory
 from fakegpu.fakecuda.oom import oom_message
 from fakegpu.fakecuda.stats import DeviceStats
 
+_insort, _bisect_left = bisect.insort, bisect.bisect_left
+
 K_MIN_BLOCK_SIZE = 512
 K_SMALL_SIZE = 1 << 20
 K_SMALL_BUFFER = 2 << 20
@@ -113,13 +115,13 @@ class BlockPool:
         self._blocks: dict[tuple[int, int, int], Block] = {}
 
     def insert(self, block: Block) -> None:
-        key = block.key()
-        bisect.insort(self._keys, key)
+        key = (block.stream, block.size, block.ptr)
+        _insort(self._keys, key)
         self._blocks[key] = block
 
     def remove(self, block: Block) -> None:
-        key = block.key()
-        del self._keys[bisect.bisect_left(self._keys, key)]
+        key = (block.stream, block.size, block.ptr)
+        del self._keys[_bisect_left(self._keys, key)]
         del self._blocks[key]
 
     def lower_bound(self, stream: int, size: int) -> int:
@@ -226,9 +228,7 @@ class DeviceAllocator:
         if not block.allocated:
             raise AssertionError(f"double free of {block!r}")
         block.allocated = False
-        pool = block.pool.pool_name
-        self.stats.decrease("allocation", pool, 1)
-        self.stats.decrease("allocated_bytes", pool, block.size)
+        self.stats.returned(block.pool.pool_name, block.size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.decrease(1)
         if block.stream_uses:
@@ -256,8 +256,12 @@ class DeviceAllocator:
     # -- the rules
 
     def _get_free_block(self, pool: BlockPool, stream: int, size: int) -> Block | None:
-        block = pool.at(pool.lower_bound(stream, size))
-        if block is None or block.stream != stream:
+        keys = pool._keys
+        found = _bisect_left(keys, (stream, size, -1))
+        if found == len(keys):
+            return None
+        block = pool._blocks[keys[found]]
+        if block.stream != stream:
             return None
         max_split = self.config.max_split_size
         if size < max_split and block.size >= max_split:
@@ -315,11 +319,7 @@ class DeviceAllocator:
         block.allocated = True
         block.requested_size = orig_size
         self.active_blocks.add(block)
-        self.stats.increase("allocation", name, 1)
-        self.stats.increase("allocated_bytes", name, block.size)
-        self.stats.increase("active", name, 1)
-        self.stats.increase("active_bytes", name, block.size)
-        self.stats.increase("requested_bytes", name, orig_size)
+        self.stats.taken(name, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.increase(1)
         return block
@@ -348,9 +348,7 @@ class DeviceAllocator:
             self.stats.increase("inactive_split_bytes", name, split_bytes_change)
         elif split_bytes_change < 0:
             self.stats.decrease("inactive_split_bytes", name, -split_bytes_change)
-        self.stats.decrease("active", name, 1)
-        self.stats.decrease("active_bytes", name, original_size)
-        self.stats.decrease("requested_bytes", name, requested)
+        self.stats.inactive(name, original_size, requested)
 
     def _try_merge_blocks(self, dst: Block, src: Block | None, pool: BlockPool) -> int:
         if src is None or src.allocated or src.stream_uses or src in self._pending_frees:

@@ -114,6 +114,7 @@ class FakeCudaApi:
 
     def synchronize(self, device: Any = None) -> None:
         self.checked(device)  # host execution: every queued op has already finished
+        self.rt.synced()
 
     def get_arch_list(self) -> list[str]:
         return sorted({f"sm_{d.profile.compute_capability[0]}{d.profile.compute_capability[1]}"
@@ -295,6 +296,7 @@ class FakeCudaApi:
         self.publisher = state.Publisher(self.rt)
         self.rt.on_usage = self.publisher.notify
         self.rt.on_busy = self.publisher.busy
+        self.rt.on_sync = self.publisher.flush
         self.reporter = report.install_from_env(self.rt)
         persist.install(self.mode)
         backward.install(self.mode)
@@ -311,6 +313,7 @@ class FakeCudaApi:
         self.rt.workspaces = None
         self.rt.on_usage = None
         self.rt.on_busy = None
+        self.rt.on_sync = None
         self.publisher.close()
         persist.uninstall()
         backward.uninstall()

@@ -26,6 +26,7 @@ charged as before, by FakeCudaMode.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -40,7 +41,6 @@ from fakegpu.fakecuda.errors import ModelGPULost
 from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, gpu_lost_error
 
 aten = torch.ops.aten
-_PLAIN = (torch.Tensor, torch.nn.Parameter)
 _local = threading.local()
 
 # Matrix products that go to cuBLAS on CUDA (after the dispatcher has decomposed matmul/linear/einsum).
@@ -64,23 +64,64 @@ _GAP_PACKETS = {getattr(aten, n): n for n in (*fidelity.KNOWN, *fidelity.UNCHECK
 # dropout makes its mask before its output.
 _ALLOCATION_ORDER = {aten.native_dropout.default: (1, 0)}
 
-_WRITES: dict[Any, tuple[tuple[int, str], ...]] = {}
+# Ops with a rule of their own in ChargeMode._dispatch besides those the sets above name.
+_OWN_RULES = {aten.convolution_backward, aten.copy_, aten.native_layer_norm, aten.native_layer_norm_backward}
+
+_EMPTY: dict[str, Any] = {}
+_NONE: frozenset[int] = frozenset()
+_now_ns = time.monotonic_ns
+_STRIDED = torch.strided
+_no_torch_function = torch._C.DisableTorchFunction
 
 
-def _written(func, args: tuple, kwargs: dict) -> set[int]:
-    """Storages of the arguments the op writes into (in-place self, out=, batch norm's running stats): its
-    outputs that alias them belong to someone already, possibly a genuine CPU tensor."""
-    spots = _WRITES.get(func)
-    if spots is None:
-        spots = _WRITES[func] = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
-                                      if a.alias_info is not None and a.alias_info.is_write)
+def _write_spots(func) -> tuple[tuple[int, str], ...]:
+    """The arguments (position, name) the op writes into: in-place self, out=, batch norm's running stats."""
+    return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                 if a.alias_info is not None and a.alias_info.is_write)
+
+
+def _written(spots: tuple[tuple[int, str], ...], args: tuple, kwargs: dict) -> set[int]:
+    """Storages of the arguments the op writes into: its outputs that alias them belong to someone already,
+    possibly a genuine CPU tensor."""
     keys = set()
     for i, name in spots:
         t = args[i] if i < len(args) else kwargs.get(name)
         for x in (t if isinstance(t, (list, tuple)) else (t,)):
-            if isinstance(x, torch.Tensor) and x.layout is torch.strided and x.device.type == "cpu":
+            if isinstance(x, torch.Tensor) and x.layout is _STRIDED and x.is_cpu:  # (a fake tensor's is_cpu is False)
                 keys.add(x.untyped_storage()._cdata)
     return keys
+
+
+class _Plan:
+    """What the charging mode does for one ATen overload, decided once (the dispatcher hands the same OpOverload
+    object every call): which of the per-op rules apply, so the common op pays for none of them."""
+
+    __slots__ = ("add", "compute", "cudnn", "gap", "gemm", "order", "packet", "reduction", "special", "writes")
+
+    def __init__(self, func) -> None:
+        packet = func.overloadpacket
+        self.packet = packet
+        self.compute = packet in _TENSOR_CORE
+        self.add = func is aten.add.Tensor
+        self.gap = _GAP_PACKETS.get(packet)
+        self.cudnn = packet in _CUDNN
+        self.gemm = packet in _GEMMS
+        self.reduction = packet in _REDUCTIONS
+        self.writes = _write_spots(func)
+        self.order = _ALLOCATION_ORDER.get(func)
+        self.special = (self.add or self.gap is not None or self.cudnn or self.gemm or self.reduction
+                        or packet in _OWN_RULES)
+
+
+# keyed by id(): OpOverload's own hash is Python code, and the dispatcher hands the same object at every call
+_PLANS: dict[int, _Plan] = {}
+_PLAN_OPS: list[Any] = []  # holds the overloads, so that no id in _PLANS is ever reused
+
+
+def _plan(func) -> _Plan:
+    plan = _PLANS[id(func)] = _Plan(func)
+    _PLAN_OPS.append(func)
+    return plan
 
 
 @contextlib.contextmanager
@@ -103,58 +144,64 @@ class ChargeMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         try:
-            return self._dispatch(func, args, kwargs or {})
+            if in_backward():
+                # The engine's ops reach here first, with the function mode on the stack: calling them from Python
+                # would hand badged (fake CUDA) arguments to the function mode, which would charge the outputs
+                # before this mode can put the kernel's own buffers in CUDA's order around them; and every tensor
+                # attribute the bookkeeping below reads would be a trip through that mode.
+                with _no_torch_function():
+                    return self._dispatch(func, args, kwargs or _EMPTY, True)
+            return self._dispatch(func, args, kwargs or _EMPTY, False)
         except ModelGPULost as lost:  # an op on a GPU that fell off the bus, or one lost by this op's allocations
             raise gpu_lost_error(lost) from None
 
-    def _dispatch(self, func, args, kwargs):
-        started = time.monotonic_ns()  # the op's CPU time is the device's busy time (shared_state.py)
-        device = kwargs.get("device")
-        # (device="cpu" says nothing: a fake tensor's options name the CPU, so C++ code that means "the input's
-        # device", autograd's backward of a dtype conversion for one, asks for it)
-        if type(device) is torch.device and device.type == "cuda":
-            return self._factory(func, args, kwargs, device, started)
-        backward = in_backward()
-        if backward:
-            # The engine's ops reach here first; calling them from Python would hand badged (fake CUDA)
-            # arguments to the function mode, which would charge the outputs before this mode can put the
-            # kernel's own buffers in CUDA's order around them.
-            with torch._C.DisableTorchFunction():
-                out = func(*args, **kwargs)
-        else:
-            out = func(*args, **kwargs)
+    def _dispatch(self, func, args, kwargs, backward: bool):
+        started = _now_ns()  # the op's CPU time is the device's busy time (shared_state.py)
+        if kwargs:
+            device = kwargs.get("device")
+            # (device="cpu" says nothing: a fake tensor's options name the CPU, so C++ code that means "the
+            # input's device", autograd's backward of a dtype conversion for one, asks for it)
+            if type(device) is torch.device and device.type == "cuda":
+                return self._factory(func, args, kwargs, device, started)
+        out = func(*args, **kwargs)
         if getattr(_local, "off", 0):
             return out
         index = self._device(args, kwargs)
         if index is None:
             return out
-        self.runtime.ran(index, func.overloadpacket in _TENSOR_CORE, started)
-        if backward and func is aten.add.Tensor:
+        plan = _PLANS.get(id(func))
+        if plan is None:
+            plan = _plan(func)
+        runtime = self.runtime
+        runtime.ran(index, plan.compute, started)
+        if not plan.special:  # the common op: its fresh outputs charged, nothing around them
+            self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
+            return out
+        if backward and plan.add:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):
                 return out
-        packet = func.overloadpacket
-        gap = _GAP_PACKETS.get(packet)
-        if gap is not None:
-            calls = self.runtime.gap_calls
-            calls[gap] = calls.get(gap, 0) + 1
-        if packet in _CUDNN:
-            self.runtime.loaded(index, "cudnn")
+        packet = plan.packet
+        if plan.gap is not None:
+            calls = runtime.gap_calls
+            calls[plan.gap] = calls.get(plan.gap, 0) + 1
+        if plan.cudnn:
+            runtime.loaded(index, "cudnn")
         if packet is aten.convolution_backward:
             self._convolution_backward(index, args, out)
             return out
         if packet is aten.copy_:
             self._cross_device_copy(args)
             return out
-        held = [self.runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
-        self._charge(out, index, _written(func, args, kwargs), func)
+        held = [runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
+        self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
         if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
             self._transient(index, [_nbytes(args[0])])  # dY, made contiguous inside the kernel
         for block in reversed(held):
-            self.runtime.free(index, block)
-        if packet in _GEMMS and _calls_cublas(packet, args):
+            runtime.free(index, block)
+        if plan.gemm and _calls_cublas(packet, args):
             self._gemm(packet, index, args, kwargs)
-        elif packet in _REDUCTIONS:
+        elif plan.reduction:
             self._reduction(func, index, args, kwargs)
         return out
 
@@ -167,7 +214,7 @@ class ChargeMode(TorchDispatchMode):
         if not getattr(_local, "off", 0):
             index = self.runtime.current if device.index is None else device.index
             self.runtime.ran(index, False, started)
-            self._charge(out, index, set(), func)
+            self._charge(out, index, _NONE, _ALLOCATION_ORDER.get(func))
             if func is aten._to_copy.default and self._index_of(args[0]) is None:  # from the host
                 self._transient(index, copies.to_device(args[0], out))
         return out
@@ -199,18 +246,18 @@ class ChargeMode(TorchDispatchMode):
         grad_input, grad_weight, grad_bias = out
         for t in (grad_input, grad_weight):
             if t is not None:
-                self._charge(t, index, set())
+                self._charge(t, index)
         if copy is not None:
             self.runtime.free(index, copy)
         if grad_bias is not None:
-            self._charge(grad_bias, index, set())
+            self._charge(grad_bias, index)
             reduced = set(range(grad_output.dim())) - {1}
             self._staging(index, grad_output, reduced, _REDUCTIONS[aten.sum](grad_output.dtype))
 
     def _staging(self, index: int, x: torch.Tensor, reduced: set[int], launch: reduce.Launch) -> None:
         profile = self.runtime.devices[index].profile
-        sizes = reduce.scratch(list(x.shape), list(x.stride()), reduced, launch, profile.sm_count,
-                               profile.data["sm_limits"]["max_threads_per_sm"], x.storage_offset())
+        sizes = _scratch(tuple(x.shape), x.stride(), frozenset(reduced), launch, profile.sm_count,
+                         profile.data["sm_limits"]["max_threads_per_sm"], x.storage_offset())
         if sizes[0]:
             self._transient(index, list(sizes))
 
@@ -243,35 +290,61 @@ class ChargeMode(TorchDispatchMode):
         cls = type(t)
         if cls in FAKE_TYPES:
             return t._fc_index
-        if cls in _PLAIN and t.layout is torch.strided and t.device.type == "cpu":
+        if (cls is torch.Tensor or cls is torch.nn.Parameter) and t.layout is _STRIDED and t.is_cpu:
             entry = self.live.get(t.untyped_storage()._cdata)
             if entry is not None:
                 return entry[0]
         return None
 
     def _device(self, args: tuple, kwargs: dict) -> int | None:
-        for group in (args, kwargs.values()):
-            for a in group:
-                if isinstance(a, torch.Tensor):
-                    index = self._index_of(a)
-                    if index is not None:
-                        return index
-                elif type(a) is list or type(a) is tuple:
-                    for x in a:
-                        if isinstance(x, torch.Tensor):
-                            index = self._index_of(x)
-                            if index is not None:
-                                return index
+        for a in args:
+            cls = type(a)
+            if cls in FAKE_TYPES:  # the common case, first: a badged argument
+                return a._fc_index
+            if cls is list or cls is tuple:
+                for x in a:
+                    if isinstance(x, torch.Tensor):
+                        index = self._index_of(x)
+                        if index is not None:
+                            return index
+            elif isinstance(a, torch.Tensor):
+                index = self._index_of(a)
+                if index is not None:
+                    return index
+        for a in kwargs.values():
+            if isinstance(a, torch.Tensor):
+                index = self._index_of(a)
+                if index is not None:
+                    return index
+            elif type(a) is list or type(a) is tuple:
+                for x in a:
+                    if isinstance(x, torch.Tensor):
+                        index = self._index_of(x)
+                        if index is not None:
+                            return index
         return None
 
-    def _charge(self, out: Any, index: int, written: set[int], func=None) -> None:
+    def _charge(self, out: Any, index: int, written: set[int] | frozenset[int] = _NONE,
+                order: tuple[int, ...] | None = None) -> None:
+        """Charge the op's fresh output storages (in the kernel's allocation order), not those it wrote into."""
+        if type(out) is torch.Tensor:  # the common case: one output
+            if out.layout is _STRIDED and out.is_cpu and (not written or out.untyped_storage()._cdata not in written):
+                self.tracker.account(out, index)
+            return
         outs = out if type(out) is tuple or type(out) is list else (out,)
-        if func in _ALLOCATION_ORDER:
-            outs = [outs[i] for i in _ALLOCATION_ORDER[func]]
+        if order is not None:
+            outs = [outs[i] for i in order]
         for o in outs:
-            if type(o) in _PLAIN and o.layout is torch.strided and o.device.type == "cpu" and (
+            if (type(o) is torch.Tensor or type(o) is torch.nn.Parameter) and o.layout is _STRIDED and o.is_cpu and (
                     not written or o.untyped_storage()._cdata not in written):
                 self.tracker.account(o, index)
+
+
+@functools.lru_cache(maxsize=4096)
+def _scratch(shape: tuple[int, ...], strides: tuple[int, ...], reduced: frozenset[int], launch: reduce.Launch,
+             sm_count: int, threads_per_sm: int, storage_offset: int) -> tuple[int, int]:
+    """reduce.scratch, a pure function of the launch, remembered: a training step asks the same few every step."""
+    return reduce.scratch(list(shape), list(strides), set(reduced), launch, sm_count, threads_per_sm, storage_offset)
 
 
 def _nbytes(t: torch.Tensor) -> int:

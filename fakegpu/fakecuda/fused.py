@@ -2,19 +2,20 @@
 
 Attention first, then RMSNorm (at the end of this file).
 
-CUDA's flash and memory-efficient attention kernels keep nothing in device memory but their outputs: the
-attention output and a float32 logsumexp per query row, saved for backward, which recomputes the attention
-weights (and the dropout mask, from the saved RNG offset) in on-chip memory. The CPU build has no such kernel for
-dropout, so its math path keeps the (L x S) weights, their softmax and the dropout mask: several times the
-bytes. `FusedAttention` runs the math path with charging suspended, charges what the CUDA kernel allocates,
-saves the RNG state, and in backward recomputes forward and backward on the CPU from that state (so the dropout
-mask, and the gradients, equal the math path's) while charging the gradients and the kernel's backward
-temporaries. Sizes follow ATen's kernels (sdp_utils and the flash / mem-efficient entry points): the
-logsumexp is (B, H, L) for flash, (B, H, L rounded up to 32) for efficient; flash's backward takes a float32
-dq accumulator (B, L rounded up to 128, H, D rounded up to 8) and softmax_d (B, H, L rounded up to 128). The
-order of every buffer, forward and backward, and the layout of the gradients follow native mode's allocator
-trace (`python -m tests.memory_fidelity.harness --trace sdpa_causal_fp32`), which they equal event for event
-on the harness's attention workloads.
+CUDA's flash and memory-efficient attention kernels keep nothing in device memory but their outputs: the attention
+output and a float32 logsumexp per query row, saved for backward, which recomputes the attention weights (and the
+dropout mask, from the saved RNG offset) in on-chip memory. The CPU build has no such kernel for dropout, so its
+math path keeps the (L x S) weights, their softmax and the dropout mask: several times the bytes. `FusedAttention`
+runs the math path with charging suspended, charges what the CUDA kernel allocates, and in backward charges the
+gradients and the kernel's backward temporaries while the CPU computes the math path's gradients: through the math
+path's own graph, kept in host memory (never charged) when the weights are small (KEEP_GRAPH_ELEMENTS; a plain CPU
+run holds the same), else by running forward again from the saved RNG state (so the dropout mask, and the gradients,
+equal the math path's) rather than hold large weights on the host. Sizes follow ATen's kernels (sdp_utils and the
+flash / mem-efficient entry points): the logsumexp is (B, H, L) for flash, (B, H, L rounded up to 32) for efficient;
+flash's backward takes a float32 dq accumulator (B, L rounded up to 128, H, D rounded up to 8) and softmax_d (B, H,
+L rounded up to 128). The order of every buffer, forward and backward, and the layout of the gradients follow native
+mode's allocator trace (`python -m tests.memory_fidelity.harness --trace sdpa_causal_fp32`), which they equal event
+for event on the harness's attention workloads.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ CUDNN_FORWARD_WORKSPACE = 512
 CUDNN_BACKWARD_WORKSPACE_PAD = 512
 
 
+# Attention whose (B x H x L x S) weights have at most this many elements keeps the CPU math path's graph from
+# forward to backward (its weights, softmax and dropout mask, in host memory, 4 MiB each in float32 at most, as a
+# plain CPU run holds them); larger ones recompute the forward in backward, as the fused kernels do, rather than
+# hold them (a rehearsal's host memory goes to many ranks).
+KEEP_GRAPH_ELEMENTS = 1 << 20
+
+
 def _transient(rt, index: int, nbytes: int) -> None:
     rt.free(index, rt.malloc(index, nbytes))
 
@@ -84,9 +92,20 @@ class FusedAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, dropout_p: float, is_causal: bool, scale, backend: str, index: int,
                 tracker: StorageTracker):
         ctx.rng = torch.get_rng_state() if dropout_p > 0 else None
+        ctx.graph = None
+        wanted = list(ctx.needs_input_grad[:3])
         with torch._C.DisableTorchFunction(), suspended():
-            math = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                  is_causal=is_causal, scale=scale)
+            if any(wanted) and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] <= KEEP_GRAPH_ELEMENTS:
+                # small enough to keep the math path's graph (host memory, never charged): backward then runs it
+                # instead of recomputing the forward, as plain CPU torch would
+                with torch.enable_grad():
+                    leaves = [t.detach().requires_grad_(w) for t, w in zip((q, k, v), wanted, strict=True)]
+                    math = F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=dropout_p,
+                                                          is_causal=is_causal, scale=scale)
+                ctx.graph = (math, leaves)
+            else:
+                math = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                      is_causal=is_causal, scale=scale)
             # both kernels write (B, L, H, D) and return it transposed: `out.transpose(1, 2).reshape(...)`,
             # the usual next step, is then a view, not a copy
             out = math.transpose(1, 2).contiguous().transpose(1, 2)
@@ -131,7 +150,7 @@ class FusedAttention(torch.autograd.Function):
     def backward(ctx, grad):
         q, k, v, _lse, _out, _seed, _offset, mask = ctx.saved_tensors
         mask = mask if mask is not None else ctx.mask_value
-        dropout_p, is_causal, scale, backend, index, tracker = ctx.options
+        backend, index, tracker = ctx.options[3:]
         rt = tracker.runtime
         b, h, lq, d = q.shape
         size = q.numel() * q.element_size()
@@ -167,19 +186,14 @@ class FusedAttention(torch.autograd.Function):
                 if block is not None:
                     rt.free(index, block)
         wanted = [t.requires_grad for t in (q, k, v)]
+        graph, ctx.graph = ctx.graph, None  # once: a second backward (retain_graph) recomputes
         with torch._C.DisableTorchFunction(), suspended(), torch.enable_grad():
-            state = torch.get_rng_state() if ctx.rng is not None else None
-            if state is not None:
-                torch.set_rng_state(ctx.rng)
-            try:
-                leaves = [t.detach().requires_grad_(w) for t, w in zip((q, k, v), wanted, strict=True)]
-                out = F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=dropout_p,
-                                                     is_causal=is_causal, scale=scale)
-                needed = [t for t in leaves if t.requires_grad]
-                got = iter(torch.autograd.grad(out, needed, grad))
-            finally:
-                if state is not None:
-                    torch.set_rng_state(state)
+            if graph is not None and [t.requires_grad for t in graph[1]] == wanted:
+                out, leaves = graph
+                got = iter(torch.autograd.grad(out, [t for t in leaves if t.requires_grad], grad))
+            else:
+                got = iter(_recomputed(ctx, q, k, v, mask, wanted, grad))
+            del graph
             grads = [next(got) if w else None for w in wanted]
             # each kernel's gradient layout, which decides whether AccumulateGrad keeps it as `.grad` or copies
             # it into the parameter's layout: flash writes its inputs' layout, efficient a (B, L, H, D) buffer
@@ -193,6 +207,22 @@ class FusedAttention(torch.autograd.Function):
             else:
                 tracker.account(g, index, block)
         return (*grads, None, None, None, None, None, None, None)
+
+
+def _recomputed(ctx, q, k, v, mask: Any, wanted: list[bool], grad: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The math path's gradients from its forward run again, with the forward's RNG state (its dropout mask)."""
+    dropout_p, is_causal, scale = ctx.options[:3]
+    state = torch.get_rng_state() if ctx.rng is not None else None
+    if state is not None:
+        torch.set_rng_state(ctx.rng)
+    try:
+        leaves = [t.detach().requires_grad_(w) for t, w in zip((q, k, v), wanted, strict=True)]
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                                             scale=scale)
+        return torch.autograd.grad(out, [t for t in leaves if t.requires_grad], grad)
+    finally:
+        if state is not None:
+            torch.set_rng_state(state)
 
 
 def attention(q, k, v, mask: Any, dropout_p: float, is_causal: bool, scale, backend: str, index: int,

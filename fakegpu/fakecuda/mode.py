@@ -35,10 +35,37 @@ _MIXED_OK: set[Any] = {
 }
 
 
+def _queries() -> frozenset[Any]:
+    """Questions about one tensor that return no tensor (its shape, dtype, flags, a scalar's value): no device to
+    check, nothing to badge, no autocast cast, so the mode calls them straight. The optimizer asks several per
+    parameter per step, which made them most of the mode's calls."""
+    base = torch._C.TensorBase
+    getters = ("shape", "dtype", "is_sparse", "is_sparse_csr", "is_nested", "is_quantized", "is_meta", "is_mkldnn",
+               "requires_grad", "is_leaf", "layout", "ndim", "grad_fn", "names", "_version", "output_nr",
+               "is_inference")
+    methods = ("dim", "ndimension", "size", "stride", "numel", "nelement", "element_size", "storage_offset",
+               "is_contiguous", "is_complex", "is_floating_point", "is_signed", "is_conj", "is_neg", "item",
+               "untyped_storage", "data_ptr", "__len__")
+    found: set[Any] = set()
+    for name in getters:
+        descriptor = base.__dict__.get(name)
+        if descriptor is not None and hasattr(descriptor, "__get__"):
+            found.add(descriptor.__get__)
+    for name in methods:
+        method = getattr(base, name, None)
+        if method is not None and not isinstance(method, property):
+            found.add(method)
+    found.update(f for f in (torch.is_complex, torch.is_floating_point, torch.numel) if f is not None)
+    return frozenset(found)
+
+
+_QUERIES = _queries()
+
+
 def register(*funcs: Any) -> Callable[[Handler], Handler]:
     def wrap(handler: Handler) -> Handler:
         for func in funcs:
-            if func in HANDLERS:
+            if func in HANDLERS or func in _QUERIES:
                 raise ValueError(f"two fakecuda handlers for {func!r}")
             HANDLERS[func] = handler
         return handler
@@ -109,6 +136,8 @@ class FakeCudaMode(TorchFunctionMode):
     # -- the entry point
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _QUERIES:
+            return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         handler = HANDLERS.get(func)
         if handler is not None:

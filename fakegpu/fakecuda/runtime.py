@@ -61,6 +61,7 @@ class Runtime:
     on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
     # called with the board an op ran on, whether it was compute work, and when it began (state.py: utilization)
     on_busy: Callable[[int, bool, int | None], None] | None = None
+    on_sync: Callable[[], None] | None = None  # a sync point: busy time reported so far is written out (state.py)
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
@@ -162,27 +163,46 @@ class Runtime:
     def ran(self, index: int, compute: bool = False, started_ns: int | None = None) -> None:
         """An op ran on the device (since started_ns, CLOCK_MONOTONIC; tensor-core math when `compute`): a lost GPU
         refuses it (ModelGPULost), a live one was busy with it, and a throttled one (a fault plan's straggler)
-        takes boost/clock times as long: the op's wall time is stretched here, so its peers wait for it."""
-        self.check_lost(index)
-        self.loaded(index, "first_launch")
-        if started_ns is not None and self.faults is not None:
-            boost = self.devices[index].profile.data["clocks_mhz"]["boost"]
-            factor = self.faults.slowdown(self.devices[index].board, boost)
-            if factor > 1:
-                time.sleep((factor - 1) * max(0, time.monotonic_ns() - started_ns) / 1e9)
+        takes boost/clock times as long: the op's wall time is stretched here, so its peers wait for it.
+        Called at every op: a run without faults pays one look at the board."""
+        dev = self.devices[index]
+        faults = self.faults
+        if faults is not None and not faults.quiet():
+            if faults.lost(dev.board):
+                raise ModelGPULost(index)
+            if "first_launch" not in dev.context_parts:
+                self.loaded(index, "first_launch")
+            if started_ns is not None:
+                boost = dev.profile.data["clocks_mhz"]["boost"]
+                factor = faults.slowdown(dev.board, boost)
+                if factor > 1:
+                    time.sleep((factor - 1) * max(0, time.monotonic_ns() - started_ns) / 1e9)
+        elif "first_launch" not in dev.context_parts:
+            self.loaded(index, "first_launch")
         if self.on_busy is not None:
-            self.on_busy(self.devices[index].board, compute, started_ns)
+            self.on_busy(dev.board, compute, started_ns)
+
+    def synced(self) -> None:
+        """The host waited for the devices (torch.cuda.synchronize): what they were busy with is published now."""
+        if self.on_sync is not None:
+            self.on_sync()
 
     def check_lost(self, index: int) -> None:
         """ModelGPULost when the device's GPU fell off the bus (the run's fault board)."""
-        if self.faults is not None and self.faults.lost(self.devices[index].board):
+        faults = self.faults
+        if faults is not None and not faults.quiet() and faults.lost(self.devices[index].board):
             raise ModelGPULost(index)
 
     def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block:
         if stream is None:
             stream = self.current_stream[index] if self.current_stream else 0
-        self.check_lost(index)
-        alloc = self.touch(index).allocator
+        dev = self.devices[index]
+        faults = self.faults
+        if faults is not None and not faults.quiet() and faults.lost(dev.board):
+            raise ModelGPULost(index)
+        if not dev.initialized:
+            self.touch(index)
+        alloc = dev.allocator
         reserved, segments = alloc.total_allocated_memory, alloc.stats.num_device_alloc
         try:
             return alloc.malloc(nbytes, stream)

@@ -13,9 +13,12 @@ import atexit
 import functools
 import os
 import threading
+import time
 
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.shared_state import (
+    BUSY_GAP_NS,
+    SLOT_NS,
     SUFFIX,
     WORK_COMPUTE,
     WORK_MEMORY,
@@ -51,6 +54,8 @@ class Publisher:
         # instance has memory of its own: its allocator leaves what the processes in the same instance hold.
         self.reader = UsageReader(self.dir)
         self._reader_lock = threading.Lock()
+        # The busy span not yet written (board, kind, start, end, end of start's slot): see busy()
+        self._span: list[int] | None = None
         self.instances = gpu_instances(runtime)
         for d in runtime.devices:
             d.allocator.others = functools.partial(self.others, d.board, self.instances.get(d.board))
@@ -98,17 +103,49 @@ class Publisher:
                     self.file.set(index, now)
             self.published = used
 
-    def busy(self, board: int, compute: bool = False, started_ns: int | None = None) -> None:
-        """An op ran on the board, from started_ns until now: its time goes into the ring (no lock: the file only
-        goes at close; two threads' ops on one board may lose a few microseconds to each other)."""
+    def busy(self, board: int, compute: bool = False, started_ns: int | None = None,
+             ended_ns: int | None = None) -> None:
+        """An op ran on the board, from started_ns until now (or ended_ns): its time goes into the ring (no lock:
+        the file only goes at close; two threads' ops on one board may lose a few microseconds to each other).
+
+        Back-to-back ops of one kind on one board within one time slot are one span to the ring (StateFile.busy
+        joins such work into one interval anyway, and its microseconds per slot carry their remainders, so one
+        write of the joined span stores exactly what a write per op did): the span is written when work of
+        another kind or board comes, after a gap, when a new slot begins, and at sync points (flush()). Readers
+        see a slot's work at the latest when the next slot's first op runs, instead of a mapping write per op."""
+        if self.file is None or self.closed:
+            return
+        now = time.monotonic_ns() if ended_ns is None else ended_ns
+        kind = WORK_COMPUTE if compute else WORK_MEMORY
+        span = self._span
+        if span is not None:
+            if (started_ns is not None and span[0] == board and span[1] == kind and now < span[4]
+                    and started_ns < span[3] + BUSY_GAP_NS and started_ns != now):
+                if now > span[3]:
+                    span[3] = now
+                return
+            self.flush()
+        if started_ns is None or started_ns >= now:  # a moment's work (StateFile.busy gives it a kernel's time)
+            self._write(board, kind, started_ns, now)
+        else:
+            self._span = [board, kind, started_ns, now, (now // SLOT_NS + 1) * SLOT_NS]
+
+    def flush(self) -> None:
+        """Write the pending busy span (at a sync point: torch.cuda.synchronize, and at exit)."""
+        span, self._span = self._span, None
+        if span is not None:
+            self._write(span[0], span[1], span[2], span[3])
+
+    def _write(self, board: int, kind: int, start_ns: int | None, end_ns: int) -> None:
         f = self.file
         if f is not None and not self.closed:
             try:
-                f.busy(board, WORK_COMPUTE if compute else WORK_MEMORY, started_ns)
+                f.busy(board, kind, start_ns, end_ns)
             except ValueError:  # closed by another thread meanwhile (the process is exiting)
                 pass
 
     def close(self) -> None:
+        self.flush()
         with self.lock:
             if self.closed and self.file is None:
                 return

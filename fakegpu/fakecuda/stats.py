@@ -20,7 +20,7 @@ CORE_STATS = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Stat:
     current: int = 0
     peak: int = 0
@@ -28,8 +28,9 @@ class Stat:
     freed: int = 0
 
     def increase(self, amount: int) -> None:
-        self.current += amount
-        self.peak = max(self.peak, self.current)
+        current = self.current = self.current + amount
+        if current > self.peak:
+            self.peak = current
         self.allocated += amount
 
     def decrease(self, amount: int) -> None:
@@ -62,17 +63,64 @@ class DeviceStats:
         self.num_device_alloc = 0
         self.num_device_free = 0
         self.max_split_size = max_split_size
+        # The stats a block's allocation and free move, per pool, as (aggregate, pool) pairs: the allocator's
+        # per-tensor path updates them in one call each (taken / returned / inactive) instead of one per name.
+        core = self.core
+        self._pairs = {name: {pool: (per_pool["all"], per_pool[pool]) for pool in POOL_TYPES[1:]}
+                       for name, per_pool in core.items()}
+        self._counts = {pool: (*self._pairs["allocation"][pool], *self._pairs["active"][pool])
+                        for pool in POOL_TYPES[1:]}
+        self._bytes = {pool: (*self._pairs["allocated_bytes"][pool], *self._pairs["active_bytes"][pool])
+                       for pool in POOL_TYPES[1:]}
 
     def increase(self, name: str, pool: str, amount: int) -> None:
         """Adds to the aggregate and to one pool, as PyTorch's per-pool stat types do."""
-        stats = self.core[name]
-        stats["all"].increase(amount)
-        stats[pool].increase(amount)
+        for stat in self._pairs[name][pool]:
+            current = stat.current = stat.current + amount
+            if current > stat.peak:
+                stat.peak = current
+            stat.allocated += amount
 
     def decrease(self, name: str, pool: str, amount: int) -> None:
-        stats = self.core[name]
-        stats["all"].decrease(amount)
-        stats[pool].decrease(amount)
+        for stat in self._pairs[name][pool]:
+            current = stat.current = stat.current - amount
+            if current < 0:
+                raise AssertionError("negative allocator statistic: the model lost track of a block")
+            stat.freed += amount
+
+    def taken(self, pool: str, size: int, requested: int) -> None:
+        """A block of `size` bytes (`requested` asked for) handed out: allocation, active, allocated_bytes,
+        active_bytes and requested_bytes rise, in the aggregate and the pool (Stat.increase, inlined)."""
+        for stat in self._counts[pool]:
+            current = stat.current = stat.current + 1
+            if current > stat.peak:
+                stat.peak = current
+            stat.allocated += 1
+        for stat in self._bytes[pool]:
+            current = stat.current = stat.current + size
+            if current > stat.peak:
+                stat.peak = current
+            stat.allocated += size
+        self.increase("requested_bytes", pool, requested)
+
+    def returned(self, pool: str, size: int) -> None:
+        """A block of `size` bytes freed by its owner: allocation and allocated_bytes fall (Stat.decrease, inlined)."""
+        self._fall(self._pairs["allocation"][pool], 1)
+        self._fall(self._pairs["allocated_bytes"][pool], size)
+
+    def inactive(self, pool: str, size: int, requested: int) -> None:
+        """A freed block back in its pool: active, active_bytes and requested_bytes fall."""
+        self._fall(self._pairs["active"][pool], 1)
+        self._fall(self._pairs["active_bytes"][pool], size)
+        self._fall(self._pairs["requested_bytes"][pool], requested)
+
+    @staticmethod
+    def _fall(pair: tuple[Stat, Stat], amount: int) -> None:
+        for stat in pair:
+            current = stat.current = stat.current - amount
+            if current < 0:
+                raise AssertionError("negative allocator statistic: the model lost track of a block")
+            stat.freed += amount
 
     def current(self, name: str) -> int:
         return self.core[name]["all"].current

@@ -83,6 +83,7 @@ FLAG_AFTER_COLLECTIVES = 16
 FLAG_AFTER_STEPS = 32
 NEVER = (1 << 64) - 1  # the fire time of a record whose trigger has not happened
 _RECORD = struct.Struct("=QIIIIQ")
+_COUNT = struct.Struct("=I")
 assert _RECORD.size == RECORD_SIZE
 
 
@@ -298,6 +299,19 @@ class Watch:
     def _records(self) -> list[Record]:
         m = self._board()
         return [] if m is None else _published(m)
+
+    def quiet(self) -> bool:
+        """No fault can touch this process now: no board (looked for again every RETRY_S), or one with no records.
+        The per-op question, answered with one count load; lost(), pressure() and slowdown() are all negative then."""
+        m = self._map
+        if m is None:
+            looked = self._looked
+            if looked >= 0 and time.monotonic() - looked < self.RETRY_S:
+                return True  # _board() would not look again yet
+            m = self._board()
+            if m is None:
+                return True
+        return not _COUNT.unpack_from(m, OFF_COUNT)[0]
 
     def lost(self, device: int) -> bool:
         """The GPU (its table index) fell off the bus by now."""

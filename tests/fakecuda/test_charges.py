@@ -64,9 +64,14 @@ def test_dropout_keeps_a_bool_mask_as_cuda_does(fakecuda):
     assert bool(((at_zero == 0) | (at_zero == torch.ones(1, device="cuda") / 0.75)).all())
 
 
+@pytest.mark.parametrize("keep_graph", [True, False], ids=["math-graph-kept", "forward-recomputed"])
 @pytest.mark.parametrize("dropout_p", [0.0, 0.3])
-def test_fused_attention_has_the_math_paths_numbers(fakecuda, dropout_p):
+def test_fused_attention_has_the_math_paths_numbers(fakecuda, dropout_p, keep_graph, monkeypatch):
     torch = pytest.importorskip("torch")
+    from fakegpu.fakecuda import fused
+
+    if not keep_graph:  # weights above the limit: backward runs the forward again from the saved RNG state
+        monkeypatch.setattr(fused, "KEEP_GRAPH_ELEMENTS", 0)
     F = torch.nn.functional
     fakecuda("a100")
     g = torch.Generator().manual_seed(0)
@@ -84,6 +89,32 @@ def test_fused_attention_has_the_math_paths_numbers(fakecuda, dropout_p):
     out.backward(grad.cuda())
     for fake, plain in zip(fake_in, ref_in, strict=True):
         torch.testing.assert_close(fake.grad.cpu(), plain.grad)
+
+
+def test_fused_attention_memory_is_the_same_whether_backward_keeps_or_recomputes_the_math(fakecuda, monkeypatch):
+    """Keeping the CPU math path's graph for backward (small weights) is host memory only: every allocator number,
+    the gradients and the RNG stream after the step equal those of running the forward again in backward."""
+    torch = pytest.importorskip("torch")
+    import fakegpu.fakecuda as fc
+    from fakegpu.fakecuda import fused
+
+    results = []
+    for limit in (fused.KEEP_GRAPH_ELEMENTS, 0):
+        monkeypatch.setattr(fused, "KEEP_GRAPH_ELEMENTS", limit)
+        fc.activate("a100")  # a fresh allocator model for each
+        torch.manual_seed(3)
+        q, k, v = (torch.randn(2, 4, 128, 32, device="cuda", requires_grad=True) for _ in range(3))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.2, is_causal=True)
+        assert type(out.grad_fn).__name__ == "FusedAttentionBackward"
+        out.sum().backward()
+        results.append((torch.cuda.memory_stats(), [t.grad.cpu() for t in (q, k, v)], torch.rand(4)))
+        del q, k, v, out
+        fc.deactivate()
+    (kept_stats, kept_grads, kept_next), (again_stats, again_grads, again_next) = results
+    assert kept_stats["allocated_bytes.all.peak"] > 0 and kept_stats == again_stats
+    for a, b in zip(kept_grads, again_grads, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(kept_next, again_next)  # neither path leaves the generator elsewhere
 
 
 def test_fused_attention_saves_a_logsumexp_not_the_weights(fakecuda):

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -215,3 +216,41 @@ def test_a_throttled_gpu_is_a_straggler_its_ops_take_boost_over_clock_as_long(tm
     (stretch,) = slept
     assert 0.0305 <= stretch < 0.0305 + 0.05, stretch  # (4.087 - 1) x 10 ms, and whatever the call took
     assert rt.faults.slowdown(1, 1410) == 1410 / 345 and rt.faults.slowdown(0, 1410) == 1.0
+
+
+def test_busy_spans_joined_per_slot_store_what_a_write_per_op_stores(tmp_path):
+    """Publisher.busy joins back-to-back ops of one kind on one board into one span per time slot, written when the
+    kind, the board or the slot changes, after a gap, and at flush() (synchronize, exit): the ring must then hold,
+    microsecond for microsecond, what StateFile.busy called once per op holds. Ops here: back to back, overlapping,
+    instantaneous, after short and long gaps, across slots, on two boards and of both kinds."""
+    import random
+
+    from fakegpu.shared_state import BUSY_GAP_NS, OFF_BUSY, OFF_INSTANCE, SLOT_NS, WORK_COMPUTE, WORK_MEMORY, StateFile
+
+    rng = random.Random(22)
+    t = (time.monotonic_ns() // SLOT_NS) * SLOT_NS
+    ops = []
+    board, compute = 0, False
+    for _ in range(4000):
+        if rng.random() < 0.05:  # runs of one board and kind, as a training step's ops come
+            board, compute = rng.choice([(0, False), (0, True), (1, False), (1, True)])
+        t += rng.choice([0] * 12 + [700, 30_000, -2_000, BUSY_GAP_NS + 1, SLOT_NS // 3])
+        length = rng.choice([0, 1, 999, 4_000, 25_000, 25_000, 90_000, 900_000])
+        ops.append((board, compute, t, t + length))
+        t += length
+    per_op = StateFile(str(tmp_path / "per-op"), os.getpid(), "per-op")
+    rt = Runtime.from_spec("a100:2", environ={})
+    pub = Publisher(rt, str(tmp_path / "joined"))
+    pub.file = StateFile(pub.dir, pub.pid, "joined")
+    writes = []
+    write = pub._write
+    pub._write = lambda *span: (writes.append(span), write(*span))
+    for board, compute, start, end in ops:
+        per_op.busy(board, WORK_COMPUTE if compute else WORK_MEMORY, start, end)
+        pub.busy(board, compute, start, end)
+    pub.flush()
+    ring = per_op._map[OFF_BUSY:OFF_INSTANCE]
+    assert any(ring) and pub.file._map[OFF_BUSY:OFF_INSTANCE] == ring
+    assert len(writes) < len(ops) / 2, len(writes)  # it did join ops
+    per_op.close()
+    pub.close()
