@@ -182,15 +182,19 @@ def install() -> None:
     popen = handler.SubprocessHandler._popen
 
     def _popen(self: Any, args: tuple, env: dict[str, str]) -> Any:
-        why = runnable(args)
+        why = runnable(args) or _zygote.get("failed")
         if why is None:
             try:
                 if "client" not in _zygote:
-                    _zygote["client"] = Zygote(env)
+                    try:
+                        _zygote["client"] = Zygote(env)
+                    except (OSError, RuntimeError) as exc:  # not started: every later launch goes to Popen at once
+                        _zygote["failed"] = f"the zygote did not start: {exc}"
+                        raise
                 fds = [0, *((f.fileno() if f else n) for f, n in ((self._stdout, 1), (self._stderr, 2)))]
                 return ZygoteProcess(_zygote["client"], _zygote["client"].spawn(args, env, fds), args)
             except (OSError, RuntimeError) as exc:
-                why = str(exc)
+                why = _zygote.get("failed") or str(exc)
         _fallback(why)
         return popen(self, args, env)
 
