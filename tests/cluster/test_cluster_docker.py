@@ -140,6 +140,11 @@ def test_native_mode_ddp_across_two_containers_moves_real_data(docker_client, no
             assert d["hosts"] == ["node-0", "node-1"] and d["total"] == 3.0 and d["big_ok"]
         # DDP broadcast rank 0's weights and all-reduced the gradients: the same bytes on both ranks
         assert by_rank[0]["weight"] == by_rank[1]["weight"] and by_rank[0]["grad"] == by_rank[1]["grad"]
+        # Python objects of different sizes, through the group's CPU backend, whole on both ranks
+        for d in by_rank.values():
+            assert d["objects"] == [{"rank": 0, "host": "node-0", "pad": 1000},
+                                    {"rank": 1, "host": "node-1", "pad": 2000}]
+            assert d["broadcast"] == {"from": "node-1", "sizes": [1000, 2000]}
         assert "rank-local" not in result.stdout + result.stderr
     finally:
         assert run_cli("cluster", "down", name).returncode == 0
