@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 _BLANK = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 _GLOBAL = re.compile(r"\b__global__\b")
 _IDENT = re.compile(r"[A-Za-z_]\w*")
+# C++ words left around a launch's kernel argument by a cast like (const void*)kernel: not the kernel's name
+_CAST_WORDS = frozenset({"const", "void"})
 _SKIP_CALLS = {"__launch_bounds__", "__attribute__", "__declspec", "alignas", "__maxnreg__", "__cluster_dims__",
                "decltype"}
 _TRIPLE = re.compile(r"([A-Za-z_][\w:]*)\s*(<(?:[^<>;{}]|<[^<>;{}]*>)*>)?\s*<<<(.*?)>>>\s*\(", re.S)
@@ -140,7 +142,7 @@ def scan_source(text: str) -> Source:
             first = args.split(",", 1)[0]
         idents = [w for w in _IDENT.findall(re.sub(r"\((?:const\s+)?void\s*\*+\s*\)|reinterpret_cast<[^>]*>|"
                                                   r"static_cast<[^>]*>", " ", first))
-                  if w not in ("const", "void")]
+                  if w not in _CAST_WORDS]
         found.launches.append(Launch(idents[-1] if idents else "?", _line(clean, m.start()), m.group(1)))
     found.launches.sort(key=lambda launch: launch.line)
     return found
