@@ -137,6 +137,10 @@ def plan_training(
                                                       "optimizer_in_bwd): one gradient alive, no step temporaries."),
     packed: bool | None = typer.Option(None, "--packed/--no-packed", help="Sample packing: every sequence is "
                                        "--seq-len real tokens (the estimate assumes full sequences either way)."),
+    varying_lengths: bool | None = typer.Option(None, "--varying-lengths/--fixed-lengths",
+                                                help="Batches padded to their own longest sequence (no packing), so "
+                                                "lengths vary step to step: the caching allocator reserves more "
+                                                "(measured in native mode). Default: fixed (padded to --seq-len)."),
     double_quant: bool | None = typer.Option(None, "--double-quant/--no-double-quant",
                                              help="QLoRA absmax double quantization (default on)."),
     bitsandbytes: str | None = typer.Option(None, "--bitsandbytes", help="Installed bitsandbytes version (0.45)."),
@@ -207,7 +211,7 @@ def plan_training(
         "global_batch": global_batch, "attention": attention, "fused_adam": fused_adam,
         "megatron_core": megatron_core, "dora": dora, "virtual_tokens": virtual_tokens, "loss": loss,
         "compile": compile_model, "activation_offloading": activation_offloading,
-        "optimizer_in_backward": optimizer_in_backward, "packed": packed,
+        "optimizer_in_backward": optimizer_in_backward, "packed": packed, "varying_lengths": varying_lengths,
     }
     typed = {k: v for k, v in typed.items() if v is not None}
     try:

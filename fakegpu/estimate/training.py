@@ -103,6 +103,9 @@ class TrainingOptions:
     activation_offloading: bool = False  # saved activations moved to CPU (torchtune enable_activation_offloading)
     optimizer_in_backward: bool = False  # optimizer step fused into backward, gradients freed per parameter
     packed: bool = False  # sample packing (every sequence is seq_len real tokens)
+    # Batches padded to their own longest sequence (no packing, no padding to max length): each step's tensors have
+    # another size, and the caching allocator keeps blocks cut for earlier steps (reserved.py, training_varying).
+    varying_lengths: bool = False
 
     def validate(self) -> None:
         for name, allowed in (("method", METHODS), ("optimizer", OPTIMIZERS), ("precision", PRECISIONS),
@@ -141,6 +144,9 @@ class TrainingOptions:
                                      "DeepSpeed ZeRO and optimizer offload step elsewhere, so drop one of them")
         if self.optimizer_in_backward and self.optimizer in training_recipes.PAGED_OPTIMIZERS:
             pass  # torchtune's default full single-device config combines them; states still live outside
+        if self.packed and self.varying_lengths:
+            raise EstimateInputError("--varying-lengths", "sample packing makes every batch seq_len tokens long; "
+                                     "use --packed or --varying-lengths, not both")
         megatron.validate(self)
         if self.framework == "megatron":
             used = [f for f, on in (("--compile", self.compile), ("--activation-offloading",
@@ -507,7 +513,7 @@ def _plan_megatron(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overh
                                  "layers divisible by pipeline-parallel x virtual stages)")
     groups = _param_groups(ckpt, cfg)
     stages = megatron.stage_memory(ckpt, cfg, groups, o, overheads.cublas_workspace_bytes())
-    peaks = [_peak(_totals(phases, overheads, o.gpus)) for phases in stages]
+    peaks = [_peak(_totals(phases, overheads, o.gpus, fit_kind=_fit_kind(o))) for phases in stages]
     worst = max(range(len(stages)), key=lambda i: (peaks[i]["max_memory_allocated"], -i))
     total = sum(groups.values())
     details = {"trainable": total, "total": total, "stage": 1 if o.distributed_optimizer else 0, "init_cache": 0,
@@ -534,12 +540,18 @@ def _megatron_section(cfg: ModelConfig, o: TrainingOptions, details: dict) -> di
 STREAM_POOLS = ("gathered_params", "fsdp_root_params", "offload_staging")
 
 
-def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None) -> dict:
+def _fit_kind(o: TrainingOptions) -> str:
+    """Which of the reserved-memory fit's kinds of step this run is (reserved.KINDS)."""
+    return "training_varying" if o.varying_lengths else "training"
+
+
+def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None = None,
+            fit_kind: str = "training") -> dict:
     """Allocated, reserved and nvidia-smi per phase. Reserved: resident states as they are, FSDP's stream pools as
     they are, and what the caching allocator holds for the compute stream's temporaries (with what earlier peaks
     left cached) as the native-mode fit of training steps says (reserved.py), never below what FSDP's constructor
     left cached."""
-    terms = load_fit().for_kind("training")
+    terms = load_fit().for_kind(fit_kind)
     details = details or {}
     init_cache = details.get("init_cache", 0)
     cached_only = details.get("cached_only", {})
@@ -578,7 +590,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     cc = profile.compute_capability if profile else DEFAULT_CC
     overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     phases, details = plan(ckpt, cfg, options, overheads)
-    totals = _totals(phases, overheads, options.gpus, details)
+    totals = _totals(phases, overheads, options.gpus, details, _fit_kind(options))
     peak = _peak(totals)
     summary = summarise(ckpt, cfg.quantization)
     report = {
@@ -590,7 +602,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
                         "zero_stage_equivalent": details["stage"]},
         "trainable_parameters": details["trainable"],
         "runtime": runtime_section(overheads, runtime.nccl_bytes(options.gpus)) | {
-            "reserved_fit": load_fit().summary() | {"kind": "training"}},
+            "reserved_fit": load_fit().summary() | {"kind": _fit_kind(options)}},
         "phases": totals,
         "peak": peak,
         "target": None,
@@ -606,7 +618,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
 
         def ok(mb: int) -> bool:
             phases_mb, details_mb = plan(ckpt, cfg, _with(options, micro_batch=mb), overheads)
-            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb))
+            p = _peak(_totals(phases_mb, overheads, options.gpus, details_mb, _fit_kind(options)))
             return fits(profile, p["max_memory_reserved"], context, p["nvidia_smi_used"])
 
         out["max_micro_batch"] = largest(ok, cap=4096)
@@ -620,7 +632,7 @@ def peak_for(source: Path | str, options: TrainingOptions, compute_capability: t
     ckpt, cfg = load_model(source)
     overheads = workspace_profiles.builtin().overheads(compute_capability)
     phases, details = plan(ckpt, cfg, options, overheads)
-    return _peak(_totals(phases, overheads, options.gpus, details))
+    return _peak(_totals(phases, overheads, options.gpus, details, _fit_kind(options)))
 
 
 def _adapter_assumptions(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions) -> dict:

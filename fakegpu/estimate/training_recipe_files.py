@@ -86,8 +86,10 @@ def read_torchtune(doc: dict, path: Path) -> Read:
     if isinstance(max_len, int):
         out["seq_len"] = max_len
     dataset = doc.get("dataset")
-    if isinstance(dataset, dict) and "packed" in dataset:
-        out["packed"] = bool(dataset["packed"])
+    if isinstance(dataset, dict):
+        # Without packing torchtune's collate pads each batch to its own longest sample: lengths vary by step.
+        out["packed"] = bool(dataset.get("packed", False))
+        out["varying_lengths"] = not out["packed"]
     if doc.get("enable_activation_checkpointing") is not None:
         out["grad_checkpointing"] = bool(doc["enable_activation_checkpointing"])
         out["checkpoint_impl"] = "fsdp-wrapper"  # torchtune wraps each layer with checkpoint_wrapper
@@ -152,6 +154,8 @@ def read_axolotl(doc: dict, path: Path) -> Read:
         out["seq_len"] = doc["sequence_len"]
     if doc.get("sample_packing") is not None:
         out["packed"] = bool(doc["sample_packing"])
+    # axolotl pads a batch to its longest sequence unless it packs or pads to sequence_len.
+    out["varying_lengths"] = not (doc.get("sample_packing") or doc.get("pad_to_sequence_len"))
     gc = doc.get("gradient_checkpointing")
     if gc:
         out["grad_checkpointing"] = True

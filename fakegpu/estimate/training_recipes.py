@@ -82,5 +82,9 @@ def assumptions(o: TrainingOptions) -> dict:
                              if o.optimizer in ("adamw", "sgd") else "none"),
         "sample_packing": ("every micro-batch is seq_len real tokens (packed)" if o.packed else
                            "sequences padded to seq_len (the worst batch); packing makes this exact"),
+        "batch_lengths": ("vary step to step (padded per batch): reserved memory from the fit's training_varying "
+                          "terms, which hold blocks cut for earlier steps' sizes" if o.varying_lengths else
+                          "the same every step (packed or padded to seq_len); batches padded per batch to their "
+                          "own longest sequence reserve more: --varying-lengths"),
     }
     return out

@@ -131,3 +131,21 @@ def test_estimators_apply_the_fitted_terms(monkeypatch: pytest.MonkeyPatch, mode
     tr_after = plan_training(model, tr_opts)
     assert tr_after["peak"]["max_memory_reserved"] > tr_base["peak"]["max_memory_reserved"]
     assert tr_after["peak"]["max_memory_allocated"] == tr_base["peak"]["max_memory_allocated"]
+
+
+def test_varying_batch_lengths_reserve_more_not_allocate_more(models: dict[str, Path]) -> None:
+    from fakegpu.estimate.training import TrainingOptions, plan_training
+
+    shipped = reserved.load_fit()
+    # Measured in native mode: batches of varying length leave more cached than the same step at one length.
+    assert shipped.for_kind("training_varying").a > shipped.for_kind("training").a
+    model = models["qwen3-8b"]
+    fixed = plan_training(model, TrainingOptions(method="lora", micro_batch=2, seq_len=512))
+    varying = plan_training(model, TrainingOptions(method="lora", micro_batch=2, seq_len=512, varying_lengths=True))
+    assert varying["peak"]["max_memory_allocated"] == fixed["peak"]["max_memory_allocated"]
+    assert varying["peak"]["max_memory_reserved"] > fixed["peak"]["max_memory_reserved"]
+    assert varying["runtime"]["reserved_fit"]["kind"] == "training_varying"
+    assert fixed["runtime"]["reserved_fit"]["kind"] == "training"
+    assert "vary step to step" in varying["assumptions"]["recipe"]["batch_lengths"]
+    with pytest.raises(EstimateInputError, match="use --packed or --varying-lengths"):
+        TrainingOptions(packed=True, varying_lengths=True).validate()

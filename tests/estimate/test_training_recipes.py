@@ -139,7 +139,8 @@ def test_torchtune_recipe(tmp_path):
     assert settings == {
         "framework": "torchtune", "method": "lora", "lora_targets": "q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
         "lora_rank": 64, "lora_dropout": 0.0, "micro_batch": 2, "seq_len": 4096, "packed": True,
-        "grad_checkpointing": True, "checkpoint_impl": "fsdp-wrapper", "activation_offloading": True, "compile": True,
+        "varying_lengths": False, "grad_checkpointing": True, "checkpoint_impl": "fsdp-wrapper",
+        "activation_offloading": True, "compile": True,
         "loss": "chunked", "optimizer": "adamw", "fused_adam": True, "precision": "bf16"}
     assert any("enable_fp8_training" in n for n in notes)
     TrainingOptions(**settings).validate()
@@ -154,6 +155,20 @@ def test_axolotl_config(tmp_path):
     assert settings["seq_len"] == 4096 and settings["micro_batch"] == 2 and settings["precision"] == "bf16-mixed"
     assert any("unsloth_lora_mlp" in n for n in notes)  # changes memory, not modelled: said, not ignored
     TrainingOptions(**settings).validate()
+
+
+def test_recipes_without_packing_have_batches_of_varying_length(tmp_path):
+    # torchtune's collate and axolotl's (without pad_to_sequence_len) pad each batch to its own longest sample.
+    f = tmp_path / "tt.yaml"
+    f.write_text(TORCHTUNE.replace("  packed: True", "  packed: False"))
+    settings = read_config(f)[0]
+    assert settings["packed"] is False and settings["varying_lengths"] is True
+    f = tmp_path / "ax.yml"
+    f.write_text(AXOLOTL.replace("sample_packing: true", "sample_packing: false"))
+    assert read_config(f)[0]["varying_lengths"] is True
+    f.write_text(AXOLOTL.replace("sample_packing: true", "sample_packing: false\npad_to_sequence_len: true"))
+    assert read_config(f)[0]["varying_lengths"] is False
+    assert read_config(tmp_path / "tt.yaml")[0]["varying_lengths"] is True
 
 
 def test_megatron_argument_list(tmp_path):
@@ -184,7 +199,7 @@ def test_cli_reads_a_recipe_and_reports_what_it_assumed(models, tmp_path):
     assert bad.exit_code == 2 and "full, chunked, fused" in bad.output and "Traceback" not in bad.output
     helped = CliRunner().invoke(app, ["plan-training", "--help"], env={"COLUMNS": "200"})
     for flag in ("--loss", "--compile", "--activation-offloading", "--optimizer-in-backward", "--packed", "--dora",
-                 "--virtual-tokens", "--fused-adam"):
+                 "--virtual-tokens", "--fused-adam", "--varying-lengths"):
         assert flag in helped.stdout, flag
 
 

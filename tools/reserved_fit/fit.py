@@ -28,7 +28,9 @@ MIB = 1 << 20
 
 
 def kind_of(spec: dict) -> str:
-    return "inference" if spec["kind"] == "inference" else "training"
+    if spec["kind"] == "inference":
+        return "inference"
+    return "training_varying" if spec.get("lengths") == "varying" else "training"
 
 
 def _first_at(run: dict, key: str) -> str:
@@ -129,9 +131,11 @@ def fit_conf(doc: dict) -> dict:
             r["error"] = round((r["predicted_reserved"] - r["max_memory_reserved"]) / r["max_memory_reserved"], 4)
             errs.append(r["error"])
         scores[kind] = _score(errs)
-        if kind == "training":  # the estimator adds checkpointing's own term on top; see reserved.KINDS
-            for label, ckpt in (("training_checkpointed_runs", True), ("training_plain_runs", False)):
-                scores[label] = _score([r["error"] for r in mine if r["checkpointed"] == ckpt])
+        if kind.startswith("training"):  # the estimator adds checkpointing's own term on top; see reserved.KINDS
+            for label, ckpt in (("checkpointed_runs", True), ("plain_runs", False)):
+                group = [r["error"] for r in mine if r["checkpointed"] == ckpt]
+                if group:  # the quick path measures one run of some kinds
+                    scores[f"{kind}_{label}"] = _score(group)
     load = [(r["load_reserved_modeled"] - r["load_reserved_measured"]) / r["load_reserved_measured"] for r in rows]
     return {"alloc_conf": doc["alloc_conf"], "terms": terms, "scores": scores,
             "load_phase_worst_error": max(load, key=abs), "workloads": rows}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -114,6 +115,20 @@ def ids(batch: int, seq: int, vocab: int) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0)).to("cuda")
 
 
+def step_lengths(spec: dict) -> list[int]:
+    """Each step's sequence length: spec["seq"] every step, or, with "lengths": "varying", batches padded to their
+    own longest sequence as a dataset without packing gives them: a fifth at the truncation length, the rest
+    anywhere from seq/16 up (seeded, so a rerun measures the same sequence), the longest reached at least once."""
+    steps, seq = spec.get("steps", 2), spec["seq"]
+    if spec.get("lengths", "fixed") == "fixed":
+        return [seq] * steps
+    rng = random.Random(0)
+    out = [seq if rng.random() < 0.2 else rng.randint(max(1, seq // 16), seq) for _ in range(steps)]
+    if seq not in out:
+        out[steps // 2] = seq
+    return out
+
+
 def run_training(spec: dict, rec: Recorder) -> dict:
     amp = spec["precision"] == "amp"
     model = build_model(spec, torch.float32 if amp else torch.bfloat16)
@@ -125,8 +140,11 @@ def run_training(spec: dict, rec: Recorder) -> dict:
     rec.mark("load")
     trainable, frozen = param_bytes(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, foreach=True)
-    x = ids(spec["batch"], spec["seq"], spec["model"]["vocab"])
-    for step in range(spec.get("steps", 2)):
+    x = None
+    for step, length in enumerate(step_lengths(spec)):
+        # The ids of a fixed-length run are made once, as a dataloader's pinned batch would be reused.
+        if x is None or x.shape[1] != length:
+            x = ids(spec["batch"], length, spec["model"]["vocab"])
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=amp):
             loss = model(input_ids=x, labels=x).loss
         rec.mark("forward", step)
