@@ -110,7 +110,7 @@ def run(
             chosen = [*(plan.load_file(faults) if faults is not None else ()), *(plan.parse_flag(f) for f in fault)]
         rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver,
                     on_device_read=on_device_read, timeout=timeout, faults=chosen, telemetry_replay=telemetry_replay,
-                    timeline_dir=folder)
+                    timeline_dir=folder, price_board=board)
         if timeline is not None and folder is not None:
             _write_timeline(folder, timeline, board, timeline_host)
     except FakeGPUError as exc:

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from fakegpu.perf.ops import Gemm, MemoryOp
-from fakegpu.perf.roofline import Board, estimate_op
+from fakegpu.errors import UsageError
+from fakegpu.perf.ops import _DEFAULT_OUT, Gemm, MemoryOp, elem_bytes
+from fakegpu.perf.roofline import Board, estimate_op, pricing
 from fakegpu.perf.trace_kernels import kernel_class
 from fakegpu.perf.trace_whatif import pcie_gb_s
 from fakegpu.profiles import Profile
@@ -136,6 +137,46 @@ class Pricer:
             return Price(self.fixed_s, {"priced by": "one rank: no transfer, the kernel's start only"})
         seconds, algorithm, protocol = _collective_time(self.profile, name, ranks, float(nbytes))
         return Price(seconds, {"priced by": f"topology model: {algorithm}/{protocol} over {ranks} GPUs"})
+
+
+# The environment variable that hands price_sheet's text to FakeGPU's CUPTI (native/cuda/cupti/activity.c).
+PRICE_SHEET_ENV = "FAKEGPU_PRICE_SHEET"
+
+
+def price_sheet(profile: Profile, eff: Efficiency | None = None) -> str:
+    """The rates Pricer prices with, as text for FakeGPU's CUPTI, which gives torch.profiler's kernel records
+    the durations `fakegpu run --timeline` gives them: per GEMM dtype the compute and memory rates at the roofline's
+    expected shares, the kernel's fixed cost and the operand and result sizes (a batched GEMM's rates apart), the
+    estimated kernels', copies' and fills' rates, the PCIe link, and the dtype tables gemm_dtype reads.
+    `key=v,v,...` items joined by ';'. The C side adds the roofline's max(compute, memory) + fixed."""
+    pricer = Pricer(profile, eff)
+    board, eff = pricer.board, pricer.eff
+    items = []
+    for dtype in sorted(set(_DATA_TYPES.values()) | set(_FAST_COMPUTE.values())):
+        try:
+            rates = []
+            for batched in (False, True):
+                p = pricing(Gemm(name="sheet", dtype=dtype, m=1, n=1, k=1, batched=batched), board, eff)
+                rates.append((p.peak * p.compute.expected if p.compute else 0.0, board.bandwidth * p.memory.expected,
+                              p.fixed_s))
+        except UsageError:  # the board has no such rate
+            continue
+        (c, m, fixed), (bc, bm, _) = rates
+        e = elem_bytes(dtype)
+        items += [f"gemm.{dtype}={c!r},{m!r},{fixed!r},{e!r},{float(_DEFAULT_OUT.get(dtype, e))!r}",
+                  f"bmm.{dtype}={bc!r},{bm!r}"]
+    kernel = pricing(MemoryOp(name="sheet", bytes=1.0, kind="elementwise"), board, eff)
+    copy = pricing(MemoryOp(name="sheet", bytes=1.0, kind="copy"), board, eff)
+    fill = pricing(MemoryOp(name="sheet", bytes=1.0, kind="fill"), board, eff)
+    items += [f"kernel={board.bandwidth * kernel.memory.expected!r},{kernel.fixed_s!r},"
+              f"{float(ELEMENTS_PER_THREAD * BYTES_PER_ELEMENT)!r}",
+              f"copy={board.bandwidth * copy.memory.expected!r},{copy.fixed_s!r}",
+              f"fill={board.bandwidth * fill.memory.expected!r},{fill.fixed_s!r}",
+              f"pcie={pricer.pcie_bytes_s!r},{pricer.fixed_s!r}",
+              "types=" + ",".join(f"{k}:{v}" for k, v in _DATA_TYPES.items()),
+              "fast=" + ",".join(f"{k}:{v}" for k, v in _FAST_COMPUTE.items()),
+              "letters=" + ",".join(f"{k}:{v}" for k, v in _ROUTINE_LETTER.items())]
+    return ";".join(items)
 
 
 @lru_cache(maxsize=256)
