@@ -687,7 +687,7 @@ CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext context, uint32
 CUptiResult CUPTIAPI cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t id)
 {
     if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE)
-        return CUPTI_ERROR_INVALID_KIND;
+        return CUPTI_ERROR_INVALID_PARAMETER; /* what CUPTI answers for an invalid external kind */
     if (ext_depth[kind] == EXT_DEPTH) /* deeper than any profiler nests: the outer ids are the ones kept */
         return CUPTI_SUCCESS;
     ext_stack[kind][ext_depth[kind]++] = id;
@@ -697,7 +697,7 @@ CUptiResult CUPTIAPI cuptiActivityPushExternalCorrelationId(CUpti_ExternalCorrel
 CUptiResult CUPTIAPI cuptiActivityPopExternalCorrelationId(CUpti_ExternalCorrelationKind kind, uint64_t *lastId)
 {
     if (kind <= CUPTI_EXTERNAL_CORRELATION_KIND_INVALID || kind >= CUPTI_EXTERNAL_CORRELATION_KIND_SIZE)
-        return CUPTI_ERROR_INVALID_KIND;
+        return CUPTI_ERROR_INVALID_PARAMETER; /* what CUPTI answers for an invalid external kind */
     if (!ext_depth[kind])
         return CUPTI_ERROR_QUEUE_EMPTY;
     uint64_t id = ext_stack[kind][--ext_depth[kind]];
