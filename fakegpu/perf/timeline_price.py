@@ -139,10 +139,6 @@ class Pricer:
         return Price(seconds, {"priced by": f"topology model: {algorithm}/{protocol} over {ranks} GPUs"})
 
 
-# The environment variable that hands price_sheet's text to FakeGPU's CUPTI (native/cuda/cupti/activity.c).
-PRICE_SHEET_ENV = "FAKEGPU_PRICE_SHEET"
-
-
 def price_sheet(profile: Profile, eff: Efficiency | None = None) -> str:
     """The rates Pricer prices with, as text for FakeGPU's CUPTI, which gives torch.profiler's kernel records
     the durations `fakegpu run --timeline` gives them: per GEMM dtype the compute and memory rates at the roofline's

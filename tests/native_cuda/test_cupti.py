@@ -9,6 +9,7 @@ run's timeline log, read on its own."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -35,10 +36,27 @@ CUPTI_ERROR_QUEUE_EMPTY, CUPTI_ERROR_INVALID_KIND = 18, 21
 
 def _fakegpu_run(python: str, args: list[str], tmp: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_") and k != "LD_PRELOAD"}
-    return subprocess_torch.run([sys.executable, "-m", "fakegpu", "run", "--devices", DEVICES, "--report-dir",
-                                 str(tmp / "reports"), "--timeline", str(tmp / "timeline.json"), "--", python,
-                                 str(SCRIPT), *args], complete=subprocess_torch.stdout_json(), timeout=600,
-                                env=env)
+    return subprocess_torch.run(
+        [
+            sys.executable,
+            "-m",
+            "fakegpu",
+            "run",
+            "--devices",
+            DEVICES,
+            "--report-dir",
+            str(tmp / "reports"),
+            "--timeline",
+            str(tmp / "timeline.json"),
+            "--",
+            python,
+            str(SCRIPT),
+            *args,
+        ],
+        complete=subprocess_torch.stdout_json(),
+        timeout=600,
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,13 +96,17 @@ def test_each_gemm_is_one_kernel_attributed_to_its_aten_op(profiled) -> None:
     assert len(gemms) == sum(r.kind == tl.GEMM for r in profiled["log"].records)
     # the GEMMs' device time is aten::mm's and aten::addmm's
     mm_kernels = sum(rows[k]["self_device_time_total"] for k in GEMM_ROUTINES if k in rows)
-    op_time = rows["aten::mm"]["device_time_total"] + rows.get("aten::addmm", {"device_time_total": 0})[
-        "device_time_total"]
+    op_time = (
+        rows["aten::mm"]["device_time_total"] + rows.get("aten::addmm", {"device_time_total": 0})["device_time_total"]
+    )
     assert rows["aten::mm"]["device_time_total"] > 0
     assert op_time == pytest.approx(mm_kernels, rel=1e-6)
     # in the trace: each GEMM's External id is a matmul op's, and its correlation a cudaLaunchKernel's
-    ops = {e["args"]["External id"]: e["name"] for e in _events(profiled["doc"], "cpu_op") if "External id" in
-           e.get("args", {})}
+    ops = {
+        e["args"]["External id"]: e["name"]
+        for e in _events(profiled["doc"], "cpu_op")
+        if "External id" in e.get("args", {})
+    }
     launches = {e["args"]["correlation"]: e for e in _events(profiled["doc"], "cuda_runtime")}
     for k in gemms:
         assert ops[k["args"]["External id"]] in ("aten::mm", "aten::addmm")
@@ -96,10 +118,15 @@ def test_each_gemm_is_one_kernel_attributed_to_its_aten_op(profiled) -> None:
 def test_gemm_durations_are_the_timelines_prices(profiled) -> None:
     """Each GEMM lasts in the profile what --timeline's Pricer gives the shape and dtypes libcublas recorded."""
     pricer = Pricer(resolve_devices(DEVICES)[0].profile)
-    expected = [pricer.gemm(r.name, r.a & 0xFFFFFFFF, r.a >> 32, r.b & 0xFFFFFFFF, r.b >> 32, r.d).seconds * 1e6
-                for r in profiled["log"].records if r.kind == tl.GEMM]
-    gemms = sorted((k for k in _events(profiled["doc"], "kernel") if k["name"] in GEMM_ROUTINES),
-                   key=lambda k: k["args"]["correlation"])
+    expected = [
+        pricer.gemm(r.name, r.a & 0xFFFFFFFF, r.a >> 32, r.b & 0xFFFFFFFF, r.b >> 32, r.d).seconds * 1e6
+        for r in profiled["log"].records
+        if r.kind == tl.GEMM
+    ]
+    gemms = sorted(
+        (k for k in _events(profiled["doc"], "kernel") if k["name"] in GEMM_ROUTINES),
+        key=lambda k: k["args"]["correlation"],
+    )
     assert [k["dur"] for k in gemms] == pytest.approx(expected, rel=1e-3, abs=2e-3)
     assert max(expected) > 5  # the 512^3 fp32 products are compute-bound, not just the kernel's fixed cost
 
@@ -110,7 +137,7 @@ def test_kernels_on_a_stream_do_not_overlap(profiled) -> None:
         by_stream.setdefault(e["args"]["stream"], []).append(e)
     for events in by_stream.values():
         events.sort(key=lambda e: e["ts"])
-        for a, b in zip(events, events[1:]):
+        for a, b in itertools.pairwise(events):
             assert b["ts"] >= a["ts"] + a["dur"] - 1e-3
 
 
@@ -164,20 +191,36 @@ def test_bad_arguments_get_cuptis_errors(cuda_env: dict[str, str]) -> None:
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {
-        "enable invalid": CUPTI_ERROR_INVALID_KIND, "enable unknown": CUPTI_ERROR_INVALID_KIND,
-        "disable invalid": CUPTI_ERROR_INVALID_KIND, "register null": CUPTI_ERROR_INVALID_PARAMETER,
-        "next null buffer": CUPTI_ERROR_INVALID_PARAMETER, "next empty": CUPTI_ERROR_MAX_LIMIT_REACHED,
-        "push invalid kind": CUPTI_ERROR_INVALID_PARAMETER, "pop empty": CUPTI_ERROR_QUEUE_EMPTY,
-        "push": CUPTI_SUCCESS, "pop": [CUPTI_SUCCESS, 42], "attribute null": CUPTI_ERROR_INVALID_PARAMETER,
-        "result string null": CUPTI_ERROR_INVALID_PARAMETER, "result string": [CUPTI_SUCCESS,
-                                                                                "CUPTI_ERROR_QUEUE_EMPTY"],
-        "register": CUPTI_SUCCESS, "enable kernels": CUPTI_SUCCESS, "flush": CUPTI_SUCCESS,
-        "disable kernels": CUPTI_SUCCESS, "completed": [], "dropped": [CUPTI_SUCCESS, 0]}
+        "enable invalid": CUPTI_ERROR_INVALID_KIND,
+        "enable unknown": CUPTI_ERROR_INVALID_KIND,
+        "disable invalid": CUPTI_ERROR_INVALID_KIND,
+        "register null": CUPTI_ERROR_INVALID_PARAMETER,
+        "next null buffer": CUPTI_ERROR_INVALID_PARAMETER,
+        "next empty": CUPTI_ERROR_MAX_LIMIT_REACHED,
+        "push invalid kind": CUPTI_ERROR_INVALID_PARAMETER,
+        "pop empty": CUPTI_ERROR_QUEUE_EMPTY,
+        "push": CUPTI_SUCCESS,
+        "pop": [CUPTI_SUCCESS, 42],
+        "attribute null": CUPTI_ERROR_INVALID_PARAMETER,
+        "result string null": CUPTI_ERROR_INVALID_PARAMETER,
+        "result string": [CUPTI_SUCCESS, "CUPTI_ERROR_QUEUE_EMPTY"],
+        "register": CUPTI_SUCCESS,
+        "enable kernels": CUPTI_SUCCESS,
+        "flush": CUPTI_SUCCESS,
+        "disable kernels": CUPTI_SUCCESS,
+        "completed": [],
+        "dropped": [CUPTI_SUCCESS, 0],
+    }
 
 
 def test_capabilities_list_the_activity_api() -> None:
     table = Path(__file__).resolve().parents[2] / "native" / "cuda" / "api" / "cupti.tsv"
     names = Counter(line.split("\t")[0] for line in table.read_text().splitlines() if not line.startswith("#"))
-    for name in ("cuptiActivityEnable", "cuptiActivityGetNextRecord", "cuptiActivityPushExternalCorrelationId",
-                 "cuptiActivityRegisterCallbacks", "cuptiActivityFlushAll"):
+    for name in (
+        "cuptiActivityEnable",
+        "cuptiActivityGetNextRecord",
+        "cuptiActivityPushExternalCorrelationId",
+        "cuptiActivityRegisterCallbacks",
+        "cuptiActivityFlushAll",
+    ):
         assert names[name] == 1

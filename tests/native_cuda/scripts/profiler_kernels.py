@@ -44,6 +44,13 @@ for e in prof.key_averages():
     self_device = getattr(e, "self_device_time_total", None)
     if self_device is None:
         self_device = e.self_cuda_time_total
-    rows.append({"key": e.key, "count": e.count, "device_time_total": device_total, "self_device_time_total":
-                 self_device, "device_type": str(e.device_type)})
+    rows.append(
+        {
+            "key": e.key,
+            "count": e.count,
+            "device_time_total": device_total,
+            "self_device_time_total": self_device,
+            "device_type": str(e.device_type),
+        }
+    )
 print(json.dumps({"result": result, "matmuls": MATMULS, "n": N, "rows": rows}))
