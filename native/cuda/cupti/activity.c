@@ -45,7 +45,8 @@ static CUpti_BuffersCallbackRequestFunc requested;
 static CUpti_BuffersCallbackCompleteFunc completed;
 static CUpti_TimestampCallbackFunc client_clock;
 static uint64_t enabled;  /* bit per CUpti_ActivityKind below 64 */
-static int sink_installed; /* 0 never, 1 installed, -1 the driver has no sink (not FakeGPU's) */
+static int sink_installed; /* 0 not now, 1 installed, -1 the driver has no sink (not FakeGPU's) */
+static int sheet_read;
 static uint8_t *buf;       /* the client's buffer being filled */
 static size_t buf_size, buf_used;
 static size_t dropped;
@@ -603,7 +604,10 @@ CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind)
     pthread_mutex_lock(&lock);
     calibrate_locked();
     if (!sink_installed) {
-        load_sheet();
+        if (!sheet_read) {
+            load_sheet();
+            sheet_read = 1;
+        }
         sink_installed = fgc_timeline_sink(sink) == 0 ? 1 : -1;
     }
     if ((unsigned)kind < 64) /* the kinds FakeGPU makes no records of are accepted and stay empty */
@@ -619,6 +623,10 @@ CUptiResult CUPTIAPI cuptiActivityDisable(CUpti_ActivityKind kind)
     pthread_mutex_lock(&lock);
     if ((unsigned)kind < 64)
         enabled &= ~(1ULL << kind);
+    if (!enabled && sink_installed > 0) { /* the driver stops making records nobody wants */
+        fgc_timeline_sink(NULL);
+        sink_installed = 0;
+    }
     pthread_mutex_unlock(&lock);
     return CUPTI_SUCCESS;
 }
@@ -769,6 +777,10 @@ CUptiResult CUPTIAPI cuptiFinalize(void)
     pthread_mutex_lock(&lock);
     complete_locked();
     enabled = 0;
+    if (sink_installed > 0) {
+        fgc_timeline_sink(NULL);
+        sink_installed = 0;
+    }
     pthread_mutex_unlock(&lock);
     return CUPTI_SUCCESS;
 }
