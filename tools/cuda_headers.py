@@ -1,8 +1,9 @@
 """Locate (or fetch) NVIDIA's CUDA headers that FakeGPU's CUDA libraries compile against; print the -I flags.
 
 NVIDIA's headers are never committed. For the CUDA 13 set (--cuda 13, the default), in order of preference:
-1. the CUDA 13 headers a PyPI CUDA torch install brings (cupti.h among them, which both sets' libcupti use) (site-packages/nvidia/cu13/include, nvidia/nccl/include)
-   in the Python that runs this script (`make` installs torch into the venv first);
+1. the CUDA 13 headers a PyPI CUDA torch install brings (site-packages/nvidia/cu13/include, nvidia/nccl/include)
+   in the Python that runs this script (`make` installs torch into the venv first); cupti.h among them, which
+   both sets' libcupti compile against;
 2. else the header-carrying wheels, downloaded from PyPI with pip into --dest/dl and unpacked (headers only).
 `crt/host_defines.h`, which cuda_runtime_api.h includes, is not in the runtime wheel since CUDA 13: it comes
 from the small nvidia-cuda-crt wheel in both cases.
