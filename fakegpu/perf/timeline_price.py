@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -23,7 +24,7 @@ import numpy as np
 from fakegpu.errors import UsageError
 from fakegpu.perf.ops import _DEFAULT_OUT, Gemm, MemoryOp, elem_bytes
 from fakegpu.perf.roofline import Board, estimate_op, pricing
-from fakegpu.perf.trace_kernels import kernel_class
+from fakegpu.perf.trace_kernels import _CLASS_RULES, kernel_class
 from fakegpu.perf.trace_whatif import pcie_gb_s
 from fakegpu.profiles import Profile
 from fakegpu.profiles.efficiency import Efficiency, load
@@ -42,6 +43,9 @@ GEMM_TF32 = 1
 # cuDNN's stand-ins are launched with one thread per element of their output (native/cuda/dnn/record.c).
 ELEMENTS_PER_THREAD = 4
 BYTES_PER_ELEMENT = 12
+# cuDNN's stand-ins (names "cudnn:...") are launched with one thread per element of their output
+# (native/cuda/dnn/record.c).
+ONE_ELEMENT_PER_THREAD = "cudnn:"
 ESTIMATE_BASIS = (f"estimated: grid x block threads x {ELEMENTS_PER_THREAD} elements x {BYTES_PER_ELEMENT} bytes "
                   "(an fp32 binary elementwise op) at the roofline's bandwidth share; the launch does not reveal "
                   "the kernel's data")
@@ -110,7 +114,7 @@ class Pricer:
 
     def kernel(self, name: str, threads: int) -> Price:
         """A kernel whose work the launch does not reveal: estimated from its threads."""
-        elements = threads if name.startswith("cudnn:") else threads * ELEMENTS_PER_THREAD
+        elements = threads if name.startswith(ONE_ELEMENT_PER_THREAD) else threads * ELEMENTS_PER_THREAD
         cls = kernel_class(name)
         kind = "reduction" if cls == "reduction" else "elementwise"
         op = MemoryOp(name=name, bytes=float(elements * BYTES_PER_ELEMENT), kind=kind, reduction=kind == "reduction")
@@ -161,11 +165,19 @@ def price_sheet(profile: Profile, eff: Efficiency | None = None) -> str:
         e = elem_bytes(dtype)
         items += [f"gemm.{dtype}={c!r},{m!r},{fixed!r},{e!r},{float(_DEFAULT_OUT.get(dtype, e))!r}",
                   f"bmm.{dtype}={bc!r},{bm!r}"]
-    kernel = pricing(MemoryOp(name="sheet", bytes=1.0, kind="elementwise"), board, eff)
+    for kind in ("elementwise", "reduction"):
+        p = pricing(MemoryOp(name="sheet", bytes=1.0, kind=kind, reduction=kind == "reduction"), board, eff)
+        items.append(f"{kind}={board.bandwidth * p.memory.expected!r},{p.fixed_s!r}")
+    # kernel_class's rules in order, as POSIX extended expressions: the first that matches a name says whether
+    # the kernel is priced as a reduction (r) or not (o).
+    for cls, rule in _CLASS_RULES:
+        pattern = rule.pattern.replace(r"\d", "[0-9]")
+        if "\\" in pattern or ";" in pattern or not rule.flags & re.I:
+            raise ValueError(f"kernel class rule {rule.pattern!r} has no POSIX spelling here")
+        items.append(f"class={'r' if cls == 'reduction' else 'o'}:{pattern}")
     copy = pricing(MemoryOp(name="sheet", bytes=1.0, kind="copy"), board, eff)
     fill = pricing(MemoryOp(name="sheet", bytes=1.0, kind="fill"), board, eff)
-    items += [f"kernel={board.bandwidth * kernel.memory.expected!r},{kernel.fixed_s!r},"
-              f"{float(ELEMENTS_PER_THREAD * BYTES_PER_ELEMENT)!r}",
+    items += [f"thread={float(ELEMENTS_PER_THREAD)!r},{float(BYTES_PER_ELEMENT)!r},{ONE_ELEMENT_PER_THREAD}",
               f"copy={board.bandwidth * copy.memory.expected!r},{copy.fixed_s!r}",
               f"fill={board.bandwidth * fill.memory.expected!r},{fill.fixed_s!r}",
               f"pcie={pricer.pcie_bytes_s!r},{pricer.fixed_s!r}",

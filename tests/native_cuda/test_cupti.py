@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from fakegpu.devices import resolve_devices
+from fakegpu.perf import timeline
 from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.timeline_price import Pricer
 from tests import subprocess_torch
@@ -115,20 +116,32 @@ def test_each_gemm_is_one_kernel_attributed_to_its_aten_op(profiled) -> None:
         assert k["ts"] >= launch["ts"] + launch["dur"] - 1e-3  # no earlier than its launch returned
 
 
-def test_gemm_durations_are_the_timelines_prices(profiled) -> None:
-    """Each GEMM lasts in the profile what --timeline's Pricer gives the shape and dtypes libcublas recorded."""
+def test_durations_are_the_timelines_prices(profiled) -> None:
+    """Each kernel, copy and fill lasts in the profile what --timeline prices the log's record of it at: GEMMs by
+    the shape and dtypes libcublas recorded, the others estimated from their launch (reductions at their share)."""
     pricer = Pricer(resolve_devices(DEVICES)[0].profile)
-    expected = [
-        pricer.gemm(r.name, r.a & 0xFFFFFFFF, r.a >> 32, r.b & 0xFFFFFFFF, r.b >> 32, r.d).seconds * 1e6
-        for r in profiled["log"].records
-        if r.kind == tl.GEMM
-    ]
-    gemms = sorted(
-        (k for k in _events(profiled["doc"], "kernel") if k["name"] in GEMM_ROUTINES),
-        key=lambda k: k["args"]["correlation"],
+    pending: dict[int, tl.Record] = {}
+    priced = []
+    for r in profiled["log"].records:
+        if r.kind == tl.GEMM:
+            pending[r.tid] = r
+        elif (work := timeline._work(r, pricer, pending)) is not None:
+            priced.append((work[0], work[2].seconds * 1e6))
+    events = sorted(
+        (e for cat in ("kernel", "gpu_memcpy", "gpu_memset") for e in _events(profiled["doc"], cat)),
+        key=lambda e: e["args"]["correlation"],
     )
-    assert [k["dur"] for k in gemms] == pytest.approx(expected, rel=1e-3, abs=2e-3)
-    assert max(expected) > 5  # the 512^3 fp32 products are compute-bound, not just the kernel's fixed cost
+    # the script's GPU work all happens inside the profile
+    assert len(events) == len(priced)
+    for (name, _), event in zip(priced, events, strict=True):
+        if not name.startswith("_Z"):  # the profile shows the mangled names demangled
+            assert event["name"] == name
+    assert [e["dur"] for e in events] == pytest.approx([us for _, us in priced], rel=1e-3, abs=2e-3)
+    gemms = [us for name, us in priced if name in GEMM_ROUTINES]
+    assert max(gemms) > 5  # the 512^3 fp32 products are compute-bound, not just the kernel's fixed cost
+    reductions = [e["dur"] for e in events if "reduce_kernel" in e["name"]]
+    elementwise = [e["dur"] for e in events if "vectorized_elementwise_kernel" in e["name"]]
+    assert reductions and elementwise and min(reductions) > max(elementwise)  # a reduction's own fixed cost
 
 
 def test_kernels_on_a_stream_do_not_overlap(profiled) -> None:

@@ -14,6 +14,7 @@
  * as the newest version of its structure in CUPTI 13's cupti_activity.h; the older versions a client built against
  * CUDA 12 reads share their leading fields. */
 #include <pthread.h>
+#include <regex.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -93,8 +94,15 @@ static struct {
         char dtype[8];
     } letters[8];
     int nletters;
-    double kernel_bw, kernel_fixed, copy_bw, copy_fixed, fill_bw, fill_fixed, pcie_bw, fixed;
-    double per_thread_bytes;
+    double elementwise_bw, elementwise_fixed, reduction_bw, reduction_fixed;
+    double copy_bw, copy_fixed, fill_bw, fill_fixed, pcie_bw, fixed;
+    double elements_per_thread, bytes_per_element;
+    char one_element_prefix[16]; /* names launched with one thread per element (cuDNN's stand-ins) */
+    struct {
+        regex_t re;
+        int reduction;
+    } classes[32]; /* kernel_class's rules, in order: the first match decides */
+    int nclasses;
 } sheet;
 
 static void parse_pairs(const char *v, int letters, void *out, int *n, int max)
@@ -158,8 +166,17 @@ static void load_sheet(void)
             parse_pairs(v, 0, sheet.fast, &sheet.nfast, 8);
         } else if (!strcmp(k, "letters")) {
             parse_pairs(v, 1, NULL, &sheet.nletters, 8);
-        } else if (!strcmp(k, "kernel") && got == 3) {
-            sheet.kernel_bw = x[0], sheet.kernel_fixed = x[1], sheet.per_thread_bytes = x[2];
+        } else if (!strcmp(k, "elementwise") && got == 2) {
+            sheet.elementwise_bw = x[0], sheet.elementwise_fixed = x[1];
+        } else if (!strcmp(k, "reduction") && got == 2) {
+            sheet.reduction_bw = x[0], sheet.reduction_fixed = x[1];
+        } else if (!strcmp(k, "thread") && got >= 2) {
+            const char *prefix = strchr(strchr(v, ',') + 1, ',');
+            sheet.elements_per_thread = x[0], sheet.bytes_per_element = x[1];
+            snprintf(sheet.one_element_prefix, sizeof sheet.one_element_prefix, "%s", prefix ? prefix + 1 : "");
+        } else if (!strcmp(k, "class") && (v[0] == 'r' || v[0] == 'o') && v[1] == ':' && sheet.nclasses < 32) {
+            if (!regcomp(&sheet.classes[sheet.nclasses].re, v + 2, REG_EXTENDED | REG_ICASE | REG_NOSUB))
+                sheet.classes[sheet.nclasses++].reduction = v[0] == 'r';
         } else if (!strcmp(k, "copy") && got == 2) {
             sheet.copy_bw = x[0], sheet.copy_fixed = x[1];
         } else if (!strcmp(k, "fill") && got == 2) {
@@ -169,8 +186,8 @@ static void load_sheet(void)
         }
     }
     free(copy);
-    sheet.loaded = sheet.ngemm > 0 && sheet.kernel_bw > 0 && sheet.copy_bw > 0 && sheet.fill_bw > 0 &&
-                   sheet.pcie_bw > 0;
+    sheet.loaded = sheet.ngemm > 0 && sheet.elementwise_bw > 0 && sheet.reduction_bw > 0 && sheet.copy_bw > 0 &&
+                   sheet.fill_bw > 0 && sheet.pcie_bw > 0 && sheet.elements_per_thread > 0;
     if (!sheet.loaded)
         fg_warn("libcupti: FAKEGPU_PRICE_SHEET is incomplete: kernels are given 1 us each");
 }
@@ -228,6 +245,39 @@ static double gemm_s(const char *routine, uint64_t a, uint64_t b, uint64_t types
                        : roofline_s(flops, bytes, sheet.gemm[i].compute, sheet.gemm[i].memory, sheet.gemm[i].fixed);
     }
     return UNPRICED_S;
+}
+
+/* Whether `name` is priced as a reduction (fakegpu/perf/trace_kernels.py, kernel_class): remembered by address,
+ * as kernel names live as long as the process. */
+#define CLASS_SLOTS 1024
+static struct {
+    const char *name;
+    int reduction;
+} class_cache[CLASS_SLOTS];
+
+static int is_reduction(const char *name)
+{
+    size_t h = ((uintptr_t)name >> 3) * 0x9e3779b97f4a7c15ULL >> 54;
+    if (class_cache[h].name == name)
+        return class_cache[h].reduction;
+    int reduction = 0;
+    for (int i = 0; i < sheet.nclasses; i++) {
+        if (!regexec(&sheet.classes[i].re, name, 0, NULL, 0)) {
+            reduction = sheet.classes[i].reduction;
+            break;
+        }
+    }
+    class_cache[h].name = name, class_cache[h].reduction = reduction;
+    return reduction;
+}
+
+/* A kernel whose work the launch does not reveal, as Pricer.kernel estimates it from its threads. */
+static double estimate_s(const char *name, double threads)
+{
+    int whole = sheet.one_element_prefix[0] && !strncmp(name, sheet.one_element_prefix, strlen(sheet.one_element_prefix));
+    double bytes = (whole ? threads : threads * sheet.elements_per_thread) * sheet.bytes_per_element;
+    return is_reduction(name) ? roofline_s(0, bytes, 0, sheet.reduction_bw, sheet.reduction_fixed)
+                              : roofline_s(0, bytes, 0, sheet.elementwise_bw, sheet.elementwise_fixed);
 }
 
 /* ---- clocks ---- */
@@ -436,7 +486,7 @@ static void work_locked(const fgc_tl_record *r, const char *name)
         } else if (sheet.loaded) { /* what the launch does not reveal: estimated from its threads */
             double grid = (double)(r->b & 0xffffffff) * (double)(r->b >> 32) * (double)(r->c & 0xffff);
             double block = (double)(r->c >> 16 & 0xffff) * (double)(r->c >> 32 & 0xffff) * (double)(r->c >> 48);
-            seconds = roofline_s(0, grid * block * sheet.per_thread_bytes, 0, sheet.kernel_bw, sheet.kernel_fixed);
+            seconds = estimate_s(name ? name : "(unnamed kernel)", grid * block);
         }
         pending_gemm.set = 0;
     } else if (r->kind == FGC_TL_MEMCPY) {
