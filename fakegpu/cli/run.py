@@ -157,7 +157,10 @@ def _price_sheet(board, devices: str | None, mode: str) -> str | None:
 
     if board is None:
         board = resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
-    return price_sheet(board)
+    try:
+        return price_sheet(board)
+    except FakeGPUError:  # a workspace board without the rates: the run goes on, a profiler's kernels unpriced
+        return None
 
 
 def _write_timeline(folder: Path, out: Path, board, host: str) -> None:
