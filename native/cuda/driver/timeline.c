@@ -281,6 +281,7 @@ static void after_fork_child(void)
     atomic_store(&overhead_ns, 0);
     next_name = 1;
     thread_id = 0; /* the forking thread is another thread of another process now */
+    atomic_store(&sink, NULL); /* the profiler's buffers are the parent's */
     atomic_store(&state, 0);
 }
 
