@@ -283,6 +283,7 @@ def prepare(
     faults: Sequence[Fault] | None = None,
     telemetry_replay: str | os.PathLike[str] | None = None,
     timeline_dir: str | os.PathLike[str] | None = None,
+    price_sheet: str | None = None,
 ) -> LaunchEnv:
     """Resolve the devices, write the table into a new private folder, and return the child's environment.
 
@@ -291,7 +292,9 @@ def prepare(
 
     `on_device_read` is native mode's policy for host reads of kernel-written memory (DEVICE_READ_POLICIES);
     `record_activity` makes native mode's libcuda keep the last CUDA activity under <root>/activity (--timeout);
-    `timeline_dir` makes each native-mode process append its GPU work to <timeline_dir>/<pid>.fgtl (--timeline).
+    `timeline_dir` makes each native-mode process append its GPU work to <timeline_dir>/<pid>.fgtl (--timeline);
+    `price_sheet` (fakegpu.perf.timeline_price.price_sheet's text) prices the kernels a profiler in the program
+    sees through native mode's CUPTI, as --timeline prices them (without it each lasts 1 us).
     Raises InvalidDeviceSpec for a bad spec and LaunchError for a bad mode or missing libraries.
     """
     if driver is not None and not is_driver_version(driver):
@@ -364,6 +367,8 @@ def prepare(
             if timeline_dir is not None:  # native/cuda/common/fgc_timeline.h
                 Path(timeline_dir).mkdir(parents=True, exist_ok=True)
                 env["FAKEGPU_TIMELINE_DIR"] = str(Path(timeline_dir).resolve())
+            if price_sheet is not None:  # torch.profiler's kernel durations (native/cuda/cupti/activity.c)
+                env["FAKEGPU_PRICE_SHEET"] = price_sheet
             lib_folder = str(libs[0].parent.resolve())
             _prepend(env, "LD_PRELOAD", *(str(p.resolve()) for p in libs), sep=":")
             _prepend(env, "LD_LIBRARY_PATH", lib_folder, sep=":")
@@ -413,6 +418,7 @@ def run(
     faults: Sequence[Fault] | None = None,
     telemetry_replay: str | os.PathLike[str] | None = None,
     timeline_dir: str | os.PathLike[str] | None = None,
+    price_sheet: str | None = None,
 ) -> int:
     """Run `command` with fake GPUs; returns its exit status (128+N when killed by signal N, as shells do).
 
@@ -423,7 +429,8 @@ def run(
     limit = None if timeout is None else parse_timeout(str(timeout))
     launch = prepare(devices, mode, lib_dir=lib_dir, memory=memory, report_dir=report_dir, driver=driver,
                      on_device_read=on_device_read, record_activity=limit is not None and mode == "native",
-                     faults=faults, telemetry_replay=telemetry_replay, timeline_dir=timeline_dir)
+                     faults=faults, telemetry_replay=telemetry_replay, timeline_dir=timeline_dir,
+                     price_sheet=price_sheet)
     try:
         argv = child_argv(command, launch, mode, lib_dir)
         try:

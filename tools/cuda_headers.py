@@ -2,7 +2,8 @@
 
 NVIDIA's headers are never committed. For the CUDA 13 set (--cuda 13, the default), in order of preference:
 1. the CUDA 13 headers a PyPI CUDA torch install brings (site-packages/nvidia/cu13/include, nvidia/nccl/include)
-   in the Python that runs this script (`make` installs torch into the venv first);
+   in the Python that runs this script (`make` installs torch into the venv first); cupti.h among them, which
+   both sets' libcupti compile against;
 2. else the header-carrying wheels, downloaded from PyPI with pip into --dest/dl and unpacked (headers only).
 `crt/host_defines.h`, which cuda_runtime_api.h includes, is not in the runtime wheel since CUDA 13: it comes
 from the small nvidia-cuda-crt wheel in both cases.
@@ -29,6 +30,7 @@ WHEELS = {
     "crt": "nvidia-cuda-crt==13.2.86",
     "runtime": "nvidia-cuda-runtime==13.2.86",
     "cublas": "nvidia-cublas==13.4.1.3",
+    "cupti": "nvidia-cuda-cupti==13.2.86",  # cupti.h: libcupti's activity API, both sets (native/cuda/cuda.mk)
     "nccl": "nvidia-nccl-cu13==2.30.7",
 }
 # What torch 2.10.0+cu128 installs (nvidia-cuda-runtime-cu12 12.8.90, nvidia-cublas-cu12 12.8.4.1).
@@ -113,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         fetch(WHEELS["crt"], dest, crt)
     cuda = find_installed("nvidia/cu13/include/cuda_runtime_api.h")
     nccl = find_installed("nvidia/nccl/include/nccl.h")
-    if cuda is None or not (cuda / "cublasLt.h").is_file() or not (cuda / "cuda.h").is_file():
+    if cuda is None or not all((cuda / h).is_file() for h in ("cublasLt.h", "cuda.h", "cupti.h")):
         cuda = dest / "cuda-include"
         if not (cuda / "cublasLt.h").is_file():
             fetch(WHEELS["runtime"], dest, cuda)
             fetch(WHEELS["cublas"], dest, cuda)
+        if not (cuda / "cupti.h").is_file():
+            fetch(WHEELS["cupti"], dest, cuda)
     if nccl is None:
         nccl = dest / "nccl-include"
         if not (nccl / "nccl.h").is_file():

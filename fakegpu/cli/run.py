@@ -110,7 +110,7 @@ def run(
             chosen = [*(plan.load_file(faults) if faults is not None else ()), *(plan.parse_flag(f) for f in fault)]
         rc = launch(command or [], devices=devices, mode=mode, memory=memory, report_dir=report_dir, driver=driver,
                     on_device_read=on_device_read, timeout=timeout, faults=chosen, telemetry_replay=telemetry_replay,
-                    timeline_dir=folder)
+                    timeline_dir=folder, price_sheet=_price_sheet(board, devices, mode))
         if timeline is not None and folder is not None:
             _write_timeline(folder, timeline, board, timeline_host)
     except FakeGPUError as exc:
@@ -143,6 +143,24 @@ def _timeline_board(timeline: Path | None, profile: str | None, devices: str | N
     if profile is not None:
         return load_catalog().get(profile)
     return resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
+
+
+def _price_sheet(board, devices: str | None, mode: str) -> str | None:
+    """What native mode's CUPTI prices torch.profiler's kernels with: --timeline's board, else the first device's
+    (FAKEGPU_PRICE_SHEET already set in the environment wins: the launcher keeps what it inherits)."""
+    import os
+
+    if mode != "native" or os.environ.get("FAKEGPU_PRICE_SHEET"):
+        return None
+    from fakegpu.devices import DEFAULT_DEVICES, resolve_devices
+    from fakegpu.perf.timeline_price import price_sheet
+
+    if board is None:
+        board = resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
+    try:
+        return price_sheet(board)
+    except FakeGPUError:  # a workspace board without the rates: the run goes on, a profiler's kernels unpriced
+        return None
 
 
 def _write_timeline(folder: Path, out: Path, board, host: str) -> None:

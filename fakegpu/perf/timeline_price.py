@@ -14,15 +14,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
-from fakegpu.perf.ops import Gemm, MemoryOp
-from fakegpu.perf.roofline import Board, estimate_op
-from fakegpu.perf.trace_kernels import kernel_class
+from fakegpu.errors import UsageError
+from fakegpu.perf.ops import _DEFAULT_OUT, Gemm, MemoryOp, elem_bytes
+from fakegpu.perf.roofline import Board, estimate_op, pricing
+from fakegpu.perf.trace_kernels import _CLASS_RULES, kernel_class
 from fakegpu.perf.trace_whatif import pcie_gb_s
 from fakegpu.profiles import Profile
 from fakegpu.profiles.efficiency import Efficiency, load
@@ -41,6 +43,9 @@ GEMM_TF32 = 1
 # cuDNN's stand-ins are launched with one thread per element of their output (native/cuda/dnn/record.c).
 ELEMENTS_PER_THREAD = 4
 BYTES_PER_ELEMENT = 12
+# cuDNN's stand-ins (names "cudnn:...") are launched with one thread per element of their output
+# (native/cuda/dnn/record.c).
+ONE_ELEMENT_PER_THREAD = "cudnn:"
 ESTIMATE_BASIS = (f"estimated: grid x block threads x {ELEMENTS_PER_THREAD} elements x {BYTES_PER_ELEMENT} bytes "
                   "(an fp32 binary elementwise op) at the roofline's bandwidth share; the launch does not reveal "
                   "the kernel's data")
@@ -109,7 +114,7 @@ class Pricer:
 
     def kernel(self, name: str, threads: int) -> Price:
         """A kernel whose work the launch does not reveal: estimated from its threads."""
-        elements = threads if name.startswith("cudnn:") else threads * ELEMENTS_PER_THREAD
+        elements = threads if name.startswith(ONE_ELEMENT_PER_THREAD) else threads * ELEMENTS_PER_THREAD
         cls = kernel_class(name)
         kind = "reduction" if cls == "reduction" else "elementwise"
         op = MemoryOp(name=name, bytes=float(elements * BYTES_PER_ELEMENT), kind=kind, reduction=kind == "reduction")
@@ -136,6 +141,50 @@ class Pricer:
             return Price(self.fixed_s, {"priced by": "one rank: no transfer, the kernel's start only"})
         seconds, algorithm, protocol = _collective_time(self.profile, name, ranks, float(nbytes))
         return Price(seconds, {"priced by": f"topology model: {algorithm}/{protocol} over {ranks} GPUs"})
+
+
+def price_sheet(profile: Profile, eff: Efficiency | None = None) -> str:
+    """The rates Pricer prices with, as text for FakeGPU's CUPTI, which gives torch.profiler's kernel records
+    the durations `fakegpu run --timeline` gives them: per GEMM dtype the compute and memory rates at the roofline's
+    expected shares, the kernel's fixed cost and the operand and result sizes (a batched GEMM's rates apart), the
+    estimated kernels', copies' and fills' rates, the PCIe link, and the dtype tables gemm_dtype reads.
+    `key=v,v,...` items joined by ';'. The C side adds the roofline's max(compute, memory) + fixed."""
+    pricer = Pricer(profile, eff)
+    board, eff = pricer.board, pricer.eff
+    items = []
+    for dtype in sorted(set(_DATA_TYPES.values()) | set(_FAST_COMPUTE.values())):
+        try:
+            rates = []
+            for batched in (False, True):
+                p = pricing(Gemm(name="sheet", dtype=dtype, m=1, n=1, k=1, batched=batched), board, eff)
+                rates.append((p.peak * p.compute.expected if p.compute else 0.0, board.bandwidth * p.memory.expected,
+                              p.fixed_s))
+        except UsageError:  # the board has no such rate
+            continue
+        (c, m, fixed), (bc, bm, _) = rates
+        e = elem_bytes(dtype)
+        items += [f"gemm.{dtype}={c!r},{m!r},{fixed!r},{e!r},{float(_DEFAULT_OUT.get(dtype, e))!r}",
+                  f"bmm.{dtype}={bc!r},{bm!r}"]
+    for kind in ("elementwise", "reduction"):
+        p = pricing(MemoryOp(name="sheet", bytes=1.0, kind=kind, reduction=kind == "reduction"), board, eff)
+        items.append(f"{kind}={board.bandwidth * p.memory.expected!r},{p.fixed_s!r}")
+    # kernel_class's rules in order, as POSIX extended expressions: the first that matches a name says whether
+    # the kernel is priced as a reduction (r) or not (o).
+    for cls, rule in _CLASS_RULES:
+        pattern = rule.pattern.replace(r"\d", "[0-9]")
+        if "\\" in pattern or ";" in pattern or not rule.flags & re.I:
+            raise ValueError(f"kernel class rule {rule.pattern!r} has no POSIX spelling here")
+        items.append(f"class={'r' if cls == 'reduction' else 'o'}:{pattern}")
+    copy = pricing(MemoryOp(name="sheet", bytes=1.0, kind="copy"), board, eff)
+    fill = pricing(MemoryOp(name="sheet", bytes=1.0, kind="fill"), board, eff)
+    items += [f"thread={float(ELEMENTS_PER_THREAD)!r},{float(BYTES_PER_ELEMENT)!r},{ONE_ELEMENT_PER_THREAD}",
+              f"copy={board.bandwidth * copy.memory.expected!r},{copy.fixed_s!r}",
+              f"fill={board.bandwidth * fill.memory.expected!r},{fill.fixed_s!r}",
+              f"pcie={pricer.pcie_bytes_s!r},{pricer.fixed_s!r}",
+              "types=" + ",".join(f"{k}:{v}" for k, v in _DATA_TYPES.items()),
+              "fast=" + ",".join(f"{k}:{v}" for k, v in _FAST_COMPUTE.items()),
+              "letters=" + ",".join(f"{k}:{v}" for k, v in _ROUTINE_LETTER.items())]
+    return ";".join(items)
 
 
 @lru_cache(maxsize=256)

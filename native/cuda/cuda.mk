@@ -100,6 +100,9 @@ endef
 CU_DRIVER_OBJ  := $(patsubst $(CU)/%.c,$(CU_OBJ)/%.o,$(wildcard $(CU)/driver/*.c))
 CU_NCCL_OBJ    := $(patsubst $(CU)/%.c,$(CU_OBJ)/%.o,$(wildcard $(CU)/nccl/*.c))
 CU_EXTRA_OBJ   := $(CU_OBJ)/stubs/extra.o
+# CUPTI's activity API (cupti/): compiled once, against CUPTI 13's cupti.h from the torch install's headers, and
+# linked into both sets: the records it writes are the newest versions, whose leading fields CUDA 12's are.
+CU_CUPTI_OBJ   := $(patsubst $(CU)/%.c,$(CU_OBJ)/%.o,$(wildcard $(CU)/cupti/*.c))
 
 # ---- the libraries whose soname carries the CUDA major: one set per major ----
 # $(1) set suffix (empty: CUDA 13, 12: CUDA 12)  $(2) CUDA major  $(3) soname major of cuSOLVER and cuFFT
@@ -132,7 +135,7 @@ $(call CU_LINK,cublas,libcublas.so.$(2),$$(CU$(1)_BLAS_OBJ),-l:libcudart.so.$(2)
 $(call CU_LINK,cusolver,libcusolver.so.$(3),,,$(CU_LIB)/libcuda.so.1,$(1))
 $(call CU_LINK,cufft,libcufft.so.$(3),,,$(CU_LIB)/libcuda.so.1,$(1))
 $(call CU_LINK,nvrtc,libnvrtc.so.$(2),$(CU_EXTRA_OBJ),,$(CU_LIB)/libcuda.so.1,$(1))
-$(call CU_LINK,cupti,libcupti.so.$(2),,,$(CU_LIB)/libcuda.so.1,$(1))
+$(call CU_LINK,cupti,libcupti.so.$(2),$(CU_CUPTI_OBJ),,$(CU_LIB)/libcuda.so.1,$(1))
 endef
 
 $(eval $(call CU_MAJOR_SET,,13,12))

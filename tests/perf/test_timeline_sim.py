@@ -1,10 +1,11 @@
 """The simulated timeline's rules on hand-made logs (no native build needed): CUDA's stream ordering (the legacy
 default stream against blocking and non-blocking streams, cudaStreamWaitEvent), the host waiting at a
-synchronisation and everything after it moving by that wait, the log format's reader, and `fakegpu run
---timeline`'s refusals."""
+synchronisation and everything after it moving by that wait, the log format's reader, `fakegpu run
+--timeline`'s refusals, and the price sheet native mode's CUPTI prices torch.profiler's kernels with."""
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from fakegpu.cli.main import app
 from fakegpu.errors import TraceError
 from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.timeline import simulate
-from fakegpu.perf.timeline_price import Price, gemm_dtype
+from fakegpu.perf.timeline_price import Price, Pricer, gemm_dtype, price_sheet
+from fakegpu.perf.trace_kernels import kernel_class
 
 US = 1000  # ns
 KERNEL_US = 10.0
@@ -139,3 +141,45 @@ def test_run_refuses_a_timeline_it_cannot_write(args: list[str], message: str, t
     assert result.exit_code != 0
     assert message in result.output
     assert not (tmp_path / "t.json").exists()
+
+
+def _sheet(profile_id: str) -> dict[str, list[str]]:
+    from fakegpu.profiles import load_catalog
+
+    items: dict[str, list[str]] = {}
+    for item in price_sheet(load_catalog().get(profile_id)).split(";"):
+        key, _, value = item.partition("=")
+        items.setdefault(key, []).append(value)
+    return items
+
+
+@pytest.mark.parametrize("profile_id", ["h100-sxm5-80gb", "a100-sxm4-80gb"])
+def test_the_price_sheet_gives_cupti_the_pricers_gemm_prices(profile_id: str) -> None:
+    """native/cuda/cupti/activity.c prices a GEMM as fixed + max(FLOPs / compute, bytes / memory) from the sheet's
+    rates: restated here, that is Pricer.gemm's price for every dtype, plain and batched."""
+    from fakegpu.profiles import load_catalog
+
+    pricer, sheet = Pricer(load_catalog().get(profile_id)), _sheet(profile_id)
+    types = {"fp32": 0, "fp64": 1, "fp16": 2, "bf16": 14}
+    for dtype, code in types.items():
+        c, m, fixed, e, out = map(float, sheet[f"gemm.{dtype}"][0].split(","))
+        bc, bm = map(float, sheet[f"bmm.{dtype}"][0].split(","))
+        for mm, n, k, batch in ((512, 512, 512, 1), (8, 32, 128, 1), (4096, 1024, 64, 12)):
+            flops = 2.0 * batch * mm * n * k
+            nbytes = batch * (mm * k * e + mm * n * out) + batch * k * n * e
+            rc, rm = (bc, bm) if batch > 1 else (c, m)
+            ours = fixed + max(flops / rc, nbytes / rm)
+            assert ours == pricer.gemm("cublasGemmEx", mm, n, k, batch, code | 0xFFFF << 16).seconds
+
+
+def test_the_price_sheets_class_rules_are_kernel_class_in_posix_spelling() -> None:
+    """The sheet's rules, compiled as C's regcomp would read them (no \\d: [0-9]), sort kernels as kernel_class
+    does: the first match decides whether a kernel is priced as a reduction."""
+    rules = [(v[0] == "r", re.compile(v[2:], re.I)) for v in _sheet("h100-sxm5-80gb")["class"]]
+    names = ["void at::native::reduce_kernel<512, 1>", "void at::native::vectorized_elementwise_kernel<4>",
+             "sm90_xmma_gemm_f32f32_tf32", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "softmax_warp_forward",
+             "cunn_SoftMaxForward", "fmha_cutlassF_f32_aligned_64x64", "triton_poi_fused_add_0", "sum_functor",
+             "cudnn:convolution", "layer_norm_kernel", "mystery"]
+    for name in names:
+        first = next((reduction for reduction, rule in rules if rule.search(name)), False)
+        assert first == (kernel_class(name) == "reduction"), name

@@ -39,7 +39,8 @@ LIBRARIES: dict[str, tuple[str, str]] = {
     "cusparse": ("cuSPARSE (libcusparse)", "only the error string is implemented"),
     "cusparseLt": ("cuSPARSELt (libcusparseLt)", "nothing is implemented"),
     "cufile": ("cuFile / GPUDirect Storage (libcufile)", "nothing is implemented"),
-    "cupti": ("CUPTI (libcupti)", "nothing is implemented: profilers see no activity"),
+    "cupti": ("CUPTI (libcupti)", "the activity API: torch.profiler sees the simulated kernels, copies and fills, "
+              "priced as --timeline prices them; the callback API never calls back"),
     "nvrtc": ("NVRTC (libnvrtc)", "only the error string is implemented: runtime compilation fails"),
     "nvshmem_host": ("NVSHMEM (libnvshmem_host)", "nothing is implemented"),
 }

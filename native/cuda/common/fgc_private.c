@@ -63,3 +63,12 @@ void fgc_timeline(const fgc_tl_record *r, const char *name)
     if (HAS(timeline))
         table->timeline(r, name);
 }
+
+int fgc_timeline_sink(fgc_tl_sink sink)
+{
+    pthread_once(&once, find_table);
+    if (!HAS(timeline_sink))
+        return -1;
+    table->timeline_sink(sink);
+    return 0;
+}

@@ -23,6 +23,9 @@ typedef struct {
     /* Append a library's record to the process's timeline log (common/fgc_timeline.h): a GEMM's shape, a
      * collective, a launch the driver did not see. Does nothing when no log is kept. */
     void (*timeline)(const fgc_tl_record *r, const char *name);
+    /* Hand every timeline record to `sink` as well, log or no log (NULL: stop). FakeGPU's CUPTI builds its
+     * activity records from them. */
+    void (*timeline_sink)(fgc_tl_sink sink);
 } fgc_private_table;
 
 /* The table's id, 16 bytes as a CUuuid holds them. */
@@ -36,5 +39,7 @@ FG_HIDDEN unsigned fgc_nccl_operation(int rank, int device);
 FG_HIDDEN void fgc_device_hung(int device);
 /* The table's timeline entry (nothing under a driver that is not FakeGPU's, or when no log is kept). */
 FG_HIDDEN void fgc_timeline(const fgc_tl_record *r, const char *name);
+/* The table's timeline_sink: 0 when installed, -1 under a driver that is not FakeGPU's (or too old for it). */
+FG_HIDDEN int fgc_timeline_sink(fgc_tl_sink sink);
 
 #endif

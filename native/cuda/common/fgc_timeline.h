@@ -58,6 +58,10 @@ typedef struct {
     char reserved[24];
 } fgc_tl_header;
 
+/* Who else sees each record as it is made, with its name (FakeGPU's CUPTI, while a profiler collects activity
+ * records): called on the calling thread, the record's times and device filled in, before the log's own copy. */
+typedef void (*fgc_tl_sink)(const fgc_tl_record *r, const char *name);
+
 _Static_assert(sizeof(fgc_tl_record) == 72, "timeline_log.py reads 72-byte records");
 _Static_assert(sizeof(fgc_tl_header) == 64, "timeline_log.py reads a 64-byte header");
 

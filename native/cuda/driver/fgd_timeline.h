@@ -23,5 +23,7 @@ FG_HIDDEN void fgd_timeline_simple(int kind, int sub, CUstream s, unsigned long 
                                    fgd_stamp t0);
 /* The private table's entry: a record of one of FakeGPU's libraries. */
 FG_HIDDEN void fgd_timeline_library(const fgc_tl_record *r, const char *name);
+/* The private table's entry: every record goes to `sink` too (NULL: no more), whether or not a log is kept. */
+FG_HIDDEN void fgd_timeline_set_sink(fgc_tl_sink sink);
 
 #endif

@@ -29,7 +29,7 @@ static unsigned nccl_operation(int rank, int device)
 }
 
 static const fgc_private_table table = {sizeof table, library_loaded, nccl_operation, fgd_hang,
-                                        fgd_timeline_library};
+                                        fgd_timeline_library, fgd_timeline_set_sink};
 
 FGC_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {

@@ -22,6 +22,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_int state; /* 0: not looked at yet, 1: recording, -1: off (not wanted, failed, or after exit) */
 static int fd = -1;
+static _Atomic(fgc_tl_sink) sink; /* FakeGPU's CUPTI while it collects records (fgd_timeline_set_sink) */
 static unsigned char buffer[BUFFER_BYTES];
 static size_t used;
 static unsigned long long kept, dropped, limit;
@@ -93,16 +94,24 @@ static void setup_locked(void)
     atomic_store(&state, on);
 }
 
+/* Whether records are wanted: by the log, or by a sink. */
 int fgd_timeline_on(void)
 {
     int s = atomic_load_explicit(&state, memory_order_relaxed);
-    if (s)
-        return s > 0;
-    pthread_mutex_lock(&lock);
-    if (!atomic_load(&state))
-        setup_locked();
-    pthread_mutex_unlock(&lock);
-    return atomic_load(&state) > 0;
+    if (!s) {
+        pthread_mutex_lock(&lock);
+        if (!atomic_load(&state))
+            setup_locked();
+        pthread_mutex_unlock(&lock);
+        s = atomic_load(&state);
+    }
+    return s > 0 || atomic_load_explicit(&sink, memory_order_relaxed) != NULL;
+}
+
+void fgd_timeline_set_sink(fgc_tl_sink s)
+{
+    fgd_timeline_on(); /* the log's state settled first: a sink alone must not open it */
+    atomic_store(&sink, s);
 }
 
 /* The id of `name` (by address: kernel names and routine names live as long as the process), writing it first. */
@@ -194,6 +203,9 @@ void fgd_timeline_put(fgc_tl_record *r, const char *name)
     if (!thread_id)
         thread_id = (uint32_t)syscall(SYS_gettid);
     r->tid = thread_id;
+    fgc_tl_sink k = atomic_load_explicit(&sink, memory_order_acquire);
+    if (k)
+        k(r, name);
     pthread_mutex_lock(&lock);
     if (atomic_load(&state) > 0) {
         if (kept >= limit) {
@@ -269,6 +281,7 @@ static void after_fork_child(void)
     atomic_store(&overhead_ns, 0);
     next_name = 1;
     thread_id = 0; /* the forking thread is another thread of another process now */
+    atomic_store(&sink, NULL); /* the profiler's buffers are the parent's */
     atomic_store(&state, 0);
 }
 
