@@ -57,7 +57,7 @@ def replay_trace(
     try:
         target = load_catalog().get(profile) if profile else None
         report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
-                                  allow_missing_ranks=allow_missing_ranks)
+                                  allow_missing_ranks=allow_missing_ranks, from_profile=from_profile)
         pricer = bandwidth_ratio_pricer
         if fab.given() or from_fabric_file is not None:
             target, pricer = fabric_pricer(windows, fab, from_fabric_file, source_profile(windows, from_profile),

@@ -20,6 +20,7 @@ script usually marks the end of a step when nothing else does.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,8 +144,39 @@ def _clock(log: tl.TimelineLog, host_clock: str):
     return lambda r: (r.cpu0 - origin, r.cpu0 - origin + r.cpu_dur)
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """A rank reaching a collective on its stream: the moment its kernel could start, and what the log says of
+    the collective, to match it with the other ranks' (timeline_ranks)."""
+
+    group: tuple[int, int]  # (communicator tag, ranks): the communicator, as every rank of it records it
+    seq: int  # the collective's place among this rank's collectives on that communicator
+    kind: int  # the collective (timeline_price.COLLECTIVES' order)
+    count: int
+    dtype_op: int
+    nbytes: int
+    at_ns: float
+
+
+SEND, RECV = 6, 7  # point to point: paired between two ranks, not across the group in order
+
+
 def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Simulated:
-    """Play one process's log on the pricer's board, the host spaced by `host_clock` (HOST_CLOCKS)."""
+    """Play one process's log on the pricer's board, the host spaced by `host_clock` (HOST_CLOCKS), each
+    collective starting when this rank reaches it (the others' arrival unknown: timeline_ranks plays them
+    together)."""
+    run = play(log, pricer, host_clock)
+    try:
+        arrival = next(run)
+        while True:
+            arrival = run.send(arrival.at_ns)
+    except StopIteration as done:
+        return done.value
+
+
+def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Generator[Arrival, float, Simulated]:
+    """simulate(), yielding at each group collective when this rank arrives; what is sent back is when the
+    collective's transfer starts (the last rank's arrival), which holds this rank's NCCL kernel until then."""
     records = log.records
     at = _clock(log, host_clock)
     sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns)
@@ -157,6 +189,7 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
     tids: dict[int, int] = {}
     syncs: list[float] = []  # host end of each device-wide synchronisation
     last = float("-inf")
+    coll_seq: dict[tuple[int, int], int] = {}
     for i, r in enumerate(records):
         if i in skip:
             continue
@@ -203,7 +236,13 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
         name, cat, price, call = work
         corr += 1
         start = max(t1, streams.ready(r.device, r.stream, r.tid))
-        end = start + price.seconds * 1e9
+        begin = start
+        if r.kind == tl.COLL and r.sub not in (SEND, RECV):
+            group = (r.d >> 32, r.c & 0xFFFFFFFF)
+            seq = coll_seq[group] = coll_seq.get(group, -1) + 1
+            # The kernel starts when this rank arrives and moves data once every rank has: it spins till then
+            begin = max(start, (yield Arrival(group, seq, r.sub, r.b, r.d & 0xFFFFFFFF, r.a, start)))
+        end = begin + price.seconds * 1e9
         streams.run(r.device, r.stream, r.tid, end)
         args = dict(price.args)
         if cat == "kernel" and r.kind == tl.KERNEL:

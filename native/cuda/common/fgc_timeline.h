@@ -27,7 +27,8 @@ enum {
     FGC_TL_GEMM,        /* before its stand-in's launch: a = m | n << 32, b = k | batch << 32, c = name id of the
                            routine, d = A's cudaDataType | compute type << 16 | FGC_TL_GEMM_* flags << 48 */
     FGC_TL_COLL,        /* sub = the collective (coll.c's fgn_coll order), a = bytes, b = element count,
-                           c = nranks | rank << 32, d = ncclDataType_t | ncclRedOp_t << 16 */
+                           c = nranks | rank << 32, d = ncclDataType_t | ncclRedOp_t << 16 | communicator
+                           tag << 32 (equal on every rank of the communicator, never 0) */
     FGC_TL_NAME,        /* a = id, b = length; the name's bytes follow, padded to 8 */
     FGC_TL_TRUNCATED,   /* a = records dropped past the limit */
 };
