@@ -72,7 +72,7 @@ class Simulated:
     pid: int
     rank: int | None
     world: int | None
-    base_realtime_ns: int  # the real-time instant of simulated time 0 (the log's first instant)
+    base_realtime_ns: int  # the real-time instant of simulated time 0 (the log's first instant; a job's: its first)
     host: list[HostCall] = field(default_factory=list)
     gpu: list[GpuWork] = field(default_factory=list)
     steps: list[tuple[float, float]] = field(default_factory=list)  # (start, end) ns of each step, host time
@@ -174,17 +174,21 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
         return done.value
 
 
-def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Generator[Arrival, float, Simulated]:
+def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu",
+         origin_ns: int | None = None) -> Generator[Arrival, float, Simulated]:
     """simulate(), yielding at each group collective when this rank arrives; what is sent back is when the
-    collective's transfer starts (the last rank's arrival), which holds this rank's NCCL kernel until then."""
+    collective's transfer starts (the last rank's arrival), which holds this rank's NCCL kernel until then.
+    `origin_ns`: the job's time 0 on the monotonic clock (the processes of one host share it), so that the ranks'
+    times compare; by default the log's own first instant."""
     records = log.records
     at = _clock(log, host_clock)
-    sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns)
+    offset = 0 if origin_ns is None else log.t0_monotonic_ns - origin_ns
+    sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns - offset)
     streams = _Streams()
     events: dict[int, float] = {}
     pending_gemm: dict[int, tl.Record] = {}  # tid -> the GEMM record its stand-in kernel launch follows
     skip = _nccl_inner_copies(records)
-    shift = 0.0
+    shift = float(offset)  # this process started `offset` after the job's time 0
     corr = FIRST_CORRELATION - 1
     tids: dict[int, int] = {}
     syncs: list[float] = []  # host end of each device-wide synchronisation

@@ -49,7 +49,8 @@ def _play_together(logs: list[tl.TimelineLog], names: list[str], pricer: Pricer,
                 f"a communicator of {size} ranks has collectives in {len(who)} process log(s) ("
                 f"{', '.join(names[i] for i in sorted(who))}): the other ranks' logs are not in this run"
             )
-    runs: list[Run] = [play(log, pricer, host_clock) for log in logs]
+    origin = min(log.t0_monotonic_ns for log in logs)  # one clock for the job: a collective's arrivals compare
+    runs: list[Run] = [play(log, pricer, host_clock, origin) for log in logs]
     done: list[Simulated | None] = [None] * len(logs)
     waiting: dict[tuple[tuple[int, int], int], dict[int, Arrival]] = {}
 

@@ -29,6 +29,9 @@ from fakegpu.cli.main import app
 from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.ops import Gemm
 from fakegpu.perf.roofline import Board, estimate_op
+from fakegpu.perf.timeline import simulate
+from fakegpu.perf.timeline_kineto import summary
+from fakegpu.perf.timeline_price import Pricer
 from fakegpu.perf.trace_replay import analyse
 from fakegpu.profiles import load_catalog
 from fakegpu.profiles.efficiency import load
@@ -70,7 +73,23 @@ def test_the_readme_shows_what_it_prints(run) -> None:
     printed = CliRunner().invoke(app, ["replay-trace", str(run["trace"])])
     assert printed.exit_code == 0, printed.output
     ours = "\n".join(line.rstrip() for line in printed.stdout.splitlines())
-    assert ours[ours.index("KERNELS"):].strip() == replay_shown[replay_shown.index("KERNELS"):].strip()
+    assert _gpu_side(ours) == _gpu_side(replay_shown)
+    # MFU: replay-trace reads the FLOPs the timeline writes on its GEMMs and gives the MFU `run --timeline` prints
+    sim = simulate(run["log"], Pricer(load_catalog().get("h100")))
+    printed_summary = summary(sim, load_catalog().get("h100"))
+    report, _ = analyse([run["trace"]])
+    flops = report["ranks"][0]["flops"]
+    assert flops["sources"].keys() == {"kernel args"} and flops["not_counted"]["gemm_kernels"] == 0
+    assert flops["per_step"] == pytest.approx(printed_summary["gemm_flops"], rel=1e-9)
+    assert flops["mfu_pct"] == pytest.approx(100 * printed_summary["mfu"], rel=1e-3)
+    shown_mfu = float(re.search(r"MFU ([\d.]+)%", shown).group(1))
+    assert shown_mfu > 0
+
+
+def _gpu_side(text: str) -> str:
+    """replay-trace's output from its kernel table on, without the FLOPs table's host-timed rows (step, MFU)."""
+    text = text[text.index("KERNELS"):].strip()
+    return re.sub(r"\nRANK  FLOPS/STEP.*?\n\n", "\n", text, flags=re.S)
 
 
 def test_hta_loads_and_analyses_the_trace(run) -> None:
@@ -169,8 +188,15 @@ def test_ranks_of_a_ddp_job_get_a_trace_each_with_collectives_priced_by_the_topo
         assert len(reduces) >= 3  # one bucket per step: the Linear's 512 x 512 weight and its bias
         for e in reduces:
             assert e["args"]["In msg nelems"] == 512 * 512 + 512 and e["args"]["Group size"] == 2
-            seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
-            assert e["dur"] == pytest.approx(seconds * 1e6, abs=1e-3)
+    # the ranks are played together: each all-reduce ends on both ranks at once, the last to arrive spends the
+    # topology model's time in it, the first that plus its wait
+    seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
+    pairs = list(zip(*([e for e in doc["traceEvents"] if e["name"].startswith("ncclDevKernel_AllReduce")]
+                       for doc in (docs[0], docs[1])), strict=True))
+    assert len(pairs) >= 3
+    for a, b in pairs:
+        assert a["ts"] + a["dur"] == pytest.approx(b["ts"] + b["dur"], abs=2e-3)
+        assert min(a["dur"], b["dur"]) == pytest.approx(seconds * 1e6, abs=2e-3)
     done = subprocess.run([sys.executable, "-m", "tests.perf.hta_peer", str(out.parent)], cwd=REPO,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]

@@ -148,3 +148,24 @@ def test_hta_loads_the_jointly_priced_traces(tmp_path: Path, pricer: Pricer) -> 
     for r in report["ranks"]:
         for key in ("compute_pct", "non_compute_pct", "idle_pct"):
             assert abs(r[key] - peer[r["rank"]][key]) <= 1.0, (r["rank"], key, r[key], peer[r["rank"]][key])
+
+
+def test_ranks_share_one_clock_from_each_process_start(pricer: Pricer) -> None:
+    """Rank 1's process started 500 us after rank 0's (its log's header instant on the monotonic clock, which the
+    processes of a host share): rank 0 waits that long in the first all-reduce, and not after."""
+    late = _log(1, gemms=1)
+    delay = 500 * US
+    late.t0_monotonic_ns += delay
+    late.t0_realtime_ns += delay
+    late.records[:] = [tl.Record(r.kind, r.sub, r.device, r.tid, r.t0 + delay, r.cpu0 + delay, r.dur, r.cpu_dur,
+                                 r.stream, r.a, r.b, r.c, r.d, r.name) for r in late.records]
+    early, later = simulate_job([_log(0, gemms=1), late], pricer)
+    transfer = pricer.collective(0, 4 * ELEMS, 2).seconds * 1e9
+    first_early, first_late = _colls(early)[0], _colls(later)[0]
+    assert first_early.end_ns == pytest.approx(first_late.end_ns)
+    assert (first_early.end_ns - first_early.start_ns) - transfer == pytest.approx(delay, rel=1e-6)
+    assert first_late.end_ns - first_late.start_ns == pytest.approx(transfer)
+    for a, b in zip(_colls(early)[1:], _colls(later)[1:], strict=True):
+        assert a.end_ns - a.start_ns == pytest.approx(transfer, rel=1e-6)
+        assert b.end_ns - b.start_ns == pytest.approx(transfer, rel=1e-6)
+    assert early.base_realtime_ns == later.base_realtime_ns  # the traces' ts are on the job's one time base
