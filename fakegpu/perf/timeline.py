@@ -183,6 +183,11 @@ def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu",
     records = log.records
     at = _clock(log, host_clock)
     offset = 0 if origin_ns is None else log.t0_monotonic_ns - origin_ns
+    # FakeGPU's NCCL moves the data before its call returns, waiting for the peers; a real one queues a kernel and
+    # returns. Played together the wait is modelled on the GPU, so a collective's host call costs what this
+    # process's kernel launches cost, and the rest of its recorded time comes off the host's later calls.
+    enqueue = _launch_cost(records, host_clock) if origin_ns is not None else None
+    removed = 0.0
     sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns - offset)
     streams = _Streams()
     events: dict[int, float] = {}
@@ -199,6 +204,11 @@ def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu",
             continue
         tids[r.tid] = tids.get(r.tid, 0) + 1
         t0, t1 = at(r)
+        t0, t1 = t0 - removed, t1 - removed
+        if enqueue is not None and r.kind == tl.COLL:
+            kept = min(t1 - t0, enqueue)
+            removed += t1 - t0 - kept
+            t1 = t0 + kept
         # The log's order is the order the calls reached the GPU: a clock reading that runs behind it (two threads'
         # stamps taken in one order and appended in the other) is moved up to its predecessor, and what follows a
         # synchronisation in the log began after it returned.
@@ -268,6 +278,12 @@ def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu",
     if log.cut_short:
         sim.notes.append("the log ends inside a record: the process ended before its last write")
     return sim
+
+
+def _launch_cost(records: list[tl.Record], host_clock: str) -> float:
+    """The median host time of the process's kernel launches (0 without any)."""
+    costs = sorted(r.dur if host_clock == "wall" else r.cpu_dur for r in records if r.kind == tl.KERNEL)
+    return float(costs[len(costs) // 2]) if costs else 0.0
 
 
 def _work(r: tl.Record, pricer: Pricer, pending_gemm: dict[int, tl.Record]) -> tuple[str, str, Price, str] | None:

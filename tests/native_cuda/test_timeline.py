@@ -88,8 +88,12 @@ def test_the_readme_shows_what_it_prints(run) -> None:
 
 def _gpu_side(text: str) -> str:
     """replay-trace's output from its kernel table on, without the FLOPs table's host-timed rows (step, MFU)."""
-    text = text[text.index("KERNELS"):].strip()
-    return re.sub(r"\nRANK  FLOPS/STEP.*?\n\n", "\n", text, flags=re.S)
+    lines, out, table = text[text.index("KERNELS"):].strip().splitlines(), [], False
+    for line in lines:
+        table = line.startswith("RANK  FLOPS/STEP") or (table and re.match(r"-|\d+ ", line) is not None)
+        if not table:
+            out.append(line)
+    return "\n".join(out)
 
 
 def test_hta_loads_and_analyses_the_trace(run) -> None:
@@ -206,3 +210,53 @@ def test_ranks_of_a_ddp_job_get_a_trace_each_with_collectives_priced_by_the_topo
     for r in report["ranks"]:
         for key in ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct"):
             assert abs(r[key] - peer[r["rank"]][key]) <= 1.0, (r["rank"], key, r[key], peer[r["rank"]][key])
+
+
+
+SKEWED = DDP.replace("""def step():
+    model(x).pow(2).mean().backward()""", """w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+def step():
+    if rank == 1:  # the slow rank: 100 bf16 4096^3 matmuls (about 20 ms on an H100) before its all-reduce
+        for _ in range(100):
+            torch.mm(w, w)
+    model(x).pow(2).mean().backward()""")
+
+
+def test_a_fast_rank_waits_in_the_all_reduce_for_the_slow_one(tmp_path: Path, cuda_build, cuda_torch) -> None:
+    """A real 2-rank job whose rank 1 does 100 matmuls more per step: rank 0's NCCL kernels start when it arrives
+    and end with rank 1's, the last to arrive spending the topology model's time in it; rank 0's run longer by
+    about those matmuls' priced time (the hosts' own timing, this machine's, moves it by milliseconds: half of it is
+    asked); replay-trace reports the wait as rank 0's exposed communication."""
+    from fakegpu.perf.timeline_price import _collective_time
+
+    script = tmp_path / "skewed.py"
+    script.write_text(SKEWED)
+    out = tmp_path / "traces" / "ddp.json"
+    proc = run_fakegpu(["--devices", "h100:2", "--timeline", str(out), "--", sys.executable, "-m",
+                        "torch.distributed.run", "--nproc_per_node", "2", str(script)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "do not match" not in proc.stderr
+    docs = {int(p.name.split(".rank")[1].split(".")[0]): json.loads(p.read_text()) for p in out.parent.iterdir()}
+
+    def reduces(doc):
+        return [e for e in doc["traceEvents"] if e["name"].startswith("ncclDevKernel_AllReduce")]
+
+    big = [e for e in docs[1]["traceEvents"] if e.get("args", {}).get("m") == 4096]
+    steps = len(reduces(docs[1]))
+    assert len(big) == 100 * steps
+    extra_us = sum(e["dur"] for e in big) / steps
+    seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
+    slow_by_end = {round(e["ts"] + e["dur"], 2): e for e in reduces(docs[1])}
+    waits = []
+    for fast in reduces(docs[0]):
+        slow = slow_by_end[round(fast["ts"] + fast["dur"], 2)]  # both end the collective together
+        assert slow["dur"] == pytest.approx(seconds * 1e6, abs=2e-3)
+        waits.append(fast["dur"] - slow["dur"])
+    # The first timed step still holds DDP's first-iteration host work (bucket rebuilding), timed on this machine's
+    # clock, which can make rank 0 as late as rank 1's matmuls; the steps after it are steady.
+    assert min(waits) >= 0 and all(w >= extra_us / 2 for w in waits[1:]), (waits, extra_us)
+    report, _ = analyse([out.parent])
+    r0, r1 = report["ranks"]
+    assert r0["exposed_communication_us"] - r1["exposed_communication_us"] >= sum(waits[1:]) * 0.99
+    assert report["across_ranks"]["slowest_rank"] == 1

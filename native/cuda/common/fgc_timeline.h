@@ -47,7 +47,8 @@ typedef struct {
     uint32_t tid;
     int64_t t0;            /* CLOCK_MONOTONIC ns at the call's start (0 from a library: the driver's now) */
     int64_t cpu0;          /* CLOCK_PROCESS_CPUTIME_ID ns at the call's start (0 likewise) */
-    uint32_t dur, cpu_dur; /* ns the call took on each clock (filled in by the driver; the same today) */
+    uint32_t dur, cpu_dur; /* ns the call took on each clock (filled in by the driver, the CPU one taken to be the
+                            * wall one; NCCL measures its own: its calls wait for the peers) */
     uint64_t stream;       /* the stream handle (0: the legacy default stream, 2: the per-thread default stream) */
     uint64_t a, b, c, d;
 } fgc_tl_record;

@@ -109,7 +109,13 @@ static ncclResult_t logged(ncclResult_t rc, fgn_coll k, ncclComm_t c, cudaStream
                            ncclDataType_t t, int op, size_t b, const struct timespec t0[2])
 {
     if (rc == ncclSuccess && c) {
-        fgc_tl_record r = {.kind = FGC_TL_COLL, .sub = (uint8_t)k, .device = (uint16_t)c->device,
+        /* The CPU time the call took, waiting for the peers included (spins, then sleeps): what the timeline takes
+         * off the host's CPU clock after the call when it plays the ranks together and models that wait itself. */
+        struct timespec cpu;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+        long long spent = (long long)(cpu.tv_sec - t0[1].tv_sec) * 1000000000LL + (cpu.tv_nsec - t0[1].tv_nsec);
+        fgc_tl_record r = {.kind = FGC_TL_COLL, .cpu_dur = spent < 1 ? 1u : spent > 0xffffffffLL ? 0xffffffffu
+                                                                                                : (uint32_t)spent, .sub = (uint8_t)k, .device = (uint16_t)c->device,
                            .t0 = (int64_t)t0[0].tv_sec * 1000000000LL + t0[0].tv_nsec,
                            .cpu0 = (int64_t)t0[1].tv_sec * 1000000000LL + t0[1].tv_nsec,
                            .stream = (uint64_t)(uintptr_t)st,
