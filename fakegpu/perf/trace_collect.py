@@ -122,7 +122,8 @@ class RankTrace:
     # without one (its host op may say); host ops that carry FLOPs or a GEMM's shapes, by External id; host ops
     # whose FLOPs are not matrix math (torch's with_flops counts aten::mul and aten::add too), by name
     kernel_flops: dict[int, tuple[float, str | None]] = field(default_factory=dict)
-    gemm_ext: dict[int, int] = field(default_factory=dict)
+    gemm_index: array = field(default_factory=lambda: array("q"))  # arrays, not a dict: a large trace has millions
+    gemm_ext: array = field(default_factory=lambda: array("q"))
     flop_ops: dict[int, FlopOp] = field(default_factory=dict)
     other_flops: dict[str, list[float]] = field(default_factory=dict)
     memory: dict[str, MemorySeries] = field(default_factory=dict)  # "device" (CUDA) and "host" allocators
@@ -265,7 +266,8 @@ class _Collector:
             return
         ext = _int(args.get("External id"))
         if ext is not None and kernel_class(name) == "gemm":
-            self.t.gemm_ext[i] = ext
+            self.t.gemm_index.append(i)
+            self.t.gemm_ext.append(ext)
 
     def _host_flops(self, name: str, ts: float, end: float, args: dict[str, Any]) -> None:
         flops = _num(args.get("flops"))

@@ -67,23 +67,23 @@ def count(w: Window) -> Counted:
             if lo <= o.ts < hi:
                 c.add(o.source, o.flops, o.dtype)
         return c
+    inside = bytearray(len(t.start))
     for i in w.kept:
-        own = t.kernel_flops.get(i)
-        if own is not None:
-            c.add(KERNEL_ARGS, own[0], own[1])
-            continue
-        ext = t.gemm_ext.get(i)
-        if ext is None:
+        inside[i] = 1
+    for i, (flops, dtype) in t.kernel_flops.items():
+        if inside[i]:
+            c.add(KERNEL_ARGS, flops, dtype)
+    for i, ext in zip(t.gemm_index, t.gemm_ext, strict=True):
+        if not inside[i]:
             continue
         op = t.flop_ops.get(ext)
-        if op is None:
+        if op is None and ops:
             launch = t.launches.get(t.corr[i])
             op = _enclosing(ops, starts, launch) if launch is not None else None
         if op is None:
             c.uncounted_gemm[0] += 1
             c.uncounted_gemm[1] += t.dur[i]
-            continue
-        if id(op) not in seen:
+        elif id(op) not in seen:
             seen.add(id(op))
             c.add(op.source, op.flops, op.dtype)
     return c
