@@ -57,7 +57,7 @@ def replay_trace(
     try:
         target = load_catalog().get(profile) if profile else None
         report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
-                                  allow_missing_ranks=allow_missing_ranks)
+                                  allow_missing_ranks=allow_missing_ranks, from_profile=from_profile)
         pricer = bandwidth_ratio_pricer
         if fab.given() or from_fabric_file is not None:
             target, pricer = fabric_pricer(windows, fab, from_fabric_file, source_profile(windows, from_profile),
@@ -100,6 +100,7 @@ def _render(report: dict) -> None:
                      key=lambda c: (-round(sum(r["classes"].get(c, {}).get("total_us", 0.0) for r in ranks), 3), c))
     rows = [(c, *(_us(r["classes"][c]["total_us"]) if c in r["classes"] else "-" for r in ranks)) for c in classes]
     typer.echo("\n" + table(rows, ["KERNELS", *(f"RANK {r['rank']}" for r in ranks)]))
+    _render_flops(report)
     x = report["across_ranks"]
     if len(ranks) > 1:
         typer.echo(f"\nslowest rank: {x['slowest_rank']} ({x['why']}); {x['matched_collectives']} collectives "
@@ -109,11 +110,12 @@ def _render(report: dict) -> None:
     if w:
         rows = [(r["rank"], _us(r["replayed_source_step_us"]), _us(r["predicted_step_us"]),
                  f"{r['speedup']:.2f}x" if r["speedup"] else "-", _pct(r["launch_bound_pct"]["source"]),
-                 _pct(r["launch_bound_pct"]["target"])) for r in w["ranks"]]
+                 _pct(r["launch_bound_pct"]["target"]), _pct(r["mfu_pct"])) for r in w["ranks"]]
         typer.echo(f"\nwhat-if {w['source_profile']} -> {w['target_profile']}: predicted step "
-                   f"{_us(w['predicted_step_us'])} (replayed on {w['source_profile']}: {_us(w['source_step_us'])})")
+                   f"{_us(w['predicted_step_us'])} (replayed on {w['source_profile']}: {_us(w['source_step_us'])})"
+                   + (f", MFU {_pct(w['mfu']['mfu_pct'])}" if w["mfu"]["mfu_pct"] is not None else ""))
         typer.echo(table(rows, ["RANK", "STEP (SOURCE)", "STEP (TARGET)", "SPEEDUP", "LAUNCH-BOUND (SOURCE)",
-                                "(TARGET)"]))
+                                "(TARGET)", "MFU (TARGET)"]))
         by_time = sorted(w["classes"].items(), key=lambda kv: (-round(kv[1]["recorded_us"], 3), kv[0]))
         basis = {cls: b["target"] for cls, b in w["basis"].items()}
         if w["fabric"] is not None:
@@ -132,6 +134,32 @@ def _render(report: dict) -> None:
                    f"{sum(e['unusable'].values()):,} unusable")
     for note in report["notes"]:
         typer.echo(f"note: {note}")
+
+
+def _flops(value: float) -> str:
+    from fakegpu.perf.units import amount_text
+
+    return f"{amount_text(value)}FLOP"
+
+
+def _render_flops(report: dict) -> None:
+    """Model FLOPs per step and MFU per rank, with where the FLOPs came from."""
+    ranks = [r for r in report["ranks"] if r["flops"]["total"]]
+    if not ranks:
+        return
+    rows = []
+    for r in ranks:
+        f = r["flops"]
+        sources = ", ".join(f"{k} {v['ops']}" for k, v in f["sources"].items())
+        peak = f"{f['peak_tflops']:.4g} TFLOP/s" if f["peak_tflops"] else "-"
+        rows.append((r["rank"], _flops(f["per_step"]), f["dominant_dtype"] or "-", _us(f["step_us"]), peak,
+                     _pct(f["mfu_pct"]), sources, f["not_counted"]["gemm_kernels"]))
+    typer.echo("\n" + table(rows, ["RANK", "FLOPS/STEP", "DTYPE", "STEP", "PEAK", "MFU", "FROM (OPS)",
+                                   "GEMMS UNCOUNTED"]))
+    job = report["mfu"]
+    if len(report["ranks"]) > 1 and job["mfu_pct"] is not None:
+        typer.echo(f"job MFU {_pct(job['mfu_pct'])}: {_flops(job['flops_per_step'])} per step over the slowest "
+                   f"rank's {_us(job['step_us'])}")
 
 
 def _render_collectives(fab: dict, basis: dict) -> None:

@@ -20,6 +20,7 @@ script usually marks the end of a step when nothing else does.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +72,7 @@ class Simulated:
     pid: int
     rank: int | None
     world: int | None
-    base_realtime_ns: int  # the real-time instant of simulated time 0 (the log's first instant)
+    base_realtime_ns: int  # the real-time instant of simulated time 0 (the log's first instant; a job's: its first)
     host: list[HostCall] = field(default_factory=list)
     gpu: list[GpuWork] = field(default_factory=list)
     steps: list[tuple[float, float]] = field(default_factory=list)  # (start, end) ns of each step, host time
@@ -143,25 +144,71 @@ def _clock(log: tl.TimelineLog, host_clock: str):
     return lambda r: (r.cpu0 - origin, r.cpu0 - origin + r.cpu_dur)
 
 
+@dataclass(frozen=True)
+class Arrival:
+    """A rank reaching a collective on its stream: the moment its kernel could start, and what the log says of
+    the collective, to match it with the other ranks' (timeline_ranks)."""
+
+    group: tuple[int, int]  # (communicator tag, ranks): the communicator, as every rank of it records it
+    seq: int  # the collective's place among this rank's collectives on that communicator
+    kind: int  # the collective (timeline_price.COLLECTIVES' order)
+    count: int
+    dtype_op: int
+    nbytes: int
+    at_ns: float
+
+
+SEND, RECV = 6, 7  # point to point: paired between two ranks, not across the group in order
+
+
 def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Simulated:
-    """Play one process's log on the pricer's board, the host spaced by `host_clock` (HOST_CLOCKS)."""
+    """Play one process's log on the pricer's board, the host spaced by `host_clock` (HOST_CLOCKS), each
+    collective starting when this rank reaches it (the others' arrival unknown: timeline_ranks plays them
+    together)."""
+    run = play(log, pricer, host_clock)
+    try:
+        arrival = next(run)
+        while True:
+            arrival = run.send(arrival.at_ns)
+    except StopIteration as done:
+        return done.value
+
+
+def play(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu",
+         origin_ns: int | None = None) -> Generator[Arrival, float, Simulated]:
+    """simulate(), yielding at each group collective when this rank arrives; what is sent back is when the
+    collective's transfer starts (the last rank's arrival), which holds this rank's NCCL kernel until then.
+    `origin_ns`: the job's time 0 on the monotonic clock (the processes of one host share it), so that the ranks'
+    times compare; by default the log's own first instant."""
     records = log.records
     at = _clock(log, host_clock)
-    sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns)
+    offset = 0 if origin_ns is None else log.t0_monotonic_ns - origin_ns
+    # FakeGPU's NCCL moves the data before its call returns, waiting for the peers; a real one queues a kernel and
+    # returns. Played together the wait is modelled on the GPU, so a collective's host call costs what this
+    # process's kernel launches cost, and the rest of its recorded time comes off the host's later calls.
+    enqueue = _launch_cost(records, host_clock) if origin_ns is not None else None
+    removed = 0.0
+    sim = Simulated(log.pid, log.rank, log.world, log.t0_realtime_ns - offset)
     streams = _Streams()
     events: dict[int, float] = {}
     pending_gemm: dict[int, tl.Record] = {}  # tid -> the GEMM record its stand-in kernel launch follows
     skip = _nccl_inner_copies(records)
-    shift = 0.0
+    shift = float(offset)  # this process started `offset` after the job's time 0
     corr = FIRST_CORRELATION - 1
     tids: dict[int, int] = {}
     syncs: list[float] = []  # host end of each device-wide synchronisation
     last = float("-inf")
+    coll_seq: dict[tuple[int, int], int] = {}
     for i, r in enumerate(records):
         if i in skip:
             continue
         tids[r.tid] = tids.get(r.tid, 0) + 1
         t0, t1 = at(r)
+        t0, t1 = t0 - removed, t1 - removed
+        if enqueue is not None and r.kind == tl.COLL:
+            kept = min(t1 - t0, enqueue)
+            removed += t1 - t0 - kept
+            t1 = t0 + kept
         # The log's order is the order the calls reached the GPU: a clock reading that runs behind it (two threads'
         # stamps taken in one order and appended in the other) is moved up to its predecessor, and what follows a
         # synchronisation in the log began after it returned.
@@ -203,7 +250,13 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
         name, cat, price, call = work
         corr += 1
         start = max(t1, streams.ready(r.device, r.stream, r.tid))
-        end = start + price.seconds * 1e9
+        begin = start
+        if r.kind == tl.COLL and r.sub not in (SEND, RECV):
+            group = (r.d >> 32, r.c & 0xFFFFFFFF)
+            seq = coll_seq[group] = coll_seq.get(group, -1) + 1
+            # The kernel starts when this rank arrives and moves data once every rank has: it spins till then
+            begin = max(start, (yield Arrival(group, seq, r.sub, r.b, r.d & 0xFFFFFFFF, r.a, start)))
+        end = begin + price.seconds * 1e9
         streams.run(r.device, r.stream, r.tid, end)
         args = dict(price.args)
         if cat == "kernel" and r.kind == tl.KERNEL:
@@ -225,6 +278,12 @@ def simulate(log: tl.TimelineLog, pricer: Pricer, host_clock: str = "cpu") -> Si
     if log.cut_short:
         sim.notes.append("the log ends inside a record: the process ended before its last write")
     return sim
+
+
+def _launch_cost(records: list[tl.Record], host_clock: str) -> float:
+    """The median host time of the process's kernel launches (0 without any)."""
+    costs = sorted(r.dur if host_clock == "wall" else r.cpu_dur for r in records if r.kind == tl.KERNEL)
+    return float(costs[len(costs) // 2]) if costs else 0.0
 
 
 def _work(r: tl.Record, pricer: Pricer, pending_gemm: dict[int, tl.Record]) -> tuple[str, str, Price, str] | None:

@@ -2,8 +2,9 @@
 
 One process that used the GPU: its trace is PATH. Several (a torchrun job, DataLoader workers that touched CUDA):
 one trace per process beside PATH, `<stem>.rank<R><suffix>` (R its $RANK, else its order), each with its own
-distributedInfo, so `replay-trace` and HTA read the folder as one job. Each process is simulated on its own:
-collectives are priced by the topology model for their group, not aligned with the other ranks' arrival.
+distributedInfo, so `replay-trace` and HTA read the folder as one job. The processes are played together
+(timeline_ranks): each collective, priced by the topology model for its group, moves data once the last rank of
+its communicator has reached it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import TraceError
-from fakegpu.perf.timeline import simulate
 from fakegpu.perf.timeline_kineto import dump, kineto, summary, write
 from fakegpu.perf.timeline_log import logs_in
 from fakegpu.perf.timeline_price import Pricer
+from fakegpu.perf.timeline_ranks import simulate_job
 from fakegpu.profiles import Profile
 
 
@@ -57,8 +58,7 @@ def write_timelines(folder: str | Path, out: str | Path, profile: Profile, host_
                          "FakeGPU's CUDA libraries (native mode)")
     pricer = Pricer(profile)
     written: list[Written] = []
-    for i, log in enumerate(logs):
-        sim = simulate(log, pricer, host_clock)
+    for i, (log, sim) in enumerate(zip(logs, simulate_job(logs, pricer, host_clock), strict=True)):
         index: int | str = log.rank if log.rank is not None else i
         if any(w.rank == index for w in written):  # two processes of one rank (one forked): both kept
             index = f"{index}-pid{log.pid}"

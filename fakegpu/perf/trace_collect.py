@@ -16,9 +16,22 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
+from fakegpu.perf.trace_kernels import kernel_class, kernel_dtype
 from fakegpu.perf.trace_read import TraceFile
 
 STEP_PREFIX = "ProfilerStep"
+FLOPS_ARG, INPUT_DIMS = "cpu_op flops", "cpu_op Input Dims"
+# The matrix ops whose FLOPs count toward MFU (model FLOPs: GEMMs and convolutions), and where a GEMM's two
+# operands sit in its Input Dims: (index of A, index of B, their rank). aten::matmul and aten::linear are left
+# out: they dispatch to one of these, which carries the count.
+_GEMM_OPERANDS = {"aten::mm": (0, 1, 2), "aten::addmm": (1, 2, 2), "aten::bmm": (0, 1, 3),
+                  "aten::baddbmm": (1, 2, 3), "aten::addbmm": (1, 2, 3), "aten::_scaled_mm": (0, 1, 2)}
+MATRIX_OPS = frozenset({*_GEMM_OPERANDS, "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+                        "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::conv_transpose3d"})
+MATH_DTYPES = frozenset({"fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"})
+# An op's first input's dtype, as the profiler spells it (record_shapes' Input type)
+_TORCH_DTYPES = {"float": "fp32", "double": "fp64", "BFloat16": "bf16", "Half": "fp16", "Float8_e4m3fn": "fp8",
+                 "Float8_e5m2": "fp8", "signed char": "int8", "int8": "int8"}
 MAX_ANNOTATION_NAMES = 4096
 # Host calls that block until the GPU has finished earlier work: after one, the host's timing follows the GPU's.
 SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
@@ -71,6 +84,19 @@ class MemorySeries:
 
 
 @dataclass
+class FlopOp:
+    """A host op (cpu_op) whose FLOPs are known: torch's `flops` arg (with_flops=True), else a GEMM's from its
+    `Input Dims` (record_shapes=True)."""
+
+    name: str
+    ts: float
+    end: float
+    flops: float
+    source: str  # FLOPS_ARG or INPUT_DIMS
+    dtype: str | None
+
+
+@dataclass
 class RankTrace:
     """The reduced trace of one file (one rank)."""
 
@@ -92,6 +118,14 @@ class RankTrace:
     syncs: list[tuple[float, float, int]] = field(default_factory=list)
     annotations: dict[str, Annotation] = field(default_factory=dict)
     gpu_annotations: dict[str, Annotation] = field(default_factory=dict)
+    # FLOPs, for MFU (trace_flops): a kernel's own `flops` arg and dtype; the External id of a GEMM-class kernel
+    # without one (its host op may say); host ops that carry FLOPs or a GEMM's shapes, by External id; host ops
+    # whose FLOPs are not matrix math (torch's with_flops counts aten::mul and aten::add too), by name
+    kernel_flops: dict[int, tuple[float, str | None]] = field(default_factory=dict)
+    gemm_index: array = field(default_factory=lambda: array("q"))  # arrays, not a dict: a large trace has millions
+    gemm_ext: array = field(default_factory=lambda: array("q"))
+    flop_ops: dict[int, FlopOp] = field(default_factory=dict)
+    other_flops: dict[str, list[float]] = field(default_factory=dict)
     memory: dict[str, MemorySeries] = field(default_factory=dict)  # "device" (CUDA) and "host" allocators
     used: dict[str, int] = field(default_factory=dict)
     ignored: dict[str, int] = field(default_factory=dict)
@@ -184,6 +218,8 @@ class _Collector:
             corr = _int(args.get("correlation"))
             t.corr.append(-1 if corr is None else corr)
             self._count(t.used, f"gpu {cat or 'activity'}")
+            if cat == "kernel" and not name.startswith("nccl"):
+                self._kernel_flops(i, name, args)
             if name.startswith("nccl"):
                 meta = _collective_args(args)
                 ext = _int(args.get("External id"))
@@ -213,12 +249,46 @@ class _Collector:
             return
         if cat == "user_annotation":
             self._annotate(t.annotations, name, dur)
+        if cat == "cpu_op":
+            self._host_flops(name, ts, end, args)
         meta = _collective_args(args)
         if meta:
             ext = _int(args.get("External id"))
             if ext is not None:
                 self._host_collectives[ext] = meta
         self._count(t.used, f"host {cat or 'event'}")
+
+    def _kernel_flops(self, i: int, name: str, args: dict[str, Any]) -> None:
+        flops = _num(args.get("flops"))
+        if flops is not None and flops > 0:
+            dtype = args.get("dtype")
+            self.t.kernel_flops[i] = (flops, dtype if dtype in MATH_DTYPES else kernel_dtype(name))
+            return
+        ext = _int(args.get("External id"))
+        if ext is not None and kernel_class(name) == "gemm":
+            self.t.gemm_index.append(i)
+            self.t.gemm_ext.append(ext)
+
+    def _host_flops(self, name: str, ts: float, end: float, args: dict[str, Any]) -> None:
+        flops = _num(args.get("flops"))
+        matrix = name in MATRIX_OPS
+        if flops is not None and flops > 0 and not matrix:
+            slot = self.t.other_flops.setdefault(name, [0, 0.0])
+            slot[0] += 1
+            slot[1] += flops
+            return
+        if not matrix:
+            return
+        ext = _int(args.get("External id"))
+        if ext is None:
+            return
+        dtype = _input_dtype(args.get("Input type"))
+        if flops is not None and flops > 0:
+            self.t.flop_ops[ext] = FlopOp(name, ts, end, flops, FLOPS_ARG, dtype)
+            return
+        shaped = gemm_flops(name, args.get("Input Dims"))
+        if shaped:
+            self.t.flop_ops[ext] = FlopOp(name, ts, end, shaped, INPUT_DIMS, dtype)
 
     def _annotate(self, table: dict[str, Annotation], name: str, dur: float) -> None:
         slot = table.get(name)
@@ -254,6 +324,31 @@ class _Collector:
     def finish(self) -> None:
         for i, ext in self._pending:
             self.t.collectives[i] = dict(self._host_collectives.get(ext, {}))
+
+
+def _input_dtype(types: Any) -> str | None:
+    if isinstance(types, list) and types and isinstance(types[0], str):
+        return _TORCH_DTYPES.get(types[0].removeprefix("c10::"))
+    return None
+
+
+def _dims(value: Any, rank: int) -> list[int] | None:
+    if isinstance(value, list) and len(value) == rank and all(isinstance(v, int) and v >= 0 for v in value):
+        return value
+    return None
+
+
+def gemm_flops(name: str, dims: Any) -> float | None:
+    """2 x m x n x k (x batch) of a GEMM op from its `Input Dims`, the count torch's with_flops gives it; None
+    when the shapes are not a GEMM's."""
+    where = _GEMM_OPERANDS.get(name)
+    if where is None or not isinstance(dims, list) or len(dims) <= where[1]:
+        return None
+    a, b = _dims(dims[where[0]], where[2]), _dims(dims[where[1]], where[2])
+    if a is None or b is None or a[-1] != b[-2] or a[:-2] != b[:-2]:
+        return None
+    batch = a[0] if where[2] == 3 else 1
+    return 2.0 * batch * a[-2] * a[-1] * b[-1]
 
 
 def _collective_args(args: dict[str, Any]) -> dict[str, Any]:

@@ -22,11 +22,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fakegpu.errors import UsageError
 from fakegpu.perf.trace_collect import MemorySeries, RankTrace
 from fakegpu.perf.trace_collectives import across_summary, collectives, cross_rank, summary
+from fakegpu.perf.trace_flops import count as count_flops
+from fakegpu.perf.trace_flops import notes as flop_notes
+from fakegpu.perf.trace_flops import overall as overall_mfu
+from fakegpu.perf.trace_flops import section as flop_section
 from fakegpu.perf.trace_intervals import intersection_length, length, union
 from fakegpu.perf.trace_kernels import CATEGORIES, CLASSES, COMMUNICATION, COMPUTE, hta_category, kernel_class
+from fakegpu.perf.trace_whatif import source_profile
 from fakegpu.perf.trace_window import Window, ranges, read_ranks, window
+from fakegpu.profiles import Profile
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("replay-trace")
@@ -136,12 +143,15 @@ def _series(m: MemorySeries | None, origin: float) -> dict[str, Any]:
 
 
 def analyse(paths: list[str | Path], include_last_step: bool = False, round_us: bool = False,
-            allow_missing_ranks: bool = False) -> tuple[dict[str, Any], dict[int, Window]]:
+            allow_missing_ranks: bool = False, from_profile: str | None = None
+            ) -> tuple[dict[str, Any], dict[int, Window]]:
     """The replay-trace report (without a what-if) and the windows it was computed from. `round_us` reads every
     event's times as HolisticTraceAnalysis does (start rounded up, end down to whole microseconds), for comparing
-    with it; by default the trace's own (nanosecond) times are used."""
+    with it; by default the trace's own (nanosecond) times are used. MFU is against `from_profile`'s peaks, else
+    those of the board the trace names (none when the catalog does not know it)."""
     ranks, missing = read_ranks(paths, round_us, allow_missing_ranks)
     windows = {r: window(t, include_last_step) for r, t in ranks.items()}
+    board = _board(windows, from_profile)
     rows = []
     colls = {r: collectives(r, w) for r, w in windows.items()}
     for r, w in windows.items():
@@ -158,6 +168,7 @@ def analyse(paths: list[str | Path], include_last_step: bool = False, round_us: 
             "memory": _memory(t, b["start_us"]),
             "annotations": _annotations(t),
             "collectives": summary(colls[r]),
+            "flops": flop_section(w, count_flops(w), b["step_us"], board),
             "events": {"total": t.events, "used": dict(sorted(t.used.items())),
                        "ignored": dict(sorted(t.ignored.items())), "unusable": dict(sorted(t.unusable.items()))},
         })
@@ -170,11 +181,24 @@ def analyse(paths: list[str | Path], include_last_step: bool = False, round_us: 
                   "round_us": round_us},
         "ranks": rows,
         "across_ranks": across_summary(rows, crossed),
+        "mfu": overall_mfu(rows),
         "what_if": None,
-        "notes": _notes(rows, windows) + ([f"rank(s) {ranges(missing)} of the job are not in the input: the "
-                                           "wait times are among the ranks given"] if missing else []),
+        "notes": _notes(rows, windows) + flop_notes(rows)
+        + ([f"rank(s) {ranges(missing)} of the job are not in the input: the wait times are among the ranks given"]
+           if missing else []),
     }
     return report, windows
+
+
+def _board(windows: dict[int, Window], from_profile: str | None) -> Profile | None:
+    """The board MFU is measured against; None when the trace does not name one the catalog knows (a CPU-only
+    profile), where MFU is left unknown rather than guessed."""
+    if from_profile:
+        return source_profile(windows, from_profile)  # a name the catalog does not know is the user's error
+    try:
+        return source_profile(windows, None)
+    except UsageError:
+        return None
 
 
 def _annotations(t: RankTrace) -> dict[str, Any]:

@@ -31,6 +31,8 @@ from fakegpu.perf.ops import Attention, Gemm, MemoryOp
 from fakegpu.perf.roofline import Board, pricing
 from fakegpu.perf.trace_collectives import Collective, collectives
 from fakegpu.perf.trace_fabric import FabricPricer
+from fakegpu.perf.trace_flops import count as count_flops
+from fakegpu.perf.trace_flops import mfu_pct, peak
 from fakegpu.perf.trace_kernels import kernel_class, kernel_dtype
 from fakegpu.perf.trace_links import CollectivePricer, bandwidth_ratio_pricer, pcie_gb_s, ratio_basis
 from fakegpu.perf.trace_retime import replay
@@ -180,6 +182,7 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
                      "predicted_step_us": b / steps, "speedup": a / b if b else None,
                      "launch_bound_pct": {"source": same[r].launch_bound_pct, "target": new[r].launch_bound_pct}})
     step = max(x["predicted_step_us"] for x in rows)
+    mfu = _what_if_mfu(windows, rows, target)
     basis = {cls: {"source": src.of(cls, "").basis, "target": dst.of(cls, "").basis}
              for cls in classes_used if cls not in ("nccl", "sync")}
     basis[NCCL] = fabric.basis() if fabric is not None else {"source": ratio_basis(source),
@@ -198,5 +201,22 @@ def what_if(windows: dict[int, Window], target: Profile, *, from_profile: str | 
         "classes": {k: {"recorded_us": a, "predicted_us": b} for k, (a, b) in sorted(by_class.items())},
         "basis": basis,
         "fabric": fabric.section() if fabric is not None else None,
+        "mfu": mfu,
         "notes": notes,
     }
+
+
+def _what_if_mfu(windows: dict[int, Window], rows: list[dict[str, Any]], target: Profile) -> dict[str, Any]:
+    """MFU at the predicted step on the target: each rank's FLOPs per step (trace_flops) over its predicted step
+    and the target's peak for the rank's dominant dtype; the job's over the slowest rank's step. Sets each row's
+    mfu_pct."""
+    flops, peaks = 0.0, 0.0
+    for row in rows:
+        counted = count_flops(windows[row["rank"]])
+        per_step = counted.flops / counted.steps
+        p = peak(target, counted.dominant)
+        row["mfu_pct"] = mfu_pct(per_step, row["predicted_step_us"], p)
+        flops += per_step
+        peaks = peaks + p if p is not None and peaks is not None else None
+    step = max(r["predicted_step_us"] for r in rows)
+    return {"flops_per_step": flops, "step_us": step, "mfu_pct": mfu_pct(flops, step, peaks)}

@@ -29,6 +29,9 @@ from fakegpu.cli.main import app
 from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.ops import Gemm
 from fakegpu.perf.roofline import Board, estimate_op
+from fakegpu.perf.timeline import simulate
+from fakegpu.perf.timeline_kineto import summary
+from fakegpu.perf.timeline_price import Pricer
 from fakegpu.perf.trace_replay import analyse
 from fakegpu.profiles import load_catalog
 from fakegpu.profiles.efficiency import load
@@ -70,7 +73,27 @@ def test_the_readme_shows_what_it_prints(run) -> None:
     printed = CliRunner().invoke(app, ["replay-trace", str(run["trace"])])
     assert printed.exit_code == 0, printed.output
     ours = "\n".join(line.rstrip() for line in printed.stdout.splitlines())
-    assert ours[ours.index("KERNELS"):].strip() == replay_shown[replay_shown.index("KERNELS"):].strip()
+    assert _gpu_side(ours) == _gpu_side(replay_shown)
+    # MFU: replay-trace reads the FLOPs the timeline writes on its GEMMs and gives the MFU `run --timeline` prints
+    sim = simulate(run["log"], Pricer(load_catalog().get("h100")))
+    printed_summary = summary(sim, load_catalog().get("h100"))
+    report, _ = analyse([run["trace"]])
+    flops = report["ranks"][0]["flops"]
+    assert flops["sources"].keys() == {"kernel args"} and flops["not_counted"]["gemm_kernels"] == 0
+    assert flops["per_step"] == pytest.approx(printed_summary["gemm_flops"], rel=1e-9)
+    assert flops["mfu_pct"] == pytest.approx(100 * printed_summary["mfu"], rel=1e-3)
+    shown_mfu = float(re.search(r"MFU ([\d.]+)%", shown).group(1))
+    assert shown_mfu > 0
+
+
+def _gpu_side(text: str) -> str:
+    """replay-trace's output from its kernel table on, without the FLOPs table's host-timed rows (step, MFU)."""
+    lines, out, table = text[text.index("KERNELS"):].strip().splitlines(), [], False
+    for line in lines:
+        table = line.startswith("RANK  FLOPS/STEP") or (table and re.match(r"-|\d+ ", line) is not None)
+        if not table:
+            out.append(line)
+    return "\n".join(out)
 
 
 def test_hta_loads_and_analyses_the_trace(run) -> None:
@@ -169,8 +192,15 @@ def test_ranks_of_a_ddp_job_get_a_trace_each_with_collectives_priced_by_the_topo
         assert len(reduces) >= 3  # one bucket per step: the Linear's 512 x 512 weight and its bias
         for e in reduces:
             assert e["args"]["In msg nelems"] == 512 * 512 + 512 and e["args"]["Group size"] == 2
-            seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
-            assert e["dur"] == pytest.approx(seconds * 1e6, abs=1e-3)
+    # the ranks are played together: each all-reduce ends on both ranks at once, the last to arrive spends the
+    # topology model's time in it, the first that plus its wait
+    seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
+    pairs = list(zip(*([e for e in doc["traceEvents"] if e["name"].startswith("ncclDevKernel_AllReduce")]
+                       for doc in (docs[0], docs[1])), strict=True))
+    assert len(pairs) >= 3
+    for a, b in pairs:
+        assert a["ts"] + a["dur"] == pytest.approx(b["ts"] + b["dur"], abs=2e-3)
+        assert min(a["dur"], b["dur"]) == pytest.approx(seconds * 1e6, abs=2e-3)
     done = subprocess.run([sys.executable, "-m", "tests.perf.hta_peer", str(out.parent)], cwd=REPO,
                           capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
@@ -180,3 +210,53 @@ def test_ranks_of_a_ddp_job_get_a_trace_each_with_collectives_priced_by_the_topo
     for r in report["ranks"]:
         for key in ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct"):
             assert abs(r[key] - peer[r["rank"]][key]) <= 1.0, (r["rank"], key, r[key], peer[r["rank"]][key])
+
+
+
+SKEWED = DDP.replace("""def step():
+    model(x).pow(2).mean().backward()""", """w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
+def step():
+    if rank == 1:  # the slow rank: 100 bf16 4096^3 matmuls (about 20 ms on an H100) before its all-reduce
+        for _ in range(100):
+            torch.mm(w, w)
+    model(x).pow(2).mean().backward()""")
+
+
+def test_a_fast_rank_waits_in_the_all_reduce_for_the_slow_one(tmp_path: Path, cuda_build, cuda_torch) -> None:
+    """A real 2-rank job whose rank 1 does 100 matmuls more per step: rank 0's NCCL kernels start when it arrives
+    and end with rank 1's, the last to arrive spending the topology model's time in it; rank 0's run longer by
+    about those matmuls' priced time (the hosts' own timing, this machine's, moves it by milliseconds: half of it is
+    asked); replay-trace reports the wait as rank 0's exposed communication."""
+    from fakegpu.perf.timeline_price import _collective_time
+
+    script = tmp_path / "skewed.py"
+    script.write_text(SKEWED)
+    out = tmp_path / "traces" / "ddp.json"
+    proc = run_fakegpu(["--devices", "h100:2", "--timeline", str(out), "--", sys.executable, "-m",
+                        "torch.distributed.run", "--nproc_per_node", "2", str(script)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "do not match" not in proc.stderr
+    docs = {int(p.name.split(".rank")[1].split(".")[0]): json.loads(p.read_text()) for p in out.parent.iterdir()}
+
+    def reduces(doc):
+        return [e for e in doc["traceEvents"] if e["name"].startswith("ncclDevKernel_AllReduce")]
+
+    big = [e for e in docs[1]["traceEvents"] if e.get("args", {}).get("m") == 4096]
+    steps = len(reduces(docs[1]))
+    assert len(big) == 100 * steps
+    extra_us = sum(e["dur"] for e in big) / steps
+    seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
+    slow_by_end = {round(e["ts"] + e["dur"], 2): e for e in reduces(docs[1])}
+    waits = []
+    for fast in reduces(docs[0]):
+        slow = slow_by_end[round(fast["ts"] + fast["dur"], 2)]  # both end the collective together
+        assert slow["dur"] == pytest.approx(seconds * 1e6, abs=2e-3)
+        waits.append(fast["dur"] - slow["dur"])
+    # The first timed step still holds DDP's first-iteration host work (bucket rebuilding), timed on this machine's
+    # clock, which can make rank 0 as late as rank 1's matmuls; the steps after it are steady.
+    assert min(waits) >= 0 and all(w >= extra_us / 2 for w in waits[1:]), (waits, extra_us)
+    report, _ = analyse([out.parent])
+    r0, r1 = report["ranks"]
+    assert r0["exposed_communication_us"] - r1["exposed_communication_us"] >= sum(waits[1:]) * 0.99
+    assert report["across_ranks"]["slowest_rank"] == 1

@@ -129,27 +129,48 @@ NORM = "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10
 SUM = "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>()"
 
 
+# The GEMMs' shapes by their length at scale 1 (us): (m, k, n), bf16, for the aten::mm ops `shapes` writes
+GEMM_SHAPES = {40.0: (8192, 1024, 1024), 50.0: (8192, 1024, 1024), 60.0: (8192, 1024, 2048),
+               70.0: (8192, 1024, 2048), 80.0: (8192, 1024, 3072)}
+
+
+def _gemm(t: Trace, ts: float, dur: float, base: float, launch: float, shapes: bool) -> None:
+    """A GEMM kernel; with `shapes`, launched from an aten::mm op with its Input Dims (record_shapes=True)."""
+    if not shapes:
+        t.kernel(GEMM, ts, dur, launch=launch)
+        return
+    m, k, n = GEMM_SHAPES[base]
+    ext = t._ext
+    t.host("aten::mm", launch - 1.0, 4.0, **{"Input Dims": [[m, k], [k, n]],
+                                             "Input type": ["c10::BFloat16", "c10::BFloat16"]})
+    t.kernel(GEMM, ts, dur, launch=launch, **{"External id": ext})
+
+
 def training_steps(t: Trace | list[Trace], steps: int = 4, *, compute_scale: float | list[float] = 1.0,
-                   t0: float = 0.0, comm: bool = False, gap: float = 20.0) -> float:
+                   t0: float = 0.0, comm: bool = False, gap: float = 20.0, shapes: bool = False) -> float:
     """`steps` training steps of a small transformer on one rank or several (a list of traces, one scale each):
     GEMMs, attention, elementwise, a reduction, a copy, memory events, and with `comm` an all-reduce on its own
     stream overlapping the backward GEMMs, which ends on every rank when the last rank has joined it plus the
     transfer. The host runs ahead of the GPU as in an ordinary GPU-bound loop (a launch every 6 us from the step's
-    start) and blocks in cudaStreamSynchronize at the step's end (loss.item()). Returns the end."""
+    start) and blocks in cudaStreamSynchronize at the step's end (loss.item()). With `shapes`, each GEMM's aten::mm
+    op and its Input Dims (GEMM_SHAPES), for MFU. Returns the end."""
     traces = t if isinstance(t, list) else [t]
     scales = compute_scale if isinstance(compute_scale, list) else [compute_scale] * len(traces)
     now = [t0] * len(traces)
     for n in range(steps):
-        plans = [_forward(tr, n, now[r], scales[r], gap) for r, tr in enumerate(traces)]
+        plans = [_forward(tr, n, now[r], scales[r], gap, shapes) for r, tr in enumerate(traces)]
         joined = max(p["bwd"] + 30.0 for p in plans)
         for r, (tr, p) in enumerate(zip(traces, plans, strict=True)):
             bwd = p["bwd"]
             if comm:
                 arrive = bwd + 30.0
                 tr.nccl("allreduce", arrive, joined + 150.0 - arrive, nelems=25_000_000, launch=p["launch"](arrive))
-            for name, dur in ((GEMM, 70.0 * scales[r]), (GEMM, 70.0 * scales[r]), (SUM, 12.0), (ADD, 9.0),
-                              (GEMM, 50.0 * scales[r])):
-                tr.kernel(name, bwd, dur, launch=p["launch"](bwd))
+            for name, base in ((GEMM, 70.0), (GEMM, 70.0), (SUM, 12.0), (ADD, 9.0), (GEMM, 50.0)):
+                dur = base * scales[r] if name == GEMM else base
+                if name == GEMM:
+                    _gemm(tr, bwd, dur, base, p["launch"](bwd), shapes)
+                else:
+                    tr.kernel(name, bwd, dur, launch=p["launch"](bwd))
                 bwd += dur + 3.0
             end = max(bwd, joined + 150.0 if comm else bwd) + 10.0
             tr.kernel("Memset (Device)", end - 8.0, 2.0, cat="gpu_memset", launch=p["launch"](end - 8.0))
@@ -162,7 +183,7 @@ def training_steps(t: Trace | list[Trace], steps: int = 4, *, compute_scale: flo
     return max(now)
 
 
-def _forward(t: Trace, n: int, begin: float, scale: float, gap: float) -> dict:
+def _forward(t: Trace, n: int, begin: float, scale: float, gap: float, shapes: bool = False) -> dict:
     host = begin + 2.0
 
     def launch(at: float) -> float:
@@ -175,9 +196,12 @@ def _forward(t: Trace, n: int, begin: float, scale: float, gap: float) -> dict:
     t.kernel("Memcpy HtoD (Pageable -> Device)", k, 12.0, launch=launch(k), cat="gpu_memcpy",
              bytes=1 << 20, **{"memory bandwidth (GB/s)": 87.4})
     k += 12.0 + gap
-    for name, dur in ((NORM, 8.0), (GEMM, 60.0 * scale), (FLASH, 45.0 * scale), (GEMM, 40.0 * scale), (ADD, 6.0),
-                      (GEMM, 80.0 * scale), (ADD, 5.0)):
-        t.kernel(name, k, dur, launch=launch(k))
+    for name, base in ((NORM, 8.0), (GEMM, 60.0), (FLASH, 45.0), (GEMM, 40.0), (ADD, 6.0), (GEMM, 80.0), (ADD, 5.0)):
+        dur = base * scale if name in (GEMM, FLASH) else base
+        if name == GEMM:
+            _gemm(t, k, dur, base, launch(k), shapes)
+        else:
+            t.kernel(name, k, dur, launch=launch(k))
         k += dur + 2.0
     t.memory(k, (1 << 30) + (300 << 20), 2 << 30, 300 << 20)
     return {"begin": begin, "bwd": k + gap, "launch": launch}
@@ -230,10 +254,11 @@ def multistream(t: Trace, steps: int = 5, seed: int = 7) -> None:
 
 
 def write_example(folder: Path) -> None:
-    """tests/data/traces/ddp-2rank: the README's example, two ranks of four steps, rank 1's GEMMs 25% slower."""
+    """tests/data/traces/ddp-2rank: the README's example, two ranks of four steps, rank 1's GEMMs 25% slower, the
+    GEMMs' aten::mm ops with their shapes (as record_shapes=True writes them)."""
     folder.mkdir(parents=True, exist_ok=True)
     pair = [Trace(rank=r, world=2) for r in (0, 1)]
-    training_steps(pair, 4, comm=True, compute_scale=[1.0, 1.25])
+    training_steps(pair, 4, comm=True, compute_scale=[1.0, 1.25], shapes=True)
     for t in pair:
         t.write(folder / f"rank{t.rank}.json.gz")
 

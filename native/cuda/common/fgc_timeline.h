@@ -27,7 +27,8 @@ enum {
     FGC_TL_GEMM,        /* before its stand-in's launch: a = m | n << 32, b = k | batch << 32, c = name id of the
                            routine, d = A's cudaDataType | compute type << 16 | FGC_TL_GEMM_* flags << 48 */
     FGC_TL_COLL,        /* sub = the collective (coll.c's fgn_coll order), a = bytes, b = element count,
-                           c = nranks | rank << 32, d = ncclDataType_t | ncclRedOp_t << 16 */
+                           c = nranks | rank << 32, d = ncclDataType_t | ncclRedOp_t << 16 | communicator
+                           tag << 32 (equal on every rank of the communicator, never 0) */
     FGC_TL_NAME,        /* a = id, b = length; the name's bytes follow, padded to 8 */
     FGC_TL_TRUNCATED,   /* a = records dropped past the limit */
 };
@@ -46,7 +47,8 @@ typedef struct {
     uint32_t tid;
     int64_t t0;            /* CLOCK_MONOTONIC ns at the call's start (0 from a library: the driver's now) */
     int64_t cpu0;          /* CLOCK_PROCESS_CPUTIME_ID ns at the call's start (0 likewise) */
-    uint32_t dur, cpu_dur; /* ns the call took on each clock (filled in by the driver; the same today) */
+    uint32_t dur, cpu_dur; /* ns the call took on each clock (filled in by the driver, the CPU one taken to be the
+                            * wall one; NCCL measures its own: its calls wait for the peers) */
     uint64_t stream;       /* the stream handle (0: the legacy default stream, 2: the per-thread default stream) */
     uint64_t a, b, c, d;
 } fgc_tl_record;

@@ -184,7 +184,8 @@ static __thread uint32_t thread_id;
 
 /* t0 and cpu0 at the call's start (now when unset); the call's durations up to now. The process's CPU time is a
  * system call to read, a launch's own cost here: it is read once per record, and the call's CPU duration taken to
- * be its wall duration (a call is too short to lose the CPU often). */
+ * be its wall duration (a call is too short to lose the CPU often), unless the library measured it (cpu_dur set:
+ * NCCL's, whose calls wait for their peers, partly asleep). */
 void fgd_timeline_put(fgc_tl_record *r, const char *name)
 {
     if (!fgd_timeline_on())
@@ -195,7 +196,9 @@ void fgd_timeline_put(fgc_tl_record *r, const char *name)
         r->t0 = wall;
     if (!r->cpu0)
         r->cpu0 = cpu_now() - before;
-    r->dur = r->cpu_dur = since(r->t0, wall);
+    r->dur = since(r->t0, wall);
+    if (!r->cpu_dur)
+        r->cpu_dur = r->dur;
     if (r->device == FGC_TL_NO_DEVICE) {
         struct CUctx_st *c = fgd_current();
         r->device = (uint16_t)(c ? c->device : 0);

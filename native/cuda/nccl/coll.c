@@ -93,18 +93,35 @@ static ncclResult_t finished(ncclComm_t c, fgn_coll k, size_t b, int exchanged)
     return done(k, b, exchanged && !c->peer_hung);
 }
 
+/* The communicator as every rank of it names it (its unique id's key, the same on each rank; the handle is not):
+ * how the timeline matches one collective across the ranks' logs. 0 is kept for "not recorded". */
+static uint32_t comm_tag(ncclComm_t c)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (int i = 0; i < FGN_KEY; i++)
+        h = (h ^ c->key[i]) * 16777619u;
+    return h ? h : 1;
+}
+
 /* The operation in the timeline log (common/fgc_timeline.h): `b` its bytes as the process report counts them, on
  * the program's stream, for `fakegpu run --timeline` to price with the topology model. */
 static ncclResult_t logged(ncclResult_t rc, fgn_coll k, ncclComm_t c, cudaStream_t st, size_t count,
                            ncclDataType_t t, int op, size_t b, const struct timespec t0[2])
 {
     if (rc == ncclSuccess && c) {
-        fgc_tl_record r = {.kind = FGC_TL_COLL, .sub = (uint8_t)k, .device = (uint16_t)c->device,
+        /* The CPU time the call took, waiting for the peers included (spins, then sleeps): what the timeline takes
+         * off the host's CPU clock after the call when it plays the ranks together and models that wait itself. */
+        struct timespec cpu;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu);
+        long long spent = (long long)(cpu.tv_sec - t0[1].tv_sec) * 1000000000LL + (cpu.tv_nsec - t0[1].tv_nsec);
+        fgc_tl_record r = {.kind = FGC_TL_COLL, .cpu_dur = spent < 1 ? 1u : spent > 0xffffffffLL ? 0xffffffffu
+                                                                                                : (uint32_t)spent, .sub = (uint8_t)k, .device = (uint16_t)c->device,
                            .t0 = (int64_t)t0[0].tv_sec * 1000000000LL + t0[0].tv_nsec,
                            .cpu0 = (int64_t)t0[1].tv_sec * 1000000000LL + t0[1].tv_nsec,
                            .stream = (uint64_t)(uintptr_t)st,
                            .a = b, .b = count, .c = (uint64_t)(uint32_t)c->nranks | (uint64_t)(uint32_t)c->rank << 32,
-                           .d = (uint64_t)(uint32_t)t | (uint64_t)(uint32_t)(op & 0xffff) << 16};
+                           .d = (uint64_t)(uint32_t)t | (uint64_t)(uint32_t)(op & 0xffff) << 16 |
+                                (uint64_t)comm_tag(c) << 32};
         fgc_timeline(&r, NULL);
     }
     return rc;
