@@ -248,15 +248,20 @@ def test_a_fast_rank_waits_in_the_all_reduce_for_the_slow_one(tmp_path: Path, cu
     extra_us = sum(e["dur"] for e in big) / steps
     seconds, _, _ = _collective_time(load_catalog().get("h100"), "all-reduce", 2, 4.0 * (512 * 512 + 512))
     slow_by_end = {round(e["ts"] + e["dur"], 2): e for e in reduces(docs[1])}
-    waits = []
-    for fast in reduces(docs[0]):
+    waits, diffs = [], []
+    for i, fast in enumerate(reduces(docs[0])):
         slow = slow_by_end[round(fast["ts"] + fast["dur"], 2)]  # both end the collective together
-        assert slow["dur"] == pytest.approx(seconds * 1e6, abs=2e-3)
-        waits.append(fast["dur"] - slow["dur"])
-    # The first timed step still holds DDP's first-iteration host work (bucket rebuilding), timed on this machine's
-    # clock, which can make rank 0 as late as rank 1's matmuls; the steps after it are steady.
-    assert min(waits) >= 0 and all(w >= extra_us / 2 for w in waits[1:]), (waits, extra_us)
+        diffs.append(fast["dur"] - slow["dur"])
+        # Whichever rank arrived last spends the priced transfer in it. The first timed step still holds DDP's
+        # first-iteration host work (bucket rebuilding), timed on this machine's clock, which can make rank 0
+        # later than rank 1's matmuls (seen with a parallel test run beside it); the steps after it are steady,
+        # and in them rank 1 is the last to arrive.
+        assert min(fast["dur"], slow["dur"]) == pytest.approx(seconds * 1e6, abs=2e-3)
+        if i:
+            assert slow["dur"] == pytest.approx(seconds * 1e6, abs=2e-3)
+            waits.append(fast["dur"] - slow["dur"])
+    assert waits and all(w >= extra_us / 2 for w in waits), (waits, extra_us)
     report, _ = analyse([out.parent])
     r0, r1 = report["ranks"]
-    assert r0["exposed_communication_us"] - r1["exposed_communication_us"] >= sum(waits[1:]) * 0.99
+    assert r0["exposed_communication_us"] - r1["exposed_communication_us"] >= sum(diffs) - 0.01 * sum(map(abs, diffs))
     assert report["across_ranks"]["slowest_rank"] == 1
