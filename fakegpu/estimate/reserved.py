@@ -5,13 +5,17 @@ from training and inference steps run in native mode: PyTorch's own caching allo
 device memory, so the segments, rounding and caching it reports are the real allocator's. The model, per kind of
 step and per allocator configuration:
 
-    reserved = resident + max(transient, a * transient + c * optimizer_states + b)
+    reserved = resident + max(transient, a * transient + c * optimizer_states + b) + v * logits
 
 `resident` is what stays allocated across steps (weights; in training also the optimizer states), `transient` the
 step's peak allocation above it. `a` is how much more than its own peak the step's blocks of varying sizes hold;
 `c` is the extra that optimizer states cost when the first step allocates them in between freed activations (the
 next step's activations no longer fit the split blocks); `b` is a constant such as the small-block pool's 2 MiB
-segments. A step never reserves less than it allocates, hence the max.
+segments. A step never reserves less than it allocates, hence the max. `v` is nonzero only for training whose
+batches vary in length: every step's loss buffers (the full-vocabulary logits, their fp32 upcast and log-softmax:
+`logits`, as training_recipes.logits_bytes counts them) have another size, and segments cut for earlier steps'
+sizes stay reserved; on the fit's runs that extra is proportional to those buffers (the other tensors of a step
+are smaller and reuse split blocks).
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ DEFAULT_FIT_PATH = Path(__file__).resolve().parent / "data" / "reserved_fit.json
 # adds (a recomputed layer's blocks cached beside the logits') is plan-training's own term (training.py, cached_only),
 # so separate coefficients fitted on measured totals would count it twice; the fit file still scores the
 # checkpointed runs apart. Training whose batches vary in length (padded per batch, no packing) has its own set:
-# each step's blocks have other sizes, and the allocator keeps segments cut for earlier steps (on Llama-2-7B's
-# LoRA step, 0.7 GiB more than the same step at a fixed length).
+# the fixed-length step's a and c plus v (on Llama-2-7B's LoRA step, 0.7 GiB more than at a fixed length).
 KINDS = ("training", "training_varying", "inference")
 DEFAULT_ALLOC = "default"  # PYTORCH_CUDA_ALLOC_CONF unset (expandable_segments off)
 TERMS = ("a", "c", "b")
+OPTIONAL_TERMS = ("v",)  # absent in fit files written before it: 0
 
 
 @dataclass(frozen=True)
@@ -43,12 +47,14 @@ class Terms:
     a: float
     c: float
     b: float
+    v: float = 0.0
 
-    def held(self, transient: float, optimizer_states: float = 0) -> float:
-        """Bytes the allocator reserves for a step whose peak is `transient` above the resident tensors."""
+    def held(self, transient: float, optimizer_states: float = 0, logits: float = 0) -> float:
+        """Bytes the allocator reserves for a step whose peak is `transient` above the resident tensors, `logits`
+        the bytes of its loss buffers (used by `v`)."""
         if transient <= 0:
             return 0.0
-        return max(float(transient), self.a * transient + self.c * optimizer_states + self.b)
+        return max(float(transient), self.a * transient + self.c * optimizer_states + self.b) + self.v * logits
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,10 @@ def parse_fit(doc: object, path: Path) -> ReservedFit:
             if not isinstance(t, dict) or not all(isinstance(t.get(k), (int, float)) for k in TERMS):
                 raise EstimateInputError(path, f"needs numbers {', '.join(TERMS)}",
                                          field=f"alloc_confs.{alloc}.terms.{kind}")
-            terms[alloc][kind] = Terms(*(float(t[k]) for k in TERMS))
+            if not all(isinstance(t.get(k, 0), (int, float)) for k in OPTIONAL_TERMS):
+                raise EstimateInputError(path, f"{', '.join(OPTIONAL_TERMS)} must be numbers",
+                                         field=f"alloc_confs.{alloc}.terms.{kind}")
+            terms[alloc][kind] = Terms(*(float(t[k]) for k in TERMS), *(float(t.get(k, 0)) for k in OPTIONAL_TERMS))
     return ReservedFit(path, str(doc.get("torch", "")), terms)
 
 

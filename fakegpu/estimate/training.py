@@ -501,7 +501,7 @@ def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Over
     # rows: the allocated figures fit the sequential peak, the reserved ones the sum).
     cached_only = {"forward": act["logits_forward"] - logits_fwd, "backward": act["logits"] - logits_bwd}
     details = {"trainable": int(trainable * pp * tp), "total": total, "stage": stage, "init_cache": init_cache,
-               "cached_only": cached_only}
+               "cached_only": cached_only, "loss_buffers": act["logits"]}
     return phases, details
 
 
@@ -562,7 +562,8 @@ def _totals(phases: dict, overheads: Overheads, gpus: int, details: dict | None 
         allocated = sum(ints.values())
         resident = ints.get("weights", 0) + ints.get("frozen_weights", 0) + ints.get("optimizer_states", 0)
         pools = sum(ints.get(k, 0) for k in STREAM_POOLS)
-        compute = terms.held(allocated - resident - pools + cached_only.get(name, 0), ints.get("optimizer_states", 0))
+        compute = terms.held(allocated - resident - pools + cached_only.get(name, 0), ints.get("optimizer_states", 0),
+                             details.get("loss_buffers", 0) if name not in ("load", "fsdp_setup") else 0)
         held = resident + pools + (max(compute, init_cache) if name != "load" else compute)
         reserved = runtime.round_up(held, runtime.LARGE_ROUND)
         out[name] = {"components": ints, "max_memory_allocated": allocated, "max_memory_reserved": reserved,

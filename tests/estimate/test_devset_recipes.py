@@ -3,7 +3,7 @@
 Reached when written: recipes, 7 rows from torchtune's README 'Optimization flags' table (each feature on top of the
 previous one): median |error| 3.7 %, worst underestimate -5.1 %, worst +9.3 % (activation checkpointing: the plan
 sums all gradients with the loss's buffers in backward). lora-modules, 4 rows from torchtune's LoRA tutorial
-(max_memory_reserved, batches padded per batch: --varying-lengths): -2.0 to -3.4 %, median 3.4 %. Before the
+(max_memory_reserved, batches padded per batch: --varying-lengths): -2.6 to -3.1 %, median 2.8 %. Before the
 varying-length terms every row was the same ~1.05 GiB short (-6.4 to -7.2 %); what the rows differ in (targets,
 rank) is reproduced: see test_lora_module_rows_differ_as_measured.
 """

@@ -64,7 +64,7 @@ def test_quick_run_records_the_allocator_and_writes_a_loadable_fit(tmp_path: Pat
     assert fit.torch == written["torch"]
     for kind in reserved.KINDS:
         t = written["alloc_confs"]["default"]["terms"][kind]
-        assert fit.for_kind(kind) == reserved.Terms(t["a"], t["c"], t["b"])
+        assert fit.for_kind(kind) == reserved.Terms(t["a"], t["c"], t["b"], t["v"])
         assert fit.for_kind(kind).a >= 1.0  # the allocator never holds less than a step's own peak
         assert written["alloc_confs"]["default"]["scores"][kind]["runs"] >= 1
 
@@ -84,7 +84,7 @@ def test_the_tool_writes_the_file_the_estimators_read(monkeypatch: pytest.Monkey
     # Every shipped workload's residual is what the shipped terms give for it.
     for row in shipped["alloc_confs"]["default"]["workloads"]:
         t = fit.for_kind(row["kind"])
-        held = t.held(row["transient_bytes"], row["optimizer_state_bytes"])
+        held = t.held(row["transient_bytes"], row["optimizer_state_bytes"], row["loss_buffer_bytes"])
         assert runtime.round_up(row["resident_bytes"] + held, runtime.LARGE_ROUND) == row["predicted_reserved"]
 
 
@@ -96,6 +96,14 @@ def test_bad_fit_files_say_what_is_wrong(tmp_path: Path) -> None:
     doc = json.loads(reserved.DEFAULT_FIT_PATH.read_text())
     del doc["alloc_confs"]["default"]["terms"]["inference"]
     with pytest.raises(EstimateInputError, match="needs terms for exactly"):
+        reserved.parse_fit(doc, bad)
+    # v came later: a file without it reads as v = 0; a v that is not a number is refused.
+    doc = json.loads(reserved.DEFAULT_FIT_PATH.read_text())
+    for t in doc["alloc_confs"]["default"]["terms"].values():
+        t.pop("v")
+    assert all(t.v == 0 for t in reserved.parse_fit(doc, bad).terms["default"].values())
+    doc["alloc_confs"]["default"]["terms"]["training"]["v"] = "2"
+    with pytest.raises(EstimateInputError, match="v must be numbers"):
         reserved.parse_fit(doc, bad)
 
 
@@ -137,8 +145,10 @@ def test_varying_batch_lengths_reserve_more_not_allocate_more(models: dict[str, 
     from fakegpu.estimate.training import TrainingOptions, plan_training
 
     shipped = reserved.load_fit()
-    # Measured in native mode: batches of varying length leave more cached than the same step at one length.
-    assert shipped.for_kind("training_varying").a > shipped.for_kind("training").a
+    # Measured in native mode: batches of varying length leave more cached than the same step at one length, in
+    # proportion to the loss's buffers; the rest of the step is held as at a fixed length.
+    fixed_t, varying_t = shipped.for_kind("training"), shipped.for_kind("training_varying")
+    assert varying_t.v > 0 == fixed_t.v and (varying_t.a, varying_t.c) == (fixed_t.a, fixed_t.c)
     model = models["qwen3-8b"]
     fixed = plan_training(model, TrainingOptions(method="lora", micro_batch=2, seq_len=512))
     varying = plan_training(model, TrainingOptions(method="lora", micro_batch=2, seq_len=512, varying_lengths=True))

@@ -13,8 +13,11 @@ are found by least squares on the relative error of the whole reserved figure (w
 10 MiB miss on a 100 MiB run weighs as much as a 1 GiB miss on a 10 GiB run. Training fits a and c with b = 0:
 a constant fitted on models of at most 1B parameters would be carried unchanged to 70B ones, while a and c scale
 with what they multiply; c is kept only if it comes out positive (states cannot free memory). Inference fits a and
-b (no optimizer; b is the small pool's segments and the like, a few MiB). Residuals per workload are kept in the
-fit file.
+b (no optimizer; b is the small pool's segments and the like, a few MiB). Training whose batches vary in length
+keeps the fixed-length terms and adds v * the loss's buffers (logits, fp32 upcast, log-softmax, as
+training_recipes.logits_bytes counts them), the tensors whose segments, cut for each step's length, stay reserved;
+v is fitted on what the fixed terms leave.
+Residuals per workload are kept in the fit file.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import statistics
 
 from fakegpu.estimate import runtime
 from fakegpu.estimate.reserved import KINDS, SCHEMA, Terms
+from fakegpu.estimate.training_recipes import logits_bytes
 
 MIB = 1 << 20
 
@@ -52,10 +56,13 @@ def row(run: dict, expandable: bool) -> dict:
     peak_reserved = run["run_peak_reserved"] - base_reserved
     modeled = runtime.reserved_for_resident(params, expandable=expandable)
     resident = modeled if spec["kind"] == "inference" else allocated
+    # The loss's buffers as plan-training counts them (bf16 logits, also under autocast, and the fp32 ones).
+    loss = 0 if spec["kind"] == "inference" else logits_bytes(spec["batch"] * spec["seq"], spec["model"]["vocab"], 2,
+                                                                "full")
     return {"name": spec["name"], "kind": kind_of(spec), "checkpointed": bool(spec.get("grad_checkpointing")),
             "resident_bytes": resident,
             "resident_allocated_bytes": allocated, "transient_bytes": peak_allocated - allocated,
-            "optimizer_state_bytes": sum(runtime.round_alloc(n) for n in states),
+            "optimizer_state_bytes": sum(runtime.round_alloc(n) for n in states), "loss_buffer_bytes": loss,
             "max_memory_allocated": peak_allocated, "max_memory_reserved": peak_reserved,
             "load_reserved_measured": load["reserved"] - base_reserved,
             "load_reserved_modeled": modeled,
@@ -99,9 +106,22 @@ def fit_terms(rows: list[dict], names: tuple[str, ...]) -> Terms:
     return Terms(got["a"], got.get("c", 0.0), got.get("b", 0.0))
 
 
+def fit_varying(rows: list[dict], fixed: Terms) -> Terms:
+    """Batches of varying length: the fixed-length step's terms plus v * the loss's buffers, v by weighted least
+    squares on what the fixed terms leave (weight 1 / reserved, as fit_terms)."""
+    num = den = 0.0
+    for r in rows:
+        rest = r["max_memory_reserved"] - r["resident_bytes"] - fixed.held(r["transient_bytes"],
+                                                                           r["optimizer_state_bytes"])
+        w2 = 1.0 / r["max_memory_reserved"] ** 2
+        num += r["loss_buffer_bytes"] * rest * w2
+        den += r["loss_buffer_bytes"] ** 2 * w2
+    return Terms(fixed.a, fixed.c, fixed.b, max(0.0, num / den) if den else 0.0)
+
+
 def predict(r: dict, terms: Terms) -> int:
     """What the estimators compute for this run: resident plus the held transient, in 2 MiB segments."""
-    held = terms.held(r["transient_bytes"], r["optimizer_state_bytes"])
+    held = terms.held(r["transient_bytes"], r["optimizer_state_bytes"], r.get("loss_buffer_bytes", 0))
     return runtime.round_up(r["resident_bytes"] + held, runtime.LARGE_ROUND)
 
 
@@ -119,11 +139,13 @@ def fit_conf(doc: dict) -> dict:
             raise ValueError(f"no {kind} workload was measured under {doc['alloc_conf']}")
         if kind == "inference":
             t = fit_terms(mine, ("a", "b"))
+        elif kind == "training_varying":
+            t = fit_varying(mine, Terms(**terms["training"]))
         else:
             t = fit_terms(mine, ("a", "c"))
             if t.c < 0:
                 t = fit_terms(mine, ("a",))
-        terms[kind] = {"a": round(t.a, 4), "c": round(t.c, 4), "b": round(t.b)}
+        terms[kind] = {"a": round(t.a, 4), "c": round(t.c, 4), "b": round(t.b), "v": round(t.v, 4)}
         rounded = Terms(**terms[kind])
         errs = []
         for r in mine:
@@ -146,7 +168,8 @@ def fit_all(measured: dict[str, dict]) -> dict:
     first = next(iter(measured.values()))
     return {"schema": SCHEMA, "tool": "tools/reserved_fit/run.py", "torch": first["torch"], "cuda": first["cuda"],
             "device": first["device"],
-            "model": "reserved = resident + max(transient, a*transient + c*optimizer_states + b), in 2 MiB",
+            "model": "reserved = resident + max(transient, a*transient + c*optimizer_states + b) + v*loss_buffers, "
+                     "in 2 MiB",
             "alloc_confs": {name: fit_conf(doc) for name, doc in measured.items()},
             "specs": [run["spec"] for run in first["runs"]]}
 
@@ -157,7 +180,7 @@ def describe(doc: dict) -> str:
         lines.append(f"  {name} ({conf['alloc_conf']}); load phase, weights replayed vs measured: worst "
                      f"{conf['load_phase_worst_error'] * 100:+.2f}%")
         for kind, t in conf["terms"].items():
-            lines.append(f"    {kind:10s} a={t['a']:.4f} c={t['c']:.4f} b={t['b'] / MIB:+6.1f} MiB")
+            lines.append(f"    {kind:16s} a={t['a']:.4f} c={t['c']:.4f} b={t['b'] / MIB:+6.1f} MiB v={t['v']:.4f}")
         for label, s in conf["scores"].items():
             lines.append(f"      {label:28s} {s['runs']:3d} runs: median |err| {s['median_abs_error'] * 100:5.2f}%, "
                          f"range {s['worst_underestimate'] * 100:+6.2f}% .. {s['worst_overestimate'] * 100:+6.2f}%")
