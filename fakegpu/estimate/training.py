@@ -151,7 +151,8 @@ class TrainingOptions:
         if self.framework == "megatron":
             used = [f for f, on in (("--compile", self.compile), ("--activation-offloading",
                     self.activation_offloading), ("--optimizer-in-backward", self.optimizer_in_backward),
-                    ("--loss", self.loss != "full"), ("--dora", self.dora)) if on]
+                    ("--loss", self.loss != "full"), ("--dora", self.dora),
+                    ("--varying-lengths", self.varying_lengths)) if on]
             if used:
                 raise EstimateInputError(used[0], "is not modelled for --framework megatron (Megatron's own options "
                                          "are --recompute, --sequence-parallel, --distributed-optimizer)")

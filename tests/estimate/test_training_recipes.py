@@ -74,6 +74,8 @@ def test_recipe_options_are_validated():
         TrainingOptions(optimizer_in_backward=True, zero=2, gpus=2).validate()
     with pytest.raises(EstimateInputError, match="--compile"):
         TrainingOptions(framework="megatron", compile=True).validate()
+    with pytest.raises(EstimateInputError, match=r"--varying-lengths.*not modelled for --framework megatron"):
+        TrainingOptions(framework="megatron", varying_lengths=True).validate()
 
 
 TORCHTUNE = """\
