@@ -147,7 +147,8 @@ def price_sheet(profile: Profile, eff: Efficiency | None = None) -> str:
     """The rates Pricer prices with, as text for FakeGPU's CUPTI, which gives torch.profiler's kernel records
     the durations `fakegpu run --timeline` gives them: per GEMM dtype the compute and memory rates at the roofline's
     expected shares, the kernel's fixed cost and the operand and result sizes (a batched GEMM's rates apart), the
-    estimated kernels', copies' and fills' rates, the PCIe link, and the dtype tables gemm_dtype reads.
+    estimated kernels', copies' and fills' rates, the PCIe link, the dtype tables gemm_dtype reads, and each
+    collective's topology-model prices (collective_sheet).
     `key=v,v,...` items joined by ';'. The C side adds the roofline's max(compute, memory) + fixed."""
     pricer = Pricer(profile, eff)
     board, eff = pricer.board, pricer.eff
@@ -184,7 +185,57 @@ def price_sheet(profile: Profile, eff: Efficiency | None = None) -> str:
               "types=" + ",".join(f"{k}:{v}" for k, v in _DATA_TYPES.items()),
               "fast=" + ",".join(f"{k}:{v}" for k, v in _FAST_COMPUTE.items()),
               "letters=" + ",".join(f"{k}:{v}" for k, v in _ROUTINE_LETTER.items())]
+    items += collective_sheet(pricer)
     return ";".join(items)
+
+
+# The group sizes and message sizes the price sheet samples the topology model at: every group on one node (the
+# model's own past 8 ranks spans nodes and is not sampled: a profiler's collective over more ranks is unpriced),
+# and 1 byte, 1 KiB to 4 GiB by powers of 16, and the sizes where the fastest algorithm or protocol changes.
+SHEET_GROUPS = range(2, GPUS_PER_NODE + 1)
+SHEET_SIZES = (*(float(1024 * 16**i) for i in range(6)), float(4 << 30))
+
+
+def collective_samples(pricer: Pricer, kind: int, ranks: int) -> list[tuple[float, float]]:
+    """(bytes, seconds) of one collective over `ranks` GPUs, priced by Pricer.collective (the timeline's price) at
+    SHEET_SIZES and at each size where the model's pick changes. Each (algorithm, protocol) the model weighs costs
+    a latency plus bytes at a rate (collectives.Plan.times), and it picks the fastest: the price is linear between
+    those switch points, so linear interpolation between the samples gives the model's price at any size (log-log
+    between powers of 4 missed it by up to 12%, where the pick changes)."""
+    from fakegpu.perf import collectives
+
+    fabric, plans = _plans(pricer.profile, COLLECTIVES[kind][0], ranks)
+    lines = []  # (latency s, s per byte) of each (algorithm, protocol)
+    for _algorithm, plan in plans:
+        for protocol in collectives.protocols_for(plan, None):
+            lat, far = (float(t) for t in plan.times(fabric, np.array([0.0, SHEET_SIZES[-1]]), protocol))
+            lines.append((lat, (far - lat) / SHEET_SIZES[-1]))
+    lo, hi = 1.0, SHEET_SIZES[-1]  # from one byte: below 1 KiB the pick can change too
+    sizes = {lo, *SHEET_SIZES}
+    at = lo
+    current = min(lines, key=lambda ln: ln[0] + at * ln[1])
+    while True:  # along the lower envelope: the next line of a lower rate that the current one crosses
+        crossings = [((ln[0] - current[0]) / (current[1] - ln[1]), ln) for ln in lines if ln[1] < current[1]]
+        crossings = [(x, ln) for x, ln in crossings if at < x < hi]
+        if not crossings:
+            break
+        at, current = min(crossings)
+        sizes.add(at)
+    return [(s, pricer.collective(kind, s, ranks).seconds) for s in sorted(sizes)]
+
+
+def collective_sheet(pricer: Pricer) -> list[str]:
+    """The price sheet's collectives: `coll.<kind>.<ranks>=bytes:seconds,...` for each operation native/cuda/nccl
+    logs (COLLECTIVES' order) and each group in SHEET_GROUPS."""
+    rows: dict[tuple[str, int], str] = {}  # send and recv share a row's text
+    items = []
+    for kind, (name, _, _) in enumerate(COLLECTIVES):
+        for ranks in SHEET_GROUPS:
+            key = (name, ranks)
+            if key not in rows:
+                rows[key] = ",".join(f"{s!r}:{t!r}" for s, t in collective_samples(pricer, kind, ranks))
+            items.append(f"coll.{kind}.{ranks}={rows[key]}")
+    return items
 
 
 @lru_cache(maxsize=256)

@@ -22,11 +22,13 @@ import pytest
 from fakegpu.devices import resolve_devices
 from fakegpu.perf import timeline
 from fakegpu.perf import timeline_log as tl
-from fakegpu.perf.timeline_price import Pricer
+from fakegpu.perf.timeline_price import SHEET_SIZES, Pricer
 from tests import subprocess_torch
+from tests.native_cuda.conftest import run_fakegpu
 
 pytestmark = [pytest.mark.native, pytest.mark.torch]
 SCRIPT = Path(__file__).parent / "scripts" / "profiler_kernels.py"
+DDP_SCRIPT = Path(__file__).parent / "scripts" / "profiler_ddp.py"
 DEVICES = "h100:1"
 GEMM_ROUTINES = ("cublasGemmEx", "cublasLtMatmul", "cublasSgemm_v2")
 # CUPTI's status codes (cupti_result.h). The probe's kinds (cupti_activity.h): activity kind 0 is INVALID, 10
@@ -159,6 +161,88 @@ def test_the_script_without_the_profiler_is_unaffected(profiled) -> None:
     assert plain.returncode == 0, plain.stderr[-3000:]
     out = json.loads(plain.stdout.strip().splitlines()[-1])
     assert out == {"result": profiled["out"]["result"], "cuda": True}
+
+
+def test_ddp_ranks_profiles_hold_nccls_kernels_priced_by_the_topology_model(
+    tmp_path: Path, cuda_build, cuda_torch
+) -> None:
+    """A 2-rank torchrun DDP job profiling a few steps on each rank: each profile has one NCCL kernel per
+    all-reduce DDP made (and the script's own), attributed to its record_param_comms op, on the NCCL stream after
+    the gradients' kernels, lasting what --timeline prices the rank's log record of it at when priced alone (the
+    topology model, through the price sheet's samples; no cross-rank wait, which a process cannot know)."""
+    out = tmp_path / "profiles"
+    out.mkdir()
+    proc = run_fakegpu(
+        [
+            "--devices",
+            "h100:2",
+            "--report-dir",
+            str(tmp_path / "reports"),
+            "--timeline",
+            str(tmp_path / "timeline" / "ddp.json"),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            str(DDP_SCRIPT),
+            str(out),
+        ],
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert sorted(s["rank"] for s in said) == [0, 1]
+    steps, sampled, bucket = said[0]["steps"], said[0]["sampled"], said[0]["bucket"]
+    assert sampled in SHEET_SIZES
+    pricer = Pricer(resolve_devices("h100:2")[0].profile)
+    logs = {log.rank: log for log in tl.logs_in(tmp_path / "reports" / "timeline")}
+    for rank in (0, 1):
+        doc = json.loads((out / f"rank{rank}.json").read_text())
+        ops = {e["args"]["External id"]: e for e in _events(doc, "cpu_op") if "External id" in e.get("args", {})}
+        nccl = [e for e in _events(doc, "kernel") if e["name"].startswith("ncclDevKernel_")]
+        reduces = [e for e in nccl if e["name"] == "ncclDevKernel_AllReduce_Sum_f32_RING_LL"]
+        # DDP's one bucket (the Linear's weight and bias) per step, then the script's all-reduce
+        assert [ops[e["args"]["External id"]]["args"]["In msg nelems"] for e in reduces] == (
+            [bucket // 4] * steps + [sampled // 4]
+        )
+        assert len(reduces) == sum(
+            1
+            for e in _events(doc, "cpu_op")
+            if e["name"] == "record_param_comms" and e["args"].get("Collective name") == "all_reduce"
+        )
+        for e in nccl:
+            op = ops[e["args"]["External id"]]
+            assert op["name"] == "record_param_comms"
+        launches = {e["args"]["correlation"]: e for e in _events(doc, "cuda_runtime")}
+        assert {launches[e["args"]["correlation"]]["name"] for e in nccl} == {"cudaLaunchKernelExC"}
+        # the rank's log, priced record by record as --timeline prices it alone: the profile's NCCL kernels are
+        # the log's last collectives (init's and the first step's came before the profile)
+        pending: dict[int, tl.Record] = {}
+        priced = [
+            work
+            for r in logs[rank].records
+            if r.kind == tl.COLL and (work := timeline._work(r, pricer, pending)) is not None
+        ][-len(nccl) :]
+        assert [w[0] for w in priced] == [e["name"] for e in nccl]
+        assert [w[2].args["In msg nelems"] for w in priced] == [e["args"]["In msg nelems"] for e in nccl]
+        # to the profile's clock: Kineto's cycles, converted at a rate measured against the host's (as for every
+        # kernel in test_durations_are_the_timelines_prices)
+        assert [e["dur"] for e in nccl] == pytest.approx([w[2].seconds * 1e6 for w in priced], rel=1e-3, abs=2e-3)
+        # the sampled size lasts the sheet's sample (the model's price, test_timeline_sim checks it to the bit);
+        # DDP's bucket, not sampled, the model's price too
+        assert reduces[-1]["dur"] == pytest.approx(pricer.collective(0, sampled, 2).seconds * 1e6, rel=1e-3)
+        for e in reduces[:-1]:
+            assert e["dur"] == pytest.approx(pricer.collective(0, bucket, 2).seconds * 1e6, rel=1e-3)
+        # on the NCCL stream, after every kernel the compute stream was given before it (the gradients')
+        compute = [k for k in _events(doc, "kernel") if not k["name"].startswith("ncclDevKernel_")]
+        nccl_streams = {e["args"]["stream"] for e in reduces[:-1]}
+        assert len(nccl_streams) == 1 and not nccl_streams & {k["args"]["stream"] for k in compute}
+        for e in reduces[:-1]:
+            before = [k for k in compute if k["args"]["correlation"] < e["args"]["correlation"]]
+            assert any(k["name"] in GEMM_ROUTINES for k in before[-6:])  # the weight's gradient
+            assert e["ts"] >= max(k["ts"] + k["dur"] for k in before) - 1e-3
 
 
 # Run in a process of its own against the built libcupti (cuda_env's device table): each call's status.

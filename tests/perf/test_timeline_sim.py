@@ -5,6 +5,7 @@ synchronisation and everything after it moving by that wait, the log format's re
 
 from __future__ import annotations
 
+import itertools
 import re
 import struct
 from pathlib import Path
@@ -16,7 +17,7 @@ from fakegpu.cli.main import app
 from fakegpu.errors import TraceError
 from fakegpu.perf import timeline_log as tl
 from fakegpu.perf.timeline import simulate
-from fakegpu.perf.timeline_price import Price, Pricer, gemm_dtype, price_sheet
+from fakegpu.perf.timeline_price import COLLECTIVES, Price, Pricer, collective_samples, gemm_dtype, price_sheet
 from fakegpu.perf.trace_kernels import kernel_class
 
 US = 1000  # ns
@@ -170,6 +171,36 @@ def test_the_price_sheet_gives_cupti_the_pricers_gemm_prices(profile_id: str) ->
             rc, rm = (bc, bm) if batch > 1 else (c, m)
             ours = fixed + max(flops / rc, nbytes / rm)
             assert ours == pricer.gemm("cublasGemmEx", mm, n, k, batch, code | 0xFFFF << 16).seconds
+
+
+@pytest.mark.parametrize("profile_id", ["h100-sxm5-80gb", "a100-sxm4-80gb"])
+def test_the_price_sheet_carries_the_topology_models_collectives(profile_id: str) -> None:
+    """activity.c prices a collective by linear interpolation between the sheet's (bytes, seconds) samples, and
+    past the last one at the last segment's rate: restated here, the samples are Pricer.collective's prices (the
+    timeline's) to the bit, and any size between or beyond them lands on the model's price (to well within 1%).
+    The sheet travels in an environment variable: it stays small."""
+    from fakegpu.profiles import load_catalog
+
+    pricer = Pricer(load_catalog().get(profile_id))
+    text = price_sheet(pricer.profile)
+    assert len(text.encode()) < 32 * 1024
+    sheet = _sheet(profile_id)
+    assert {k for k in sheet if k.startswith("coll.")} == {
+        f"coll.{kind}.{ranks}" for kind in range(len(COLLECTIVES)) for ranks in range(2, 9)
+    }
+    for kind in range(len(COLLECTIVES)):
+        for ranks in (2, 3, 5, 8):
+            row = [tuple(map(float, pair.split(":"))) for pair in sheet[f"coll.{kind}.{ranks}"][0].split(",")]
+            assert row == collective_samples(pricer, kind, ranks)
+            assert row[0][0] == 1.0 and row[-1][0] == 4.0 * 2**30
+            for size, seconds in row:
+                assert seconds == pricer.collective(kind, size, ranks).seconds
+            for size in (3, 700, 5000, 1_050_624, 3_000_000, 77_777_777, 6 << 30):
+                (x0, t0), (x1, t1) = next(
+                    ((a, b) for a, b in itertools.pairwise(row) if size <= b[0]), (row[-2], row[-1])
+                )
+                ours = t0 + (size - x0) * (t1 - t0) / (x1 - x0)
+                assert ours == pytest.approx(pricer.collective(kind, size, ranks).seconds, rel=1e-6)
 
 
 def test_the_price_sheets_class_rules_are_kernel_class_in_posix_spelling() -> None:

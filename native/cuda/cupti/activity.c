@@ -2,10 +2,11 @@
  * timeline log sees (common/fgc_timeline.h), as activity records in the client's buffers. The driver hands every
  * timeline record to this library's sink while any activity kind is enabled (fgc_private.h), log or no log.
  *
- * Kernels, copies and fills are not run, so their device times are simulated: each is priced with the board's
- * price sheet, which `fakegpu run` computes from the roofline and the efficiency table and hands over in
- * FAKEGPU_PRICE_SHEET (fakegpu/perf/timeline_price.py, price_sheet: the same numbers `fakegpu run --timeline`
- * prices with), and placed on its stream after the previous piece of work there and no earlier than its launch.
+ * Kernels, copies, fills and NCCL's collectives are not run, so their device times are simulated: each is priced
+ * with the board's price sheet, which `fakegpu run` computes from the roofline, the efficiency table and the
+ * topology model and hands over in FAKEGPU_PRICE_SHEET (fakegpu/perf/timeline_price.py, price_sheet: the same numbers `fakegpu run --timeline`
+ * prices with, a collective's the topology model's samples), and placed on its stream after the previous piece of
+ * work there and no earlier than its launch (a collective's: than its call's return, after the peers arrived).
  * A synchronisation waits (sleeps) until the simulated work it waits for is done, as the real call would block:
  * the profiler drops records that end after its window, which closes right after a synchronisation.
  *
@@ -76,6 +77,9 @@ static __thread struct {
 
 /* ---- the price sheet (FAKEGPU_PRICE_SHEET): "key=v,v,...;key=..." ---- */
 #define DTYPES 12
+#define COLL_KINDS 8    /* coll.c's fgn_coll */
+#define COLL_RANKS 16   /* the largest group the sheet may price (it samples one node's: 2..8) */
+#define COLL_SAMPLES 32
 static struct {
     int loaded;
     /* per roofline dtype: FLOP/s and B/s at the shares the roofline expects, kernel fixed s, in/out bytes */
@@ -103,6 +107,12 @@ static struct {
         int reduction;
     } classes[32]; /* kernel_class's rules, in order: the first match decides */
     int nclasses;
+    /* per collective (coll.c's order) and group size: the topology model's (bytes, seconds) at sizes ascending,
+     * linear between them (timeline_price.collective_samples: the model is linear between its switch points) */
+    struct {
+        int n;
+        double bytes[COLL_SAMPLES], seconds[COLL_SAMPLES];
+    } coll[COLL_KINDS][COLL_RANKS + 1];
 } sheet;
 
 static void parse_pairs(const char *v, int letters, void *out, int *n, int max)
@@ -177,6 +187,16 @@ static void load_sheet(void)
         } else if (!strcmp(k, "class") && (v[0] == 'r' || v[0] == 'o') && v[1] == ':' && sheet.nclasses < 32) {
             if (!regcomp(&sheet.classes[sheet.nclasses].re, v + 2, REG_EXTENDED | REG_ICASE | REG_NOSUB))
                 sheet.classes[sheet.nclasses++].reduction = v[0] == 'r';
+        } else if (!strncmp(k, "coll.", 5)) {
+            unsigned kind = 0, ranks = 0;
+            if (sscanf(k + 5, "%u.%u", &kind, &ranks) != 2 || kind >= COLL_KINDS || ranks > COLL_RANKS)
+                continue;
+            int n = 0;
+            char *save2 = NULL;
+            for (char *t = strtok_r(eq + 1, ",", &save2); t && n < COLL_SAMPLES; t = strtok_r(NULL, ",", &save2))
+                if (sscanf(t, "%lg:%lg", &sheet.coll[kind][ranks].bytes[n], &sheet.coll[kind][ranks].seconds[n]) == 2)
+                    n++;
+            sheet.coll[kind][ranks].n = n >= 2 ? n : 0;
         } else if (!strcmp(k, "copy") && got == 2) {
             sheet.copy_bw = x[0], sheet.copy_fixed = x[1];
         } else if (!strcmp(k, "fill") && got == 2) {
@@ -278,6 +298,44 @@ static double estimate_s(const char *name, double threads)
     double bytes = (whole ? threads : threads * sheet.elements_per_thread) * sheet.bytes_per_element;
     return is_reduction(name) ? roofline_s(0, bytes, 0, sheet.reduction_bw, sheet.reduction_fixed)
                               : roofline_s(0, bytes, 0, sheet.elementwise_bw, sheet.elementwise_fixed);
+}
+
+/* A collective as Pricer.collective prices it: one rank's is the kernel's start only; a group's, the topology
+ * model's time for its bytes, linear between the sheet's samples (and beyond the last, at the last segment's
+ * rate). A group the sheet has no samples for (past one node) is unpriced. Each process prices its collective
+ * alone: when the peers arrive is not known in-process, so a rank's wait for them is not in the kernel (in
+ * `fakegpu run --timeline` the ranks are played together and it is). */
+static double coll_s(unsigned kind, uint64_t bytes, unsigned ranks)
+{
+    if (ranks < 2 || !bytes)
+        return sheet.fixed;
+    if (kind >= COLL_KINDS || ranks > COLL_RANKS || !sheet.coll[kind][ranks].n)
+        return UNPRICED_S;
+    const double *x = sheet.coll[kind][ranks].bytes, *y = sheet.coll[kind][ranks].seconds, s = (double)bytes;
+    int n = sheet.coll[kind][ranks].n, i = 0;
+    while (i < n - 2 && s > x[i + 1])
+        i++;
+    if (s == x[i + 1]) /* a sampled size: the model's own price, to the bit */
+        return y[i + 1];
+    return y[i] + (s - x[i]) * (y[i + 1] - y[i]) / (x[i + 1] - x[i]);
+}
+
+/* NCCL's kernel name for a collective, as the timeline's trace spells it (fakegpu/perf/timeline.py, _work, from
+ * timeline_price's COLLECTIVES, NCCL_OPS and NCCL_TYPES): kept for the process, as the profiler reads names late. */
+static const char *coll_name(unsigned kind, unsigned type, unsigned op)
+{
+    static const char *kinds[] = {"AllReduce", "Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllToAll",
+                                  "SendRecv", "SendRecv"};
+    static const char *ops[] = {"Sum", "Prod", "Max", "Min", "Avg"};
+    static const char *types[] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+    static char *names[COLL_KINDS][5][10];
+    kind = kind < COLL_KINDS ? kind : 0, op = op < 5 ? op : 0, type = type < 10 ? type : 7;
+    if (!names[kind][op][type]) {
+        char tmp[96];
+        snprintf(tmp, sizeof tmp, "ncclDevKernel_%s_%s_%s_RING_LL", kinds[kind], ops[op], types[type]);
+        names[kind][op][type] = strdup(tmp);
+    }
+    return names[kind][op][type] ? names[kind][op][type] : "ncclDevKernel";
 }
 
 /* ---- clocks ---- */
@@ -489,6 +547,12 @@ static void work_locked(const fgc_tl_record *r, const char *name)
             seconds = estimate_s(name ? name : "(unnamed kernel)", grid * block);
         }
         pending_gemm.set = 0;
+    } else if (r->kind == FGC_TL_COLL) {
+        /* NCCL launches its kernel with cudaLaunchKernelExC (cuLaunchKernelEx in newer versions) */
+        cbid = CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060;
+        name = coll_name(r->sub, (unsigned)(r->d & 0xffff), (unsigned)(r->d >> 16 & 0xffff));
+        if (sheet.loaded)
+            seconds = coll_s(r->sub, r->a, (unsigned)(r->c & 0xffffffff));
     } else if (r->kind == FGC_TL_MEMCPY) {
         cbid = r->b ? CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020 : CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020;
         if (sheet.loaded) {
@@ -509,7 +573,7 @@ static void work_locked(const fgc_tl_record *r, const char *name)
     external_records_locked(corr);
     api_record_locked(cbid, start_host, end_host, r->tid, corr);
     uint32_t device = r->device, context = r->device + 1, stream = streams[slot].id;
-    if (r->kind == FGC_TL_KERNEL &&
+    if ((r->kind == FGC_TL_KERNEL || r->kind == FGC_TL_COLL) &&
         (on(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) || on(CUPTI_ACTIVITY_KIND_KERNEL))) {
         kernel_rec *k = room_locked(sizeof *k);
         if (k) {
@@ -522,7 +586,10 @@ static void work_locked(const fgc_tl_record *r, const char *name)
             k->gridZ = (int32_t)(r->c & 0xffff);
             k->blockX = (int32_t)(r->c >> 16 & 0xffff), k->blockY = (int32_t)(r->c >> 32 & 0xffff);
             k->blockZ = (int32_t)(r->c >> 48);
-            k->dynamicSharedMemory = (int32_t)r->d;
+            if (r->kind == FGC_TL_COLL) /* one channel of NCCL_LL_MAX_NTHREADS threads; no launch was recorded */
+                k->gridX = k->gridY = k->gridZ = 1, k->blockX = 512, k->blockY = k->blockZ = 1;
+            else
+                k->dynamicSharedMemory = (int32_t)r->d;
             k->correlationId = corr;
             k->gridId = corr;
             k->name = name ? name : "(unnamed kernel)";
@@ -579,6 +646,7 @@ static void sink(const fgc_tl_record *r, const char *name)
         pending_gemm.set = 1;
         break;
     case FGC_TL_KERNEL:
+    case FGC_TL_COLL:
     case FGC_TL_MEMCPY:
     case FGC_TL_MEMSET:
         work_locked(r, name);
@@ -843,6 +911,7 @@ CUptiResult CUPTIAPI cuptiGetCallbackName(CUpti_CallbackDomain domain, uint32_t 
     if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
         switch (cbid) {
         case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000: *name = "cudaLaunchKernel"; return CUPTI_SUCCESS;
+        case CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060: *name = "cudaLaunchKernelExC"; return CUPTI_SUCCESS;
         case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: *name = "cudaMemcpy"; return CUPTI_SUCCESS;
         case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: *name = "cudaMemcpyAsync"; return CUPTI_SUCCESS;
         case CUPTI_RUNTIME_TRACE_CBID_cudaMemset_v3020: *name = "cudaMemset"; return CUPTI_SUCCESS;
