@@ -123,9 +123,6 @@ def run(
 
 def _timeline_board(timeline: Path | None, profile: str | None, devices: str | None, mode: str, host: str):
     """The board --timeline prices on, checked before the program runs (UsageError for a misuse)."""
-    import os
-
-    from fakegpu.devices import DEFAULT_DEVICES, resolve_devices
     from fakegpu.errors import UsageError
     from fakegpu.profiles import load_catalog
 
@@ -142,6 +139,15 @@ def _timeline_board(timeline: Path | None, profile: str | None, devices: str | N
                          "work (use torch.profiler there)")
     if profile is not None:
         return load_catalog().get(profile)
+    return _first_board(devices)
+
+
+def _first_board(devices: str | None):
+    """The board of the run's first device (--devices, else FAKEGPU_DEVICES, else the default)."""
+    import os
+
+    from fakegpu.devices import resolve_devices
+
     return resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
 
 
@@ -152,11 +158,10 @@ def _price_sheet(board, devices: str | None, mode: str) -> str | None:
 
     if mode != "native" or os.environ.get("FAKEGPU_PRICE_SHEET"):
         return None
-    from fakegpu.devices import DEFAULT_DEVICES, resolve_devices
     from fakegpu.perf.timeline_price import price_sheet
 
     if board is None:
-        board = resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
+        board = _first_board(devices)
     try:
         return price_sheet(board)
     except FakeGPUError:  # a workspace board without the rates: the run goes on, a profiler's kernels unpriced
