@@ -1,6 +1,7 @@
 """A CDI spec of our own kind and a podman hooks.d file: the injectors that need no registered runtime.
 
-CDI devices carry the same hook as the runtime adds, so one hook implementation serves all three paths. The
+CDI devices carry the same hook as the runtime adds, so one hook implementation serves all three paths; its
+poststop stage removes the container's host folder, which no runtime of ours deletes on these paths. The
 spec names each GPU of the inventory it was written for by index and by UUID, each MIG device as GPU:MIG and by
 its MIG- UUID, and `all`: `--device fakegpu.dev/gpu=GPU-...` gives the container that GPU, as
 NVIDIA_VISIBLE_DEVICES would (fakegpu_hook.env reads the variables the devices set; contract.py says why one
@@ -41,7 +42,8 @@ def cdi_spec(spec: str, devices: Sequence[Device], hook_path: str, hook_args: li
     """The spec for the inventory `spec`, whose devices (resolved with the runtime's seed) are `devices`."""
     edits = {
         "env": [f"{CDI_INVENTORY_VARIABLE}={spec}", f"FAKEGPU_DEVICE_TABLE={CONTAINER_DEVICE_TABLE}"],
-        "hooks": [_hook_entry(hook_path, hook_args, "createContainer")],
+        "hooks": [_hook_entry(hook_path, hook_args, "createContainer"),
+                  _hook_entry(hook_path, [*hook_args, "--poststop"], "poststop")],
     }
     named = []
     for d in devices:
@@ -56,10 +58,11 @@ def cdi_spec(spec: str, devices: Sequence[Device], hook_path: str, hook_args: li
 
 def podman_hook(hook_path: str, hook_args: list[str]) -> dict:
     """hooks.d (oci-hooks(5) version 1.0.0). `when` cannot test the environment, so the hook runs for every
-    container and itself leaves alone those that ask for no devices."""
+    container and itself leaves alone those that ask for no devices. One file gives every stage the same
+    arguments: at poststop the hook knows the stage from the OCI state's status."""
     return {
         "version": "1.0.0",
         "hook": {"path": hook_path, "args": [hook_path, *hook_args], "env": list(AddHook.ENV)},
         "when": {"always": True},
-        "stages": ["createContainer"],
+        "stages": ["createContainer", "poststop"],
     }

@@ -37,9 +37,11 @@ _VALUE_OPTIONS = {"--native-dir": "native_dir", "--nvidia-smi": "nvidia_smi", "-
 # container's, where the state's pid is the container's own pid 1 and names nothing on the host's /proc.
 # --prepared: the runtime has resolved the devices and written <state root>/<id>/devices.tbl.
 # --honour-nvidia-env is the default now; hook files written before still pass it.
+# --poststop: the container is gone (the CDI spec's poststop hook); remove its host folder, nothing else.
 _FLAG_OPTIONS = {"--honour-nvidia-env": ("honour_nvidia_env", True),
                  "--ignore-nvidia-env": ("honour_nvidia_env", False),
-                 "--join-mount-ns": ("join_mount_ns", True), "--prepared": ("prepared", True)}
+                 "--join-mount-ns": ("join_mount_ns", True), "--prepared": ("prepared", True),
+                 "--poststop": ("poststop", True)}
 
 
 class HookArgs:
@@ -55,6 +57,7 @@ class HookArgs:
         self.honour_nvidia_env = DEFAULTS["honour_nvidia_env"]
         self.join_mount_ns = False
         self.prepared = False
+        self.poststop = False
         # Run by dockerd as NVIDIA's hook (nvidia_main): a container our runtime prepared (its table is written)
         # is left to it; otherwise nothing of ours runs at `delete`, so the folder records its container's
         # process and each start sweeps the folders of containers gone.
@@ -287,7 +290,38 @@ def main(argv: list[str] | None = None) -> int:
     return _run_logged(sys.stdin.read(), args, log)
 
 
+def poststop(state_text: str, args: HookArgs) -> int:
+    """The container is gone: remove its host folder (table, log, shared state). On the CDI and hooks.d paths
+    nothing else would: no runtime of ours runs `delete` there, and the pid a createContainer hook sees is not
+    one the host can watch (under crun it reads as the host's pid 1). A failure is reported, never fatal to
+    the container's removal, which has happened already."""
+    from fakegpu_hook.oci import read_state
+    from fakegpu_hook.statedir import remove_container_dir
+
+    try:
+        remove_container_dir(args.state_root, read_state(state_text, need_bundle=False)["id"])
+    except Exception as exc:
+        print(f"fakegpu-hook (poststop): {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _stopped(state_text: str) -> bool:
+    """Whether the OCI state says the container has stopped: how a hooks.d file, which gives every stage the
+    same arguments, reaches the poststop stage (runc and crun pass status "stopped" there; at createContainer
+    it is "creating")."""
+    import json
+
+    try:
+        state = json.loads(state_text)
+    except ValueError:
+        return False
+    return isinstance(state, dict) and state.get("status") == "stopped"
+
+
 def _run_logged(state_text: str, args: HookArgs, log: HookLog) -> int:
+    if args.poststop or _stopped(state_text):
+        return poststop(state_text, args)
     container_dir: str | None = None
     try:
         from fakegpu_hook.oci import read_state

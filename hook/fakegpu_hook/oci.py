@@ -61,15 +61,16 @@ class Spec:
         write_atomic(self.path, json.dumps(self.data, separators=(",", ":")))
 
 
-def read_state(text: str) -> dict[str, Any]:
-    """The OCI state a runtime writes to a hook's stdin: id, pid, bundle are what the hook needs."""
+def read_state(text: str, need_bundle: bool = True) -> dict[str, Any]:
+    """The OCI state a runtime writes to a hook's stdin: id, pid, bundle are what the hook needs (at poststop
+    only the id: some runtimes leave the bundle out there)."""
     try:
         state = json.loads(text)
     except ValueError as exc:
         raise SpecError(f"the OCI state on stdin is not JSON: {exc}") from exc
     if not isinstance(state, dict):
         raise SpecError("the OCI state on stdin is not a JSON object")
-    for key in ("id", "bundle"):
+    for key in ("id", "bundle") if need_bundle else ("id",):
         if not isinstance(state.get(key), str) or not state[key]:
             raise SpecError(f"the OCI state on stdin has no {key!r}")
     if "/" in state["id"] or state["id"] in (".", ".."):

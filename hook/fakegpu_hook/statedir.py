@@ -12,6 +12,9 @@ use, as /run is one after every boot) and a folder only root can enter (0700). P
                                         of ours will delete the folder (the NVIDIA-named hook, under plain runc)
         state/                    1777  the container's /run/fakegpu (processes of any uid publish there)
 
+Who removes it: our runtime at `delete`; the hook's poststop stage where a CDI spec or a hooks.d file runs the
+hook (podman, containerd, CRI-O: remove_container_dir); sweep_exited where only dockerd's prestart hook runs.
+
 native/container/statedir.c is the C twin, used by the C `create`; tests/hook/test_statedir.py runs both.
 """
 
@@ -107,6 +110,23 @@ def make_container_dir(state_root: str, container_id: str, may_mount: bool = Tru
     os.makedirs(shared, exist_ok=True)
     os.chmod(shared, 0o1777)  # processes of any user in the container record their state here
     return host_dir
+
+
+def remove_container_dir(state_root: str, container_id: str) -> bool:
+    """Remove <state_root>/<id> once its container is gone; whether there was one. A link there is only unlinked:
+    the folder is root's, but its state/ was the container's to write, and rmtree never follows links in it."""
+    import shutil
+
+    host_dir = container_dir(state_root, container_id)
+    try:
+        st = os.lstat(host_dir)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISDIR(st.st_mode):
+        os.unlink(host_dir)
+        return True
+    shutil.rmtree(host_dir)
+    return True
 
 
 def write_log(path: str, text: str) -> None:

@@ -61,6 +61,18 @@ def podman(base_image, fakegpu_runtime):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def no_folder_left(podman):
+    """Each container's host folder (table, log, shared state) is gone once podman has removed the container:
+    the CDI spec's and the hooks.d file's poststop stage removes it, as our runtime does at `delete`."""
+    from fakegpu_hook.settings import load_settings
+
+    root = Path(load_settings().state_root)
+    before = set(os.listdir(root))
+    yield
+    assert set(os.listdir(root)) - before == set()
+
+
 def _listed(podman, base_image, *devices: str) -> list[str]:
     flags = [a for d in devices for a in ("--device", f"fakegpu.dev/gpu={d}")]
     result = podman("run", "--rm", *LIMITS, *flags, base_image, "nvidia-smi", "-L")

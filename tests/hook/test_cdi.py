@@ -26,9 +26,11 @@ def test_cdi_generate(tmp_path):
         ["FAKEGPU_CDI_DEVICE_ALL=all"]]
     edits = spec["containerEdits"]
     assert "FAKEGPU_CDI_INVENTORY=a100:2" in edits["env"]
-    hook = edits["hooks"][0]
+    hook, cleanup = edits["hooks"]
     assert hook["hookName"] == "createContainer" and hook["path"].endswith("fakegpu-hook")
     assert not any(e.startswith("LD_") for e in hook["env"])
+    # no runtime of ours deletes the container's host folder on this path: the hook's poststop stage does
+    assert cleanup["hookName"] == "poststop" and cleanup["args"] == [*hook["args"], "--poststop"]
 
 
 def test_cdi_names_mig_devices_by_place_and_uuid():
@@ -74,7 +76,7 @@ def test_podman_config():
     assert result.exit_code == 0
     doc = json.loads(result.output)
     assert doc["version"] == "1.0.0" and doc["when"] == {"always": True}
-    assert doc["hook"]["path"].endswith("fakegpu-hook") and doc["stages"] == ["createContainer"]
+    assert doc["hook"]["path"].endswith("fakegpu-hook") and doc["stages"] == ["createContainer", "poststop"]
 
 
 def test_podman_hook_carries_the_inventory_and_the_nvidia_switch(tmp_path, monkeypatch):

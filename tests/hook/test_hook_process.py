@@ -109,3 +109,38 @@ def test_prepared_table_spares_a_second_resolution(setup):
     assert result.returncode == 0, result.stderr
     assert "nvidia2" in result.stdout and "nvidia3" not in result.stdout
     assert "(table by the runtime)" in (state / "ctr-1" / "hook.log").read_text()
+
+
+def _poststop(state, state_json: dict, *flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HOOK, "--state-root", str(state), *flags], input=json.dumps(state_json),
+                          capture_output=True, text=True, env={"PATH": os.environ["PATH"]}, timeout=60)
+
+
+@pytest.mark.parametrize("how", ["flag", "status"])
+def test_poststop_removes_the_containers_folder_and_nothing_else(setup, tmp_path, how):
+    """The CDI spec's poststop hook passes --poststop; a hooks.d file runs the same arguments at every stage, so
+    there the OCI state's status ("stopped") tells the stage. A link the container left in its shared state/
+    folder is removed, never followed; another container's folder stays."""
+    bundle, native, state = setup
+    result = run_hook(bundle, native, state, ["FAKEGPU_DEVICES=a100:1"], "true")
+    assert result.returncode == 0, result.stderr
+    outside = tmp_path / "host-file"
+    outside.write_text("host data")
+    (state / "ctr-1" / "state" / "planted").symlink_to(tmp_path)
+    (state / "ctr-2").mkdir()
+    # runc's and crun's poststop state: no pid; the bundle may be absent. With the flag the status is not read.
+    flags, extra = (["--poststop"], {}) if how == "flag" else ([], {"status": "stopped"})
+    result = _poststop(state, {"ociVersion": "1.0.2", "id": "ctr-1", **extra}, *flags)
+    assert result.returncode == 0, result.stderr
+    assert not (state / "ctr-1").exists() and (state / "ctr-2").is_dir()
+    assert outside.read_text() == "host data"
+    # a second call (the runtime's own delete came first) finds nothing and is content
+    assert _poststop(state, {"id": "ctr-1", "status": "stopped"}, "--poststop").returncode == 0
+
+
+def test_poststop_refuses_an_id_that_names_no_folder_of_its_own(setup):
+    _, _, state = setup
+    (state / "keep").mkdir()
+    result = _poststop(state / "keep", {"id": "..", "status": "stopped"}, "--poststop")
+    assert result.returncode == 1 and "cannot name a folder" in result.stderr
+    assert (state / "keep").is_dir()
