@@ -197,7 +197,15 @@ def test_kill_workers_is_checked_up_front_like_the_others(ctl):
     assert all(c.calls == [] for c in ctl.containers.values())
 
 
-def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
+# Run in a PID namespace of its own (unshare): the search reads the whole /proc it sees, and on a shared host it
+# would find, and kill, any torchrun worker there (another test's, a developer's job). Inside, it sees the stand-in
+# agent, its workers and the bystander only, as in a node container; the namespace ends with the driver (its pid 1),
+# so nothing outlives the test.
+_SCENARIO = r"""
+import json, os, subprocess, sys, time
+tmp, agent_code, search = sys.argv[1:4]
+
+def gone(pid, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -209,7 +217,25 @@ def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
         time.sleep(0.05)
     return False
 
+env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
+agent = subprocess.Popen([sys.executable, "-c", agent_code], env=env, stdout=subprocess.PIPE, text=True)
+bystander = subprocess.Popen(["sleep", "60"])
+deadline = time.monotonic() + 20
+while not all(os.path.exists(f"{tmp}/{n}") for n in ("workers", "grandchild-0", "grandchild-1")):
+    if time.monotonic() > deadline:
+        sys.exit("stand-in agent did not start its workers")
+    time.sleep(0.05)
+time.sleep(0.1)
+grandchildren = [int(open(f"{tmp}/grandchild-{r}").read()) for r in (0, 1)]
+workers = sorted(int(p) for p in open(f"{tmp}/workers").read().split())
+out = subprocess.run([sys.executable, "-c", search], capture_output=True, text=True, env=env, timeout=30)
+print(json.dumps({"workers": workers, "search": out.stdout, "search_err": out.stderr,
+                  "agent": agent.communicate(timeout=10)[0].strip(), "bystander": bystander.poll() is None,
+                  "grandchildren_gone": [gone(pid, 0.2) for pid in grandchildren]}))
+"""
 
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a PID namespace (unshare --pid) needs root")
 def test_the_worker_search_kills_the_agents_children_only(tmp_path):
     """On real processes: a stand-in agent (no TORCHELASTIC_RUN_ID) with two workers that carry it, as
     torchelastic starts them, each with a child of its own (a DataLoader worker, say), and a bystander."""
@@ -224,35 +250,18 @@ with open("{tmp_path}/workers", "w") as f:
     f.write(" ".join(str(k.pid) for k in kids))
 print([k.wait() for k in kids], flush=True)
 """
-    env = {k: v for k, v in os.environ.items() if k != "TORCHELASTIC_RUN_ID"}
-    agent = subprocess.Popen([sys.executable, "-c", agent_code], env=env, stdout=subprocess.PIPE, text=True)
-    bystander = subprocess.Popen(["sleep", "60"])
-    grandchildren = []
-    try:
-        deadline = time.monotonic() + 10
-        while not all((tmp_path / n).exists() for n in ("workers", "grandchild-0", "grandchild-1")):
-            assert time.monotonic() < deadline, "stand-in agent did not start its workers"
-            time.sleep(0.05)
-        time.sleep(0.1)
-        grandchildren = [int((tmp_path / f"grandchild-{r}").read_text()) for r in (0, 1)]
-        workers = sorted(int(p) for p in (tmp_path / "workers").read_text().split())
-        out = subprocess.run([sys.executable, "-c", faults._KILL_WORKERS], capture_output=True, text=True,
-                             env=env, timeout=30)
-        done = json.loads(out.stdout)
-        assert sorted(w["pid"] for w in done["killed"]) == workers
-        assert sorted((w["rank"], w["local_rank"]) for w in done["killed"]) == [(4, 0), (5, 1)]
-        # the agent sees each worker die of SIGKILL, as torchelastic's would, and lives on
-        assert agent.communicate(timeout=10)[0].strip() == f"[{-signal.SIGKILL}, {-signal.SIGKILL}]"
-        assert bystander.poll() is None
-        assert not any(_wait_gone(pid, 0.2) for pid in grandchildren)  # the agent's stop ends their groups
-    finally:
-        for pid in grandchildren:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        bystander.kill()
-        agent.kill()
+    run = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _SCENARIO,
+                          str(tmp_path), agent_code, faults._KILL_WORKERS],
+                         capture_output=True, text=True, timeout=90)
+    assert run.returncode == 0, run.stderr
+    seen = json.loads(run.stdout)
+    done = json.loads(seen["search"])
+    assert sorted(w["pid"] for w in done["killed"]) == seen["workers"], seen
+    assert sorted((w["rank"], w["local_rank"]) for w in done["killed"]) == [(4, 0), (5, 1)]
+    # the agent sees each worker die of SIGKILL, as torchelastic's would, and lives on
+    assert seen["agent"] == f"[{-signal.SIGKILL}, {-signal.SIGKILL}]"
+    assert seen["bystander"]
+    assert seen["grandchildren_gone"] == [False, False]  # the agent's stop ends their groups
 
 
 # ---- the merged report --------------------------------------------------------------------------------------
