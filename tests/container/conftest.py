@@ -75,8 +75,11 @@ def fakegpu_runtime(docker_client, base_image):
             break
         time.sleep(0.2)
     assert _registered(docker_client), "dockerd did not pick up the runtime after SIGHUP"
+    state_root = _state_root()
+    before = _folders(state_root)
     yield RUNTIME
     _cleanup(docker_client)
+    _assert_no_folder_left(state_root, before)
     if added:
         run_cli("runtime", "uninstall", "--name", RUNTIME)
     elif found is not None and DAEMON_JSON.read_bytes() != found:
@@ -87,6 +90,24 @@ def fakegpu_runtime(docker_client, base_image):
         os.chmod(tmp, DAEMON_JSON.stat().st_mode & 0o7777)
         tmp.replace(DAEMON_JSON)
         daemon_json.reload_daemon()
+
+
+def _state_root() -> Path:
+    from fakegpu_hook.settings import load_settings
+
+    return Path(load_settings().state_root)
+
+
+def _folders(root: Path) -> set[str]:
+    return set(os.listdir(root)) if root.is_dir() else set()
+
+
+def _assert_no_folder_left(root: Path, before: set[str]) -> None:
+    """Every container the session started is gone, so is its folder under the state root: our runtime removes
+    it at `delete`, the CDI / hooks.d hook at poststop. Only the NVIDIA-named hook's folders (with an owner
+    file) wait for the next start to sweep them, by design (statedir.py)."""
+    left = sorted(name for name in _folders(root) - before if not (root / name / "owner").exists())
+    assert left == [], f"state folders left under {root} by containers this session removed: {left}"
 
 
 NATIVE = REPO / "native" / "build"
