@@ -145,11 +145,37 @@ def test_a_symlinked_state_folder_is_refused(layout, tmp_path):
     assert not (elsewhere / board.FILE_NAME).exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root enters any folder")
+# Root enters any folder: as root, the call runs in a child without the two capabilities that let it (setpriv
+# takes them out of the bounding set, so the child's exec cannot regain them), where 0000 means what it means
+# for any user.
+_UNPRIVILEGED_CALL = """
+import sys
+from fakegpu.faults.inject import ContainerLayout, ContainerNotUsable, container_run
+try:
+    container_run(ContainerLayout(*sys.argv[1:4]), sys.argv[4], "t")
+except ContainerNotUsable as exc:
+    print(exc)
+    sys.exit(3)
+"""
+
+
 def test_a_state_root_the_user_cannot_enter_is_named(layout):
+    import shutil
+    import subprocess
+    import sys
+
     os.chmod(layout.state_root, 0o000)
     try:
-        with pytest.raises(ContainerNotUsable, match="permission denied"):
-            container_run(layout, CID, "t")
+        if os.geteuid() != 0:
+            with pytest.raises(ContainerNotUsable, match="permission denied"):
+                container_run(layout, CID, "t")
+            return
+        assert shutil.which("setpriv"), "setpriv (util-linux) is needed to drop root's override"
+        result = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-all",
+                                 sys.executable, "-c", _UNPRIVILEGED_CALL, layout.state_root,
+                                 layout.state_name, layout.table_name, CID],
+                                capture_output=True, text=True, timeout=60, env={**os.environ})
+        assert result.returncode == 3, (result.stdout, result.stderr)
+        assert "permission denied" in result.stdout
     finally:
         os.chmod(layout.state_root, 0o700)
