@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.reports import ENVELOPE_SCHEMA, schema_id
+from fakegpu.user_files import loads_json
 
 SCHEMA = schema_id("calibrate-compare")
 OBSERVATION = "fakegpu.observation/v1"
@@ -25,7 +26,7 @@ BASE_MARGIN = 0.02
 
 def _read(path: Path) -> dict:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = loads_json(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
     except json.JSONDecodeError as exc:

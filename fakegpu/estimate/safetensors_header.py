@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fakegpu.estimate.dtypes import SAFETENSORS_BITS, payload_bytes
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.user_files import loads_json
 
 INDEX_NAME = "model.safetensors.index.json"
 # The safetensors library refuses headers above 100 MB; a larger claim is a corrupt or hostile file.
@@ -69,7 +70,7 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     except OSError as exc:
         raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = loads_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EstimateInputError(path, f"header is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
@@ -156,7 +157,7 @@ def _load_files(source: Path, files: list[Path]) -> Checkpoint:
 
 def _load_index(index: Path) -> Checkpoint:
     try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
+        doc = loads_json(index.read_text(encoding="utf-8"))
     except OSError as exc:
         raise EstimateInputError(index, f"cannot read: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

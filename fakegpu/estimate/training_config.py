@@ -15,6 +15,7 @@ import yaml
 
 from fakegpu.estimate import training_recipe_files as recipe_files
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.user_files import load_yaml, loads_json
 
 _FSDP_STRATEGIES = {
     "FULL_SHARD": "full", "1": "full", "HYBRID_SHARD": "hybrid", "4": "hybrid", "_HYBRID_SHARD_ZERO2": "hybrid",
@@ -39,7 +40,7 @@ def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     if path.suffix != ".json" and recipe_files.is_megatron_args(text):
         return recipe_files.read_megatron_args(text, path)
     try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        doc = loads_json(text) if path.suffix == ".json" else load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EstimateInputError(path, f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
     if not isinstance(doc, dict):

@@ -299,8 +299,10 @@ def load_text(text: str, source: str) -> list[Fault]:
     """A plan in YAML or JSON (JSON is YAML)."""
     import yaml
 
+    from fakegpu.user_files import load_yaml
+
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

@@ -16,6 +16,7 @@ from typing import Any
 
 from fakegpu.errors import clip, shorten
 from fakegpu.profiles.matching import closest
+from fakegpu.user_files import TOO_DEEP, loads_json
 
 KeyPath = tuple[str | int, ...]
 Lines = dict[KeyPath, int]
@@ -78,12 +79,17 @@ def parse(path: Path, text: str, *, truncation_hint: bool = True) -> tuple[Any, 
             raise DocumentProblems([f"{path}: reading YAML needs PyYAML, which this Python lacks; give the file "
                                     f"as JSON"]) from None
         try:
-            return json.loads(text), {}
+            return loads_json(text), {}
         except json.JSONDecodeError as exc:
             raise DocumentProblems([f"{path}:{exc.lineno}: not valid JSON: {exc.msg}"]) from None
     try:
         doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        lines: Lines = {}
+        if node is not None:
+            node_lines(node, (), lines)
+    except RecursionError:
+        raise DocumentProblems([f"{path}: {TOO_DEEP}"]) from None
     except json.JSONDecodeError as exc:
         ended = " (the file ends early: is it truncated?)" if truncation_hint and exc.pos >= len(text.rstrip()) else ""
         raise DocumentProblems([f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{ended}"]) from None
@@ -92,9 +98,6 @@ def parse(path: Path, text: str, *, truncation_hint: bool = True) -> tuple[Any, 
         raise DocumentProblems([f"{path}:{line}: not valid YAML: {exc.problem or exc}"]) from None
     except yaml.YAMLError as exc:
         raise DocumentProblems([f"{path}: not valid YAML: {exc}"]) from None
-    lines: Lines = {}
-    if node is not None:
-        node_lines(node, (), lines)
     return doc, lines
 
 
