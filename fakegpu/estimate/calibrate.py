@@ -29,7 +29,7 @@ def _read(path: Path) -> dict:
         doc = loads_json(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    except json.JSONDecodeError as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EstimateInputError(path, f"not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise EstimateInputError(path, "is JSON but not an object")

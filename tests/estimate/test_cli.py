@@ -141,6 +141,16 @@ def test_calibrate_compare(models, tmp_path):
     assert bad.exit_code == 2 and "workload.batch_size" in bad.output
 
 
+def test_calibrate_compare_refuses_a_file_that_is_not_utf8(tmp_path):
+    binary = tmp_path / "pred.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    obs = tmp_path / "obs.json"
+    obs.write_text("{}")
+    result = invoke("calibrate", "compare", str(binary), str(obs))
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2 and "pred.json: not JSON" in result.output
+
+
 def test_plan_training_lora_dropout_costs_activation_memory(models):
     def forward(dropout: str) -> int:
         result = invoke("plan-training", "--model-dir", str(models["qwen3-8b"]), "--method", "lora",
