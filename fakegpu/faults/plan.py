@@ -335,7 +335,8 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in NUMBER_KEYS and v.isdigit() else v
+        # Signed: rank=-1 is a number the schema's minimum refuses, not a string of the wrong type.
+        fault[key] = int(v) if key in NUMBER_KEYS and v.removeprefix("-").isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 

@@ -57,7 +57,9 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
                                               "the rank's Nth NCCL operation (after_collectives) or training step"),
     ("xid=48,device=1,for=3s", "faults[0].for: only memory_pressure, throttle and nccl faults end again; an Xid has "
                                "happened"),
-    ("nccl=error,rank=-1", "faults[0].rank: '-1' is not of type 'integer'"),
+    ("nccl=error,rank=-1", "faults[0].rank: -1 is less than the minimum of 0"),
+    ("corrected_ecc=-5,device=1", "faults[0].corrected_ecc: -5 is less than the minimum of 1"),
+    ("xid=-1,device=1", "faults[0].xid: -1 is not accepted; expected one of: 13, 31,"),
     ("nccl=hang,rank=1,at=2s,after_collectives=3", "faults[0]: give one trigger: at, after_allocations, "
                                                    "after_collectives or after_steps"),
     ("xid=79,device=0,rank=1", "faults[0].rank: only an NCCL fault (nccl: hang or error) hits a rank; give device"),
