@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakegpu.errors import UsageError
 from fakegpu.validate import report
 from fakegpu.validate.manifest import ManifestError, load
 from fakegpu.validate.matrix import Case, expand, select
@@ -88,6 +89,11 @@ def run_plan(planned: Plan, manifest_path: str | Path, out_dir: str | Path = DEF
     started, clock = time.time(), time.monotonic()
     if not planned.cases:  # a rerun with nothing left to run: the last report stays as it is
         return report.build(Path(manifest_path), [], started, 0.0, planned.rerun)
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        # Found before any case runs: each case's logs go under it, and a worker that cannot make its folder
+        # would die in its thread with the cases left unreported.
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; name a folder for report.json and the "
+                         "cases' logs")
     results = run_cases(planned.cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
     doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock, planned.rerun)
     write_reports(doc, out_dir, extra or {})

@@ -199,6 +199,16 @@ def test_all_pass_exits_0_and_usage_errors_exit_2(tmp_path: Path) -> None:
     reports.validate(doc)
 
 
+def test_an_out_that_is_a_file_is_refused_before_any_case_runs(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    mode: fakecuda\n    command: [touch, ran]\n'
+    (tmp_path / "out").write_text("not a folder")
+    proc, _ = _validate(tmp_path, good)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("fakegpu validate: error: --out out: exists and is not a folder; name a folder for "
+                           "report.json and the cases' logs\n")
+    assert not (tmp_path / "ran").exists() and (tmp_path / "out").read_text() == "not a folder"
+
+
 def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path) -> None:
     import textwrap
 
