@@ -588,7 +588,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     else the profiles' default stack. `config_notes`: what the --config files set that the plan does not model."""
     options.validate()
     ckpt, cfg = load_model(source)
-    profile = resolve_profile(target) if target else None
+    profile = resolve_profile(target) if target is not None else None
     cc = profile.compute_capability if profile else DEFAULT_CC
     overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     phases, details = plan(ckpt, cfg, options, overheads)

@@ -93,6 +93,13 @@ def test_unknown_profile_is_reported(models):
     assert result.exit_code == 2 and "unknown GPU profile" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", ["estimate-llm", "plan-training"])
+def test_an_empty_target_profile_is_refused_not_ignored(models, command):
+    # `--target-profile "$GPU" --check` with GPU unset must not pass the check by checking nothing.
+    result = invoke(command, "--model-dir", str(models["tiny"]), "--target-profile", "", "--check")
+    assert result.exit_code == 2 and "unknown GPU profile ''" in result.output
+
+
 def test_plan_training_json_and_schema(models, tmp_path):
     result = invoke("plan-training", "--model-dir", str(models["qwen3-8b"]), "--method", "lora", "--json",
                     "--target-profile", "a100", "--micro-batch", "2", "--seq-len", "1024", "--grad-checkpointing")
