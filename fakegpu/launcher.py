@@ -310,7 +310,8 @@ def prepare(
             and mode != "native":
         raise LaunchUsageError("--memory, --report-dir, --on-device-read and --timeline apply to native mode only")
     env = dict(os.environ if base_env is None else base_env)
-    spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
+    # --devices "" is a spec, and an invalid one; an empty $FAKEGPU_DEVICES is unset, as for any variable.
+    spec = devices if devices is not None else env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
     resolved = resolve_devices(spec, seed=seed)  # raises InvalidDeviceSpec before anything is created
     if faults is None and env.get("FAKEGPU_FAULTS"):

@@ -88,6 +88,15 @@ def test_devices_typo_exits_non_zero_and_suggests() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("args", [["run", "--mode", "fakecuda", "--devices", "", "--", "true"],
+                                  ["demo", "--devices", ""], ["cdi", "generate", "--devices", ""]])
+def test_an_empty_devices_option_is_an_empty_spec_not_the_default(args) -> None:
+    # `--devices "$SPEC"` with SPEC unset must not quietly become one A100 (or the runtime's inventory).
+    result = run_cli(*args, env={"FAKEGPU_DEVICES": "h100:2"})
+    assert result.returncode == 2, result.stdout
+    assert "invalid device spec '': part '': the spec is empty" in result.stderr
+
+
 def test_devices_writes_the_table(tmp_path) -> None:
     path = tmp_path / "devices.tbl"
     result = invoke("devices", "t4:2", "--seed", "s", "--table", str(path))
