@@ -130,8 +130,9 @@ def _check(opts: RenderOptions, node: NodePaths) -> tuple[Cluster, str]:
         raise RenderError(f"--namespace {opts.namespace!r} is not a Kubernetes namespace name (lowercase letters, "
                           "digits and '-', at most 63)")
     key, value = parse_label(opts.node_label)
-    image = check_image(opts.image or f"fakegpu/pytorch:{__version__}")
-    workload = check_image(opts.workload_image or f"fakegpu/pytorch:{__version__}", "--workload-image")
+    default = f"fakegpu/pytorch:{__version__}"
+    image = check_image(default if opts.image is None else opts.image)
+    workload = check_image(default if opts.workload_image is None else opts.workload_image, "--workload-image")
     if not _SAFE_PATH.match(opts.runtime_path) or posixpath.basename(opts.runtime_path) != node.runtime_front:
         raise RenderError(f"--runtime-path {opts.runtime_path!r}: an absolute path of plain characters ending in "
                           f"/{node.runtime_front}, the front `fakegpu runtime install` writes in that folder")

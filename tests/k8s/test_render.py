@@ -433,6 +433,8 @@ def test_a_failure_midway_leaves_nothing(tmp_path, monkeypatch):
      "MIG strategy single needs every GPU in MIG mode"),
     (["--image", "FakeGPU/cuda:1"], "--image 'FakeGPU/cuda:1' is not an image reference"),
     (["--workload-image", "fakegpu/pytorch:"], "--workload-image 'fakegpu/pytorch:' is not an image reference"),
+    (["--image", ""], "--image '' is not an image reference"),
+    (["--workload-image", ""], "--workload-image '' is not an image reference"),
     (["--resource-name", "gpu"], "resource name 'gpu' is not an extended resource name"),
     (["--namespace", "Fake_GPU"], "--namespace 'Fake_GPU' is not a Kubernetes namespace name"),
     (["--runtime-path", "relative/fakegpu-container-runtime"], "--runtime-path 'relative/"),
