@@ -81,7 +81,7 @@ class Fabric:
         if not 1 <= spec.oversubscription < math.inf:  # NaN fails every comparison
             raise FabricError(f"oversubscription {spec.oversubscription} is not a finite number of 1 or more "
                               "(1 = non-blocking, 2 = 2:1)")
-        self.network: Network | None = self.kinds.network(spec.network) if spec.network else None
+        self.network: Network | None = self.kinds.network(spec.network) if spec.network is not None else None
         self.systems: list[NodeSystem] = []
         for node in spec.nodes:
             if node.gpus < 1:

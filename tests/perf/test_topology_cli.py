@@ -59,6 +59,7 @@ def test_mixed_nodes_in_a_file(tmp_path):
 @pytest.mark.parametrize("args,code,message", [
     (["--profile", "h10O"], 2, "unknown GPU profile 'h10O'. Did you mean: h100"),
     (["--profile", "h100", "--nodes", "2", "--fabric", "ib-ndr40"], 2, "Did you mean: ib-ndr400"),
+    (["--profile", "h100", "--nodes", "2", "--fabric", ""], 2, "unknown fabric ''. (known: ib-edr100"),
     (["--profile", "h100", "--nodes", "2"], 2, "node1 (GPUs 8-15) cannot reach node0: no scale-out fabric"),
     (["--profile", "h100", "--sizes", "8GiB:8B"], 2, "runs backwards"),
     (["--profile", "h100", "--sizes", "8G"], 2, "8GiB or 8GB"),
