@@ -89,6 +89,7 @@ def estimate_llm(
     if options.generated_tokens < 0:
         raise EstimateInputError("--generated-tokens", "must not be negative")
     ckpt, cfg = load_model(source)
+    cfg.check_tensor_parallel(options.tensor_parallel)
     summary = summarise(ckpt, cfg.quantization)
     cast_to = user_dtype(dtype, "--dtype")
     act = compute_dtype(ckpt, cfg, summary, cast_to)

@@ -79,6 +79,14 @@ class ModelConfig:
     quantization: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def check_tensor_parallel(self, tensor_parallel: int) -> None:
+        """EstimateInputError unless the attention heads split evenly over `tensor_parallel` ranks, as vLLM,
+        Megatron-LM and torch's tensor parallelism all require."""
+        if tensor_parallel > 1 and self.num_heads % tensor_parallel:
+            divisors = [d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]
+            raise EstimateInputError("--tensor-parallel", f"{tensor_parallel} does not divide the {self.num_heads} "
+                                     f"attention heads; use one of {', '.join(map(str, divisors))}")
+
     def kv_bytes_per_token(self, element_bytes: float, tensor_parallel: int = 1) -> float:
         """K plus V bytes one token adds to the cache, summed over layers, on one tensor-parallel rank."""
         if not self.is_decoder:

@@ -299,6 +299,7 @@ def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout
 def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Overheads) -> tuple[dict, dict]:
     """(phases, details) for one rank; phases hold components and the three predicted numbers. `overheads`: the
     workspace profile of the target GPU and stack (its cuBLAS workspace)."""
+    cfg.check_tensor_parallel(o.tensor_parallel)
     if o.framework == "megatron":
         return _plan_megatron(ckpt, cfg, o, overheads)
     if o.method == "prompt-tuning":

@@ -100,6 +100,16 @@ def test_an_empty_target_profile_is_refused_not_ignored(models, command):
     assert result.exit_code == 2 and "unknown GPU profile ''" in result.output
 
 
+@pytest.mark.parametrize("args", [["estimate-llm"], ["plan-training", "--gpus", "3"],
+                                  ["plan-training", "--gpus", "3", "--framework", "megatron"],
+                                  ["plan-serving", "--profile", "a100"],
+                                  ["simulate-topology", "-p", "h100", "--gpus-per-node", "3"]])
+def test_a_tensor_parallel_size_that_does_not_divide_the_heads_is_refused(models, args):
+    result = invoke(*args, "--model-dir", str(models["tiny"]), "--tensor-parallel", "3")
+    assert result.exit_code == 2, result.output
+    assert "--tensor-parallel: 3 does not divide the 8 attention heads; use one of 1, 2, 4, 8" in result.output
+
+
 def test_plan_training_json_and_schema(models, tmp_path):
     result = invoke("plan-training", "--model-dir", str(models["qwen3-8b"]), "--method", "lora", "--json",
                     "--target-profile", "a100", "--micro-batch", "2", "--seq-len", "1024", "--grad-checkpointing")
