@@ -175,10 +175,15 @@ def _first(doc: dict, path: Path, *names: str) -> int | None:
 
 
 def _required(doc: dict, path: Path, quantity: str) -> int:
+    zero = None
     for name in _ALIASES[quantity]:
         value = _int(doc, path, name)
         if value:
             return value
+        if value == 0 and zero is None:
+            zero = name
+    if zero is not None:
+        raise EstimateInputError(path, "is 0; it must be at least 1", field=zero)
     raise EstimateInputError(path, f"missing (looked for {', '.join(_ALIASES[quantity])})", field=_ALIASES[quantity][0])
 
 
