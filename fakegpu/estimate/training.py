@@ -135,7 +135,8 @@ class TrainingOptions:
             # Versions gate behaviour changes; a typo must not silently select the oldest behaviour.
             value = str(getattr(self, name)).strip()
             if not re.fullmatch(r"\d+(\.\d+){0,2}([.+-]?\w+)*", value):
-                raise EstimateInputError(f"--{name}", f"{value!r} is not a version; use e.g. 0.45 or 0.13.2")
+                raise EstimateInputError(f"--{name.replace('_', '-')}", f"{value!r} is not a version; use e.g. 0.45 or "
+                                         "0.13.2")
         if self.dora and self.method not in ("lora", "qlora"):
             raise EstimateInputError("--dora", f"DoRA decomposes LoRA weights; use it with --method lora or qlora, "
                                      f"not {self.method}")

@@ -123,8 +123,8 @@ def test_config_files(tmp_path):
         read_config_file(bad)
 
 
-@pytest.mark.parametrize("field", ["peft", "bitsandbytes"])
+@pytest.mark.parametrize("field", ["peft", "bitsandbytes", "megatron_core"])
 def test_library_versions_must_parse(field: str) -> None:
     TrainingOptions(**{field: "0.10.0"}).validate()
-    with pytest.raises(EstimateInputError, match=f"--{field}.*not a version"):
+    with pytest.raises(EstimateInputError, match=f"--{field.replace('_', '-')}: 'latest' is not a version"):
         TrainingOptions(**{field: "latest"}).validate()
