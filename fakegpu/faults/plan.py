@@ -173,8 +173,10 @@ def _problem(error: Any) -> str:
         hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := closest(k, allowed, 1)) else "") for k in extra]
         return f"{where}: unknown key {', '.join(hints)}; accepted: {', '.join(allowed)}"
     if error.validator == "enum":
-        return f"{where}: {_shown(error.instance)} is not accepted; expected one of: " \
-               f"{', '.join(str(v) for v in error.validator_value)}"
+        accepted = [str(v) for v in error.validator_value]
+        near = closest(error.instance, accepted, 1) if isinstance(error.instance, str) else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return f"{where}: {_shown(error.instance)} is not accepted{hint}; expected one of: {', '.join(accepted)}"
     if error.validator == "required":
         return f"{where}: {clip(error.message)}"
     if error.validator == "maxItems":
