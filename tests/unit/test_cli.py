@@ -97,6 +97,21 @@ def test_an_empty_devices_option_is_an_empty_spec_not_the_default(args) -> None:
     assert "invalid device spec '': part '': the spec is empty" in result.stderr
 
 
+@pytest.mark.parametrize(("args", "meant"), [
+    (["run", "--mode", "fakecud", "--", "true"], "did you mean 'fakecuda'?"),
+    (["run", "--mode", "native", "--memory", "ful", "--", "true"], "did you mean 'full'?"),
+    (["run", "--on-device-read", "eror", "--", "true"], "did you mean 'error'?"),
+    (["preflight", "--mode", "nativ", "--", "true"], "did you mean 'native'?"),
+    (["bandwidth", "--nproc", "2", "--mode", "nativ"], "did you mean 'native'?"),
+    (["bandwidth", "--nproc", "2", "--transport", "sockt"], "did you mean 'socket'?"),
+    (["estimate-roofline", "-p", "h100", "--gemm", "8x8x8", "--launch", "grph"], "did you mean 'graph'?"),
+])
+def test_a_misspelt_mode_names_the_close_match(args, meant) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert meant in result.stderr and "expected one of" in result.stderr
+
+
 def test_devices_writes_the_table(tmp_path) -> None:
     path = tmp_path / "devices.tbl"
     result = invoke("devices", "t4:2", "--seed", "s", "--table", str(path))
