@@ -94,6 +94,9 @@ def run_plan(planned: Plan, manifest_path: str | Path, out_dir: str | Path = DEF
         # would die in its thread with the cases left unreported.
         raise UsageError(f"--out {out_dir}: exists and is not a folder; name a folder for report.json and the "
                          "cases' logs")
+    for name, path in (extra or {}).items():
+        if Path(path).is_dir():
+            raise UsageError(f"--{name} {path}: is a folder; name the file to write")
     results = run_cases(planned.cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
     doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock, planned.rerun)
     write_reports(doc, out_dir, extra or {})

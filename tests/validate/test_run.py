@@ -199,7 +199,7 @@ def test_all_pass_exits_0_and_usage_errors_exit_2(tmp_path: Path) -> None:
     reports.validate(doc)
 
 
-def test_an_out_that_is_a_file_is_refused_before_any_case_runs(tmp_path: Path) -> None:
+def test_an_out_that_is_a_file_or_a_report_that_is_a_folder_is_refused_before_any_case_runs(tmp_path: Path) -> None:
     good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    mode: fakecuda\n    command: [touch, ran]\n'
     (tmp_path / "out").write_text("not a folder")
     proc, _ = _validate(tmp_path, good)
@@ -207,6 +207,12 @@ def test_an_out_that_is_a_file_is_refused_before_any_case_runs(tmp_path: Path) -
     assert proc.stderr == ("fakegpu validate: error: --out out: exists and is not a folder; name a folder for "
                            "report.json and the cases' logs\n")
     assert not (tmp_path / "ran").exists() and (tmp_path / "out").read_text() == "not a folder"
+    (tmp_path / "out").unlink()
+    (tmp_path / "junit").mkdir()
+    proc, _ = _validate(tmp_path, good, "--junit", "junit")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "fakegpu validate: error: --junit junit: is a folder; name the file to write\n"
+    assert not (tmp_path / "ran").exists()
 
 
 def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path) -> None:
