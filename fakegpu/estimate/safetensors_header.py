@@ -63,7 +63,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 raise EstimateInputError(path, f"not safetensors: {size} bytes, shorter than the 8-byte header length")
             (length,) = struct.unpack("<Q", prefix)
             if length > MAX_HEADER_BYTES:
-                raise EstimateInputError(path, f"header length {length} is above the {MAX_HEADER_BYTES}-byte limit")
+                raise EstimateInputError(path, f"not safetensors (or damaged): its first 8 bytes give a header length "
+                                               f"of {length}, above the {MAX_HEADER_BYTES}-byte limit")
             if 8 + length > size:
                 raise EstimateInputError(path, f"header length {length} lies: past the end of the {size}-byte file")
             raw = fh.read(length)
