@@ -97,6 +97,7 @@ def run_plan(planned: Plan, manifest_path: str | Path, out_dir: str | Path = DEF
     for name, path in (extra or {}).items():
         if Path(path).is_dir():
             raise UsageError(f"--{name} {path}: is a folder; name the file to write")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)  # an OSError (no permission) now, not in every case
     results = run_cases(planned.cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
     doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock, planned.rerun)
     write_reports(doc, out_dir, extra or {})

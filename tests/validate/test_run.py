@@ -215,6 +215,28 @@ def test_an_out_that_is_a_file_or_a_report_that_is_a_folder_is_refused_before_an
     assert not (tmp_path / "ran").exists()
 
 
+def test_an_out_that_cannot_be_made_is_refused_before_any_case_runs(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    mode: fakecuda\n    command: [touch, ran]\n'
+    (tmp_path / "file").write_text("")
+    proc, _ = _validate(tmp_path, good, "--out", "file/out")  # the last --out wins
+    assert proc.returncode == 1 and proc.stderr == "fakegpu validate: error: cannot write file/out: Not a directory\n"
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_error_in_a_worker_reaches_the_caller_not_the_thread_hook(tmp_path: Path, monkeypatch) -> None:
+    from fakegpu.validate import plan, runner
+
+    (tmp_path / "v.yaml").write_text('matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n')
+    cases = plan(tmp_path / "v.yaml", tmp_path / "out").cases
+
+    def boom(case, stop=None):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "out"))
+
+    monkeypatch.setattr(runner, "run_case", boom)
+    with pytest.raises(PermissionError):
+        runner.run_cases(cases, jobs=2)
+
+
 def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path) -> None:
     import textwrap
 
