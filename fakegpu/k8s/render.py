@@ -262,7 +262,11 @@ def write_tree(files: dict[str, str], out: Path, force: bool = False) -> list[Pa
         else:
             os.rename(staging, out)  # onto a missing or empty folder: one rename
     except OSError as exc:
-        raise FakeGPUError(f"--out {out}: {exc}; nothing was written") from exc
+        # Name the user's path, never our staging or backup folder (gone by the time they read it).
+        theirs = exc.filename and not str(exc.filename).startswith((str(staging), str(old))) and \
+            Path(exc.filename) != out
+        where = f"{exc.filename}: " if theirs else ""
+        raise FakeGPUError(f"--out {out}: {where}{exc.strerror or exc}; nothing was written") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return [out / rel for rel in files]
