@@ -158,3 +158,14 @@ def test_doctor_fails_without_docker() -> None:
     checks = {c["name"]: c for c in doc["data"]}
     assert checks["docker"]["status"] == "fail"
     assert result.returncode == 3 and doc["status"] == "error"
+
+
+def test_doctor_program_says_why_a_path_is_no_program(tmp_path) -> None:
+    from fakegpu.doctor import check_program
+
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"\x7fELF")
+    assert check_program(str(data)).detail == f"program {str(data)!r}: not executable"
+    assert check_program(str(tmp_path)).detail == f"program {str(tmp_path)!r}: a folder, not a program"
+    missing = check_program(str(tmp_path / "nope"))
+    assert missing.status == "fail" and missing.detail.endswith("not found (not a file, not on PATH)")
