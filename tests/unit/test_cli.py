@@ -169,3 +169,8 @@ def test_doctor_program_says_why_a_path_is_no_program(tmp_path) -> None:
     assert check_program(str(tmp_path)).detail == f"program {str(tmp_path)!r}: a folder, not a program"
     missing = check_program(str(tmp_path / "nope"))
     assert missing.status == "fail" and missing.detail.endswith("not found (not a file, not on PATH)")
+
+
+def test_doctor_refuses_an_empty_image() -> None:
+    result = invoke("doctor", "--program", "true", "--image", "")
+    assert result.exit_code == 2 and "--image '' names no image" in result.stderr
