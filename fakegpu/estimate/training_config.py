@@ -37,6 +37,10 @@ def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise EstimateInputError(path, f"not a text file (not UTF-8: {exc.reason} at byte {exc.start}); give a "
+                                 "DeepSpeed JSON, accelerate/torchtune/axolotl YAML or a Megatron-LM argument "
+                                 "file") from exc
     if path.suffix != ".json" and recipe_files.is_megatron_args(text):
         return recipe_files.read_megatron_args(text, path)
     try:

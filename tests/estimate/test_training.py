@@ -121,6 +121,10 @@ def test_config_files(tmp_path):
     bad.write_text(json.dumps({"zero_optimization": {"stage": 7}}))
     with pytest.raises(EstimateInputError, match=r"zero_optimization\.stage"):
         read_config_file(bad)
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\xff\xfe\x00\x80")
+    with pytest.raises(EstimateInputError, match=r"model\.bin: not a text file \(not UTF-8"):
+        read_config_file(binary)
 
 
 @pytest.mark.parametrize("field", ["peft", "bitsandbytes", "megatron_core"])
