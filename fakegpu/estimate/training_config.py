@@ -15,6 +15,7 @@ import yaml
 
 from fakegpu.estimate import training_recipe_files as recipe_files
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.estimate.training_recipe_files import section, whole
 from fakegpu.user_files import load_yaml, loads_json
 
 _FSDP_STRATEGIES = {
@@ -74,28 +75,25 @@ def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 def _deepspeed(doc: dict, path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    zero = doc.get("zero_optimization") or {}
-    if not isinstance(zero, dict):
-        raise EstimateInputError(path, "is not an object", field="zero_optimization")
+    zero = section(doc, "zero_optimization", path)
     if "stage" in zero:
         if zero["stage"] not in (0, 1, 2, 3):
             raise EstimateInputError(path, f"stage {zero['stage']!r} is not 0-3", field="zero_optimization.stage")
         out["zero"] = zero["stage"]
-    if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
+    if section(zero, "offload_param", path, "zero_optimization.").get("device") in ("cpu", "nvme"):
         out["offload"] = "params"
-    elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
+    elif section(zero, "offload_optimizer", path, "zero_optimization.").get("device") in ("cpu", "nvme"):
         out["offload"] = "optimizer"
-    if (doc.get("bf16") or {}).get("enabled") is True:
+    if section(doc, "bf16", path).get("enabled") is True:
         out["precision"] = "bf16-mixed"
-    elif (doc.get("fp16") or {}).get("enabled") is True:
+    elif section(doc, "fp16", path).get("enabled") is True:
         out["precision"] = "fp16-mixed"
-    mb = doc.get("train_micro_batch_size_per_gpu")
-    if isinstance(mb, int):
+    if (mb := whole(doc, "train_micro_batch_size_per_gpu", path)) is not None:
         out["micro_batch"] = mb
-    opt = str((doc.get("optimizer") or {}).get("type", "")).lower().replace("_", "")
+    opt = str(section(doc, "optimizer", path).get("type", "")).lower().replace("_", "")
     if opt in _OPTIMIZERS:
         out["optimizer"] = _OPTIMIZERS[opt]
-    if (doc.get("activation_checkpointing") or {}).get("partition_activations") is not None:
+    if section(doc, "activation_checkpointing", path).get("partition_activations") is not None:
         out["grad_checkpointing"] = True
     return out
 
@@ -119,8 +117,8 @@ def _fsdp(doc: dict, path: Path) -> dict[str, Any]:
 
 def _accelerate(doc: dict, path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if isinstance(doc.get("num_processes"), int):
-        out["gpus"] = doc["num_processes"]
+    if (gpus := whole(doc, "num_processes", path)) is not None:
+        out["gpus"] = gpus
     mp = doc.get("mixed_precision")
     if mp is not None:
         if str(mp) not in _PRECISION:
@@ -128,17 +126,17 @@ def _accelerate(doc: dict, path: Path) -> dict[str, Any]:
         out["precision"] = _PRECISION[str(mp)]
     kind = str(doc.get("distributed_type", "")).upper()
     if kind == "DEEPSPEED":
-        ds = doc.get("deepspeed_config") or {}
+        ds = section(doc, "deepspeed_config", path)
         if ds.get("deepspeed_config_file"):
             out.update(read_config_file(path.parent / ds["deepspeed_config_file"]))
-        if "zero_stage" in ds:
-            out["zero"] = int(ds["zero_stage"])
+        if (stage := whole(ds, "zero_stage", path, "deepspeed_config.", least=0)) is not None:
+            out["zero"] = stage
         if ds.get("offload_param_device") in ("cpu", "nvme"):
             out["offload"] = "params"
         elif ds.get("offload_optimizer_device") in ("cpu", "nvme"):
             out["offload"] = "optimizer"
     elif kind == "FSDP":
-        out.update(_fsdp(doc.get("fsdp_config") or {}, path))
+        out.update(_fsdp(section(doc, "fsdp_config", path), path))
     return out
 
 
