@@ -7,22 +7,42 @@ from __future__ import annotations
 import json
 import os
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 
 class UnreadableFile(ValueError):
     """The file cannot be what was asked for; the message says why (without the file's name: callers add it)."""
 
 
-def read_text(path: str | os.PathLike[str], limit: int) -> str:
-    """The file's text (UTF-8), or UnreadableFile: missing, not a regular file, over `limit` bytes, not UTF-8."""
+# Bound for a configuration file a person wrote or a report a tool printed (manifests, op lists, fabric files,
+# model and training configs): far above any real one, far below what a runaway file would cost.
+CONFIG_BYTES = 16 << 20
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """The file opened for reading, or UnreadableFile when it is not a regular file. Opened non-blocking, so a FIFO
+    in its place is refused at once instead of waiting forever for a writer; blocking again once known regular."""
     try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise UnreadableFile("not a regular file")
-            raw = f.read(limit + 1)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise UnreadableFile(exc.strerror or str(exc)) from exc
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+        raise UnreadableFile(f"not a regular file ({kind})")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_text(path: str | os.PathLike[str], limit: int) -> str:
+    """The file's text (UTF-8), or UnreadableFile: missing, not a regular file, over `limit` bytes, not UTF-8."""
+    with open_regular(path) as f:
+        try:
+            raw = f.read(limit + 1)
+        except OSError as exc:
+            raise UnreadableFile(exc.strerror or str(exc)) from exc
     if len(raw) > limit:
         raise UnreadableFile(f"more than {limit >> 20} MiB" if limit >= 1 << 20 else f"more than {limit} bytes")
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.estimate.errors import EstimateInputError
-from fakegpu.user_files import loads_json
+from fakegpu.user_files import CONFIG_BYTES, UnreadableFile, loads_json, read_text
 
 # Decoder families whose layers are "attention + (gated) MLP" with the llama-style names, plus their MoE kin.
 LLAMA_LIKE = frozenset({
@@ -107,8 +107,8 @@ def read_model_config(path: Path | str) -> ModelConfig:
     if not path.is_file():
         raise EstimateInputError(path, "missing: the estimators need the model's config.json beside the weights")
     try:
-        doc = loads_json(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = loads_json(read_text(path, CONFIG_BYTES))
+    except (UnreadableFile, json.JSONDecodeError) as exc:
         raise EstimateInputError(path, f"not readable JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise EstimateInputError(path, "is JSON but not an object")

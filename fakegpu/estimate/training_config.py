@@ -16,7 +16,7 @@ import yaml
 from fakegpu.estimate import training_recipe_files as recipe_files
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.training_recipe_files import section, whole
-from fakegpu.user_files import load_yaml, loads_json
+from fakegpu.user_files import CONFIG_BYTES, UnreadableFile, load_yaml, loads_json, read_text
 
 _FSDP_STRATEGIES = {
     "FULL_SHARD": "full", "1": "full", "HYBRID_SHARD": "hybrid", "4": "hybrid", "_HYBRID_SHARD_ZERO2": "hybrid",
@@ -35,13 +35,13 @@ def read_config_file(path: Path) -> dict[str, Any]:
 def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     """(settings, notes): what one file implies, and what it sets that changes memory but is not modelled."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise EstimateInputError(path, f"not a text file (not UTF-8: {exc.reason} at byte {exc.start}); give a "
-                                 "DeepSpeed JSON, accelerate/torchtune/axolotl YAML or a Megatron-LM argument "
-                                 "file") from exc
+        text = read_text(path, CONFIG_BYTES)
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            raise EstimateInputError(path, f"not a text file (not UTF-8: {exc.__cause__.reason} at byte "
+                                     f"{exc.__cause__.start}); give a DeepSpeed JSON, accelerate/torchtune/axolotl "
+                                     "YAML or a Megatron-LM argument file") from exc
+        raise EstimateInputError(path, f"cannot read: {exc}") from exc
     if path.suffix != ".json" and recipe_files.is_megatron_args(text):
         return recipe_files.read_megatron_args(text, path)
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fakegpu.errors import TraceError
-from fakegpu.user_files import TOO_DEEP
+from fakegpu.user_files import TOO_DEEP, UnreadableFile, open_regular
 
 CHUNK_BYTES = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -52,9 +52,9 @@ class TraceFile:
 
     def _open(self) -> None:
         try:
-            raw = open(self.path, "rb")
-        except OSError as exc:
-            raise self._fail(f"cannot open: {exc.strerror or exc}") from exc
+            raw = open_regular(self.path)
+        except UnreadableFile as exc:
+            raise self._fail(f"cannot open: {exc}") from exc
         magic = raw.read(2)
         raw.seek(0)
         self.compressed = magic == _GZIP_MAGIC

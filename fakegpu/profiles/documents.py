@@ -16,7 +16,8 @@ from typing import Any
 
 from fakegpu.errors import clip, shorten
 from fakegpu.profiles.matching import closest
-from fakegpu.user_files import TOO_DEEP, loads_json
+from fakegpu.user_files import CONFIG_BYTES, TOO_DEEP, UnreadableFile, loads_json
+from fakegpu.user_files import read_text as read_text_bounded
 
 KeyPath = tuple[str | int, ...]
 Lines = dict[KeyPath, int]
@@ -62,10 +63,10 @@ def read_text(path: Path, noun: str, suffixes: Sequence[str]) -> str:
         raise DocumentProblems([f"{path}: {article} {noun} is {', '.join(suffixes)}; this one is "
                                 f"{path.suffix or 'none'}"])
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DocumentProblems([f"{path}: no such {noun}"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        return read_text_bounded(path, CONFIG_BYTES)
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise DocumentProblems([f"{path}: no such {noun}"]) from None
         raise DocumentProblems([f"{path}: cannot read it: {exc}"]) from None
 
 
