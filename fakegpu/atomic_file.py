@@ -22,6 +22,18 @@ def write_atomic(path: str | PathLike[str], data: str | bytes, mode: int | None 
             mode = os.stat(path).st_mode & 0o7777
         except FileNotFoundError:
             mode = 0o644
+    try:
+        _write(path, data, mode)
+    except OSError as exc:
+        ours = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.")
+        if not (isinstance(exc.filename, str) and exc.filename.startswith(ours) and exc.filename.endswith(".tmp")):
+            raise
+        # The error names our temporary file (.x.123.0.tmp), which the user never named and which is gone;
+        # say it of the file they asked for.
+        raise type(exc)(exc.errno, exc.strerror, path) from exc
+
+
+def _write(path: str, data: str | bytes, mode: int) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
     for attempt in range(100):

@@ -107,8 +107,10 @@ def check_program(program: str, image: str | None = None) -> CheckResult:
             where = shutil.which(program) or ""
             path = Path(where) if where else None
             if path is None:
-                return CheckResult("program", FAIL, f"{name}: not found (not a file, not on PATH)",
-                                   "name the program's path")
+                given = Path(program)
+                why = ("a folder, not a program" if given.is_dir() else "not executable" if given.exists() else
+                       "not found (not a file, not on PATH)")
+                return CheckResult("program", FAIL, f"{name}: {why}", "name the program's path")
         found = static_cuda_runtime(path, {} if image else None)
     if found is not None:
         if image:  # the copy's path stands for the image's

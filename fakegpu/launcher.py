@@ -134,6 +134,14 @@ class LaunchUsageError(LaunchError):
     code = "usage"
 
 
+def _meant(value: str, accepted: Sequence[str]) -> str:
+    """' (did you mean 'x'?)' for a misspelling of one of `accepted`, else nothing."""
+    from fakegpu.profiles.matching import closest
+
+    near = closest(value, list(accepted), 1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 class RunTimedOut(FakeGPUError):
     """The command ran past `fakegpu run --timeout` and was ended; the message names its last CUDA activity."""
 
@@ -300,17 +308,21 @@ def prepare(
     if driver is not None and not is_driver_version(driver):
         raise LaunchUsageError(f"--driver: {driver_version_problem(driver)}")
     if mode not in MODES:
-        raise LaunchUsageError(f"unknown mode {mode!r}; expected one of: {', '.join(MODES)}")
+        raise LaunchUsageError(f"unknown mode {shorten(mode)}{_meant(mode, MODES)}; expected one of: "
+                               f"{', '.join(MODES)}")
     if memory is not None and memory not in MEMORY_MODES:
-        raise LaunchUsageError(f"unknown memory mode {memory!r}; expected one of: {', '.join(MEMORY_MODES)}")
+        raise LaunchUsageError(f"unknown memory mode {shorten(memory)}{_meant(memory, MEMORY_MODES)}; expected one "
+                               f"of: {', '.join(MEMORY_MODES)}")
     if on_device_read is not None and on_device_read not in DEVICE_READ_POLICIES:
-        raise LaunchUsageError(f"--on-device-read {shorten(on_device_read)} is not a policy; expected one of: "
+        raise LaunchUsageError(f"--on-device-read {shorten(on_device_read)} is not a policy"
+                               f"{_meant(on_device_read, DEVICE_READ_POLICIES)}; expected one of: "
                                f"{', '.join(DEVICE_READ_POLICIES)}")
     if (memory is not None or report_dir is not None or on_device_read is not None or timeline_dir is not None) \
             and mode != "native":
         raise LaunchUsageError("--memory, --report-dir, --on-device-read and --timeline apply to native mode only")
     env = dict(os.environ if base_env is None else base_env)
-    spec = devices or env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
+    # --devices "" is a spec, and an invalid one; an empty $FAKEGPU_DEVICES is unset, as for any variable.
+    spec = devices if devices is not None else env.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     seed = effective_seed(seed if seed is not None else env.get("FAKEGPU_SEED"))
     resolved = resolve_devices(spec, seed=seed)  # raises InvalidDeviceSpec before anything is created
     if faults is None and env.get("FAKEGPU_FAULTS"):

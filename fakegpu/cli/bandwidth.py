@@ -55,6 +55,7 @@ def bandwidth(
     The measured figures are this host's CPU, shared-memory and TCP speed carrying the ranks' bytes, not a GPU's;
     the modeled ones are the prediction for the target."""
     from fakegpu.errors import UsageError
+    from fakegpu.launcher import parse_timeout
     from fakegpu.perf import bandwidth as bw
     from fakegpu.perf import bandwidth_launch as launch
     from fakegpu.perf.simulate import parse_sizes
@@ -73,14 +74,19 @@ def bandwidth(
             if local_only:
                 raise UsageError(f"{', '.join(local_only)}: for runs on this host; a cluster has its own")
             info = launch.describe_cluster(cluster)
-            target = bw.Target(profile or (None if fabric_file else _board(info.devices)), fabric, fabric_file)
+            target = bw.Target(profile if profile is not None else (None if fabric_file else _board(info.devices)),
+                               fabric, fabric_file)
             plan = bw.plan(sweep, info.shape, target)
             _progress(as_json, f"{', '.join(sweep.ops)} on cluster {cluster}: {info.shape.nodes} node(s) x "
                       f"{info.shape.ranks_per_node} rank(s), {info.mode} mode")
             outcome = launch.run_cluster(plan, sweep, info, worker, echo, extra_env=extra_env)
         else:
-            devices = devices or f"{profile or DEFAULT_PROFILE}:{nproc}"
-            target = bw.Target(profile or (None if fabric_file else _board(devices)), fabric, fabric_file)
+            if timeout is not None:
+                parse_timeout(timeout)  # refused here, not by the `fakegpu run` the sweep starts
+            if devices is None:
+                devices = f"{profile if profile is not None else DEFAULT_PROFILE}:{nproc}"
+            target = bw.Target(profile if profile is not None else (None if fabric_file else _board(devices)), fabric,
+                               fabric_file)
             plan = bw.plan(sweep, bw.Shape(1, nproc or 0), target)
             _progress(as_json, f"{', '.join(sweep.ops)} on {nproc} rank(s) of this host, {mode} mode")
             outcome = launch.run_local(plan, sweep, nproc or 0, mode, devices, transport, timeout, echo, extra_env)

@@ -294,7 +294,7 @@ def cdi_generate(
     from fakegpu.devices import resolve_devices
 
     try:
-        spec = spec or _current_inventory()
+        spec = spec if spec is not None else _current_inventory()
         devices = resolve_devices(spec, seed=DEFAULT_SEED)  # the runtime's seed: UUIDs as the inventory has them
         doc = cdi_spec(spec, devices, installed_script("fakegpu-hook"), hook_args())
     except FakeGPUError as exc:

@@ -39,6 +39,10 @@ def doctor(
     if image is not None and program is None:
         typer.echo("fakegpu doctor: --image needs --program (the program in the image to check)", err=True)
         raise typer.Exit(2)
+    if image is not None and not image.strip():
+        typer.echo("fakegpu doctor: --image '' names no image; give the image the program is in, or leave "
+                   "--image out to check the program on this host", err=True)
+        raise typer.Exit(2)
     results = [_with_inventory(r) if r.name == "runtime" else r for r in run_checks()]
     if program is not None:
         results.append(check_program(program, image))

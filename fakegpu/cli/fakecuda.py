@@ -68,7 +68,9 @@ def preflight(
     from fakegpu.launcher import LaunchError
 
     if mode not in MODES:
-        error = FakeGPUError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+        from fakegpu.profiles.documents import not_one_of
+
+        error = FakeGPUError(f"--mode: {not_one_of(mode, MODES)}")
         error.exit_code = 2
         raise fail("preflight", error, as_json)
     try:

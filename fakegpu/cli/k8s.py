@@ -61,17 +61,18 @@ def device_plugin(
     """Kubernetes device plugin: advertise the node's fake GPUs (or MIG devices) to the kubelet, keep their
     health, and give each container its devices through FakeGPU's runtime."""
     from fakegpu.devices import DEFAULT_SEED, resolve_devices
-    from fakegpu.errors import InvalidDeviceSpec
+    from fakegpu.errors import InvalidDeviceSpec, UsageError
     from fakegpu.k8s.allocation import check_strategies, uses_cdi
     from fakegpu.k8s.resources import resources
 
     try:
-        spec = devices or _host_inventory()
+        spec = devices if devices is not None else _host_inventory()
         try:
             inventory = resolve_devices(spec, seed=DEFAULT_SEED)  # the runtime's seed for the host inventory
         except InvalidDeviceSpec as exc:
-            where = "--devices" if devices else "the runtime's inventory (setting inventory)"
-            raise FakeGPUError(f"{where}: {exc.message}") from exc
+            if devices is not None:  # the user's typo: a usage error, as everywhere --devices is read
+                raise UsageError(f"--devices: {exc.message}") from exc
+            raise FakeGPUError(f"the runtime's inventory (setting inventory): {exc.message}") from exc
         served = resources(inventory, mig_strategy, resource_name)
         strategies = check_strategies(list_strategy)
     except FakeGPUError as exc:

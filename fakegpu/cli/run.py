@@ -148,7 +148,8 @@ def _first_board(devices: str | None):
 
     from fakegpu.devices import resolve_devices
 
-    return resolve_devices(devices or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES)[0].profile
+    spec = devices if devices is not None else os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
+    return resolve_devices(spec)[0].profile
 
 
 def _price_sheet(board, devices: str | None, mode: str) -> str | None:

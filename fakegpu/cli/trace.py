@@ -55,7 +55,7 @@ def replay_trace(
     fab = FabricOptions(fabric_file, nodes, gpus_per_node, None, fabric, rail_optimized, nics_per_node,
                         oversubscription)
     try:
-        target = load_catalog().get(profile) if profile else None
+        target = load_catalog().get(profile) if profile is not None else None
         report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
                                   allow_missing_ranks=allow_missing_ranks, from_profile=from_profile)
         pricer = bandwidth_ratio_pricer

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.reports import ENVELOPE_SCHEMA, schema_id
+from fakegpu.user_files import CONFIG_BYTES, UnreadableFile, loads_json, read_text
 
 SCHEMA = schema_id("calibrate-compare")
 OBSERVATION = "fakegpu.observation/v1"
@@ -25,9 +26,10 @@ BASE_MARGIN = 0.02
 
 def _read(path: Path) -> dict:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
+        doc = loads_json(read_text(path, CONFIG_BYTES))
+    except UnreadableFile as exc:
+        what = "not JSON" if isinstance(exc.__cause__, UnicodeDecodeError) else "cannot read"
+        raise EstimateInputError(path, f"{what}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise EstimateInputError(path, f"not JSON: {exc}") from exc
     if not isinstance(doc, dict):

@@ -89,11 +89,12 @@ def estimate_llm(
     if options.generated_tokens < 0:
         raise EstimateInputError("--generated-tokens", "must not be negative")
     ckpt, cfg = load_model(source)
+    cfg.check_tensor_parallel(options.tensor_parallel)
     summary = summarise(ckpt, cfg.quantization)
     cast_to = user_dtype(dtype, "--dtype")
     act = compute_dtype(ckpt, cfg, summary, cast_to)
     options = replace(options, dtype=act, kv_cache_dtype=options.kv_cache_dtype or act)
-    profile: Profile | None = resolve_profile(target) if target else None
+    profile: Profile | None = resolve_profile(target) if target is not None else None
     cc = profile.compute_capability if profile else (compute_capability or DEFAULT_CC)
     overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     allocated, reserved = resident(ckpt, cast_to, options.tensor_parallel, cc)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.user_files import CONFIG_BYTES, UnreadableFile, loads_json, read_text
 
 # Decoder families whose layers are "attention + (gated) MLP" with the llama-style names, plus their MoE kin.
 LLAMA_LIKE = frozenset({
@@ -78,6 +79,14 @@ class ModelConfig:
     quantization: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
+    def check_tensor_parallel(self, tensor_parallel: int) -> None:
+        """EstimateInputError unless the attention heads split evenly over `tensor_parallel` ranks, as vLLM,
+        Megatron-LM and torch's tensor parallelism all require."""
+        if tensor_parallel > 1 and self.num_heads % tensor_parallel:
+            divisors = [d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]
+            raise EstimateInputError("--tensor-parallel", f"{tensor_parallel} does not divide the {self.num_heads} "
+                                     f"attention heads; use one of {', '.join(map(str, divisors))}")
+
     def kv_bytes_per_token(self, element_bytes: float, tensor_parallel: int = 1) -> float:
         """K plus V bytes one token adds to the cache, summed over layers, on one tensor-parallel rank."""
         if not self.is_decoder:
@@ -98,8 +107,8 @@ def read_model_config(path: Path | str) -> ModelConfig:
     if not path.is_file():
         raise EstimateInputError(path, "missing: the estimators need the model's config.json beside the weights")
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = loads_json(read_text(path, CONFIG_BYTES))
+    except (UnreadableFile, json.JSONDecodeError) as exc:
         raise EstimateInputError(path, f"not readable JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise EstimateInputError(path, "is JSON but not an object")
@@ -166,10 +175,15 @@ def _first(doc: dict, path: Path, *names: str) -> int | None:
 
 
 def _required(doc: dict, path: Path, quantity: str) -> int:
+    zero = None
     for name in _ALIASES[quantity]:
         value = _int(doc, path, name)
         if value:
             return value
+        if value == 0 and zero is None:
+            zero = name
+    if zero is not None:
+        raise EstimateInputError(path, "is 0; it must be at least 1", field=zero)
     raise EstimateInputError(path, f"missing (looked for {', '.join(_ALIASES[quantity])})", field=_ALIASES[quantity][0])
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fakegpu.estimate.dtypes import SAFETENSORS_BITS, payload_bytes
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.user_files import loads_json
 
 INDEX_NAME = "model.safetensors.index.json"
 # The safetensors library refuses headers above 100 MB; a larger claim is a corrupt or hostile file.
@@ -62,14 +63,15 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
                 raise EstimateInputError(path, f"not safetensors: {size} bytes, shorter than the 8-byte header length")
             (length,) = struct.unpack("<Q", prefix)
             if length > MAX_HEADER_BYTES:
-                raise EstimateInputError(path, f"header length {length} is above the {MAX_HEADER_BYTES}-byte limit")
+                raise EstimateInputError(path, f"not safetensors (or damaged): its first 8 bytes give a header length "
+                                               f"of {length}, above the {MAX_HEADER_BYTES}-byte limit")
             if 8 + length > size:
                 raise EstimateInputError(path, f"header length {length} lies: past the end of the {size}-byte file")
             raw = fh.read(length)
     except OSError as exc:
         raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = loads_json(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise EstimateInputError(path, f"header is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
@@ -156,7 +158,7 @@ def _load_files(source: Path, files: list[Path]) -> Checkpoint:
 
 def _load_index(index: Path) -> Checkpoint:
     try:
-        doc = json.loads(index.read_text(encoding="utf-8"))
+        doc = loads_json(index.read_text(encoding="utf-8"))
     except OSError as exc:
         raise EstimateInputError(index, f"cannot read: {exc.strerror or exc}") from exc
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

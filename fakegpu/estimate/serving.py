@@ -176,9 +176,7 @@ def plan_serving(source: Path | str, options: ServingOptions, target: str) -> di
         weights = rank_weights(ckpt, cfg, options.tensor_parallel, dtype)
     if quant in ONLINE_QUANTIZATION and not summary.quantization:
         weights["sharded"] //= 2 if dtype != "F32" else 4  # online fp8: one byte per matrix element
-    if cfg.num_heads % options.tensor_parallel:
-        raise EstimateInputError("--tensor-parallel", f"{options.tensor_parallel} does not divide the "
-                                 f"{cfg.num_heads} attention heads; vLLM refuses such a split")
+    cfg.check_tensor_parallel(options.tensor_parallel)
     total = profile.cuda_total_bytes
     max_model_len = options.max_model_len or cfg.max_positions
     if not max_model_len:

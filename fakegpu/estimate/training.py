@@ -135,7 +135,8 @@ class TrainingOptions:
             # Versions gate behaviour changes; a typo must not silently select the oldest behaviour.
             value = str(getattr(self, name)).strip()
             if not re.fullmatch(r"\d+(\.\d+){0,2}([.+-]?\w+)*", value):
-                raise EstimateInputError(f"--{name}", f"{value!r} is not a version; use e.g. 0.45 or 0.13.2")
+                raise EstimateInputError(f"--{name.replace('_', '-')}", f"{value!r} is not a version; use e.g. 0.45 or "
+                                         "0.13.2")
         if self.dora and self.method not in ("lora", "qlora"):
             raise EstimateInputError("--dora", f"DoRA decomposes LoRA weights; use it with --method lora or qlora, "
                                      f"not {self.method}")
@@ -299,6 +300,7 @@ def _activations(cfg: ModelConfig, o: TrainingOptions, micro_batch: int, dropout
 def plan(ckpt: Checkpoint, cfg: ModelConfig, o: TrainingOptions, overheads: Overheads) -> tuple[dict, dict]:
     """(phases, details) for one rank; phases hold components and the three predicted numbers. `overheads`: the
     workspace profile of the target GPU and stack (its cuBLAS workspace)."""
+    cfg.check_tensor_parallel(o.tensor_parallel)
     if o.framework == "megatron":
         return _plan_megatron(ckpt, cfg, o, overheads)
     if o.method == "prompt-tuning":
@@ -588,7 +590,7 @@ def plan_training(source: Path | str, options: TrainingOptions, target: str | No
     else the profiles' default stack. `config_notes`: what the --config files set that the plan does not model."""
     options.validate()
     ckpt, cfg = load_model(source)
-    profile = resolve_profile(target) if target else None
+    profile = resolve_profile(target) if target is not None else None
     cc = profile.compute_capability if profile else DEFAULT_CC
     overheads = stack_overheads(cc, profile, workspace_files, torch_version, cuda_version)
     phases, details = plan(ckpt, cfg, options, overheads)

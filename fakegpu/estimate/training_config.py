@@ -15,6 +15,8 @@ import yaml
 
 from fakegpu.estimate import training_recipe_files as recipe_files
 from fakegpu.estimate.errors import EstimateInputError
+from fakegpu.estimate.training_recipe_files import section, whole
+from fakegpu.user_files import CONFIG_BYTES, UnreadableFile, load_yaml, loads_json, read_text
 
 _FSDP_STRATEGIES = {
     "FULL_SHARD": "full", "1": "full", "HYBRID_SHARD": "hybrid", "4": "hybrid", "_HYBRID_SHARD_ZERO2": "hybrid",
@@ -33,13 +35,17 @@ def read_config_file(path: Path) -> dict[str, Any]:
 def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
     """(settings, notes): what one file implies, and what it sets that changes memory but is not modelled."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise EstimateInputError(path, f"cannot read: {exc.strerror or exc}") from exc
+        text = read_text(path, CONFIG_BYTES)
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, UnicodeDecodeError):
+            raise EstimateInputError(path, f"not a text file (not UTF-8: {exc.__cause__.reason} at byte "
+                                     f"{exc.__cause__.start}); give a DeepSpeed JSON, accelerate/torchtune/axolotl "
+                                     "YAML or a Megatron-LM argument file") from exc
+        raise EstimateInputError(path, f"cannot read: {exc}") from exc
     if path.suffix != ".json" and recipe_files.is_megatron_args(text):
         return recipe_files.read_megatron_args(text, path)
     try:
-        doc = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        doc = loads_json(text) if path.suffix == ".json" else load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise EstimateInputError(path, f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
     if not isinstance(doc, dict):
@@ -69,28 +75,25 @@ def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
 
 def _deepspeed(doc: dict, path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    zero = doc.get("zero_optimization") or {}
-    if not isinstance(zero, dict):
-        raise EstimateInputError(path, "is not an object", field="zero_optimization")
+    zero = section(doc, "zero_optimization", path)
     if "stage" in zero:
         if zero["stage"] not in (0, 1, 2, 3):
             raise EstimateInputError(path, f"stage {zero['stage']!r} is not 0-3", field="zero_optimization.stage")
         out["zero"] = zero["stage"]
-    if (zero.get("offload_param") or {}).get("device") in ("cpu", "nvme"):
+    if section(zero, "offload_param", path, "zero_optimization.").get("device") in ("cpu", "nvme"):
         out["offload"] = "params"
-    elif (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme"):
+    elif section(zero, "offload_optimizer", path, "zero_optimization.").get("device") in ("cpu", "nvme"):
         out["offload"] = "optimizer"
-    if (doc.get("bf16") or {}).get("enabled") is True:
+    if section(doc, "bf16", path).get("enabled") is True:
         out["precision"] = "bf16-mixed"
-    elif (doc.get("fp16") or {}).get("enabled") is True:
+    elif section(doc, "fp16", path).get("enabled") is True:
         out["precision"] = "fp16-mixed"
-    mb = doc.get("train_micro_batch_size_per_gpu")
-    if isinstance(mb, int):
+    if (mb := whole(doc, "train_micro_batch_size_per_gpu", path)) is not None:
         out["micro_batch"] = mb
-    opt = str((doc.get("optimizer") or {}).get("type", "")).lower().replace("_", "")
+    opt = str(section(doc, "optimizer", path).get("type", "")).lower().replace("_", "")
     if opt in _OPTIMIZERS:
         out["optimizer"] = _OPTIMIZERS[opt]
-    if (doc.get("activation_checkpointing") or {}).get("partition_activations") is not None:
+    if section(doc, "activation_checkpointing", path).get("partition_activations") is not None:
         out["grad_checkpointing"] = True
     return out
 
@@ -114,8 +117,8 @@ def _fsdp(doc: dict, path: Path) -> dict[str, Any]:
 
 def _accelerate(doc: dict, path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if isinstance(doc.get("num_processes"), int):
-        out["gpus"] = doc["num_processes"]
+    if (gpus := whole(doc, "num_processes", path)) is not None:
+        out["gpus"] = gpus
     mp = doc.get("mixed_precision")
     if mp is not None:
         if str(mp) not in _PRECISION:
@@ -123,17 +126,17 @@ def _accelerate(doc: dict, path: Path) -> dict[str, Any]:
         out["precision"] = _PRECISION[str(mp)]
     kind = str(doc.get("distributed_type", "")).upper()
     if kind == "DEEPSPEED":
-        ds = doc.get("deepspeed_config") or {}
+        ds = section(doc, "deepspeed_config", path)
         if ds.get("deepspeed_config_file"):
             out.update(read_config_file(path.parent / ds["deepspeed_config_file"]))
-        if "zero_stage" in ds:
-            out["zero"] = int(ds["zero_stage"])
+        if (stage := whole(ds, "zero_stage", path, "deepspeed_config.", least=0)) is not None:
+            out["zero"] = stage
         if ds.get("offload_param_device") in ("cpu", "nvme"):
             out["offload"] = "params"
         elif ds.get("offload_optimizer_device") in ("cpu", "nvme"):
             out["offload"] = "optimizer"
     elif kind == "FSDP":
-        out.update(_fsdp(doc.get("fsdp_config") or {}, path))
+        out.update(_fsdp(section(doc, "fsdp_config", path), path))
     return out
 
 

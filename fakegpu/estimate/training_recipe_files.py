@@ -6,6 +6,7 @@ note per key that changes memory but that the plan does not model (so a user see
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,41 @@ _AXOLOTL_UNMODELLED = {
 }
 
 
+def section(doc: dict, key: str, path: Path, within: str = "") -> dict:
+    """doc[key] as a mapping ({} when absent or null); a value of another type is the file's error, named by its
+    key path (`within` is the enclosing key's, with its dot), not a crash or a setting silently dropped."""
+    value = doc.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise EstimateInputError(path, f"{value!r} is not a mapping of settings", field=within + key)
+    return value
+
+
+def whole(doc: dict, key: str, path: Path, within: str = "", least: int = 1) -> int | None:
+    """doc[key] as a whole number of at least `least` (None when absent or null); anything else is the file's
+    error, said of the file's key rather than of the command-line option it becomes. "auto" (the Hugging Face
+    Trainer fills the value in) is absent too."""
+    value = doc.get(key)
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise EstimateInputError(path, f"{value!r} is not a whole number", field=within + key)
+    if value < least:
+        raise EstimateInputError(path, f"{value} is below {least}", field=within + key)
+    return value
+
+
+def number(doc: dict, key: str, path: Path, within: str = "") -> float | None:
+    """doc[key] as a finite number (None when absent, null or "auto"); anything else is the file's error."""
+    value = doc.get(key)
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise EstimateInputError(path, f"{value!r} is not a number", field=within + key)
+    return float(value)
+
+
 def _component(value: Any) -> str:
     if isinstance(value, dict):
         value = value.get("_component_", "")
@@ -80,10 +116,9 @@ def read_torchtune(doc: dict, path: Path) -> Read:
         for key, option in (("lora_rank", "lora_rank"), ("lora_dropout", "lora_dropout"), ("use_dora", "dora")):
             if key in model:
                 out[option] = model[key]
-    if isinstance(doc.get("batch_size"), int):
-        out["micro_batch"] = doc["batch_size"]
-    max_len = (doc.get("tokenizer") or {}).get("max_seq_len") if isinstance(doc.get("tokenizer"), dict) else None
-    if isinstance(max_len, int):
+    if (batch := whole(doc, "batch_size", path)) is not None:
+        out["micro_batch"] = batch
+    if (max_len := whole(section(doc, "tokenizer", path), "max_seq_len", path, "tokenizer.")) is not None:
         out["seq_len"] = max_len
     dataset = doc.get("dataset")
     if isinstance(dataset, dict):
@@ -139,19 +174,19 @@ def read_axolotl(doc: dict, path: Path) -> Read:
         out["method"] = "full"
     if doc.get("peft_use_dora"):
         out["dora"] = True
-    if isinstance(doc.get("lora_r"), int):
-        out["lora_rank"] = doc["lora_r"]
-    if doc.get("lora_dropout") is not None:
-        out["lora_dropout"] = float(doc["lora_dropout"])
+    if (rank := whole(doc, "lora_r", path)) is not None:
+        out["lora_rank"] = rank
+    if (dropout := number(doc, "lora_dropout", path)) is not None:
+        out["lora_dropout"] = dropout
     if doc.get("lora_target_linear"):
         out["lora_targets"] = "all-linear"
     elif doc.get("lora_target_modules"):
         mods = doc["lora_target_modules"]
         out["lora_targets"] = ",".join(mods) if isinstance(mods, list) else str(mods)
-    if isinstance(doc.get("micro_batch_size"), int):
-        out["micro_batch"] = doc["micro_batch_size"]
-    if isinstance(doc.get("sequence_len"), int):
-        out["seq_len"] = doc["sequence_len"]
+    if (batch := whole(doc, "micro_batch_size", path)) is not None:
+        out["micro_batch"] = batch
+    if (seq_len := whole(doc, "sequence_len", path)) is not None:
+        out["seq_len"] = seq_len
     if doc.get("sample_packing") is not None:
         out["packed"] = bool(doc["sample_packing"])
     # axolotl pads a batch to its longest sequence unless it packs or pads to sequence_len.
@@ -159,7 +194,7 @@ def read_axolotl(doc: dict, path: Path) -> Read:
     gc = doc.get("gradient_checkpointing")
     if gc:
         out["grad_checkpointing"] = True
-        kwargs = doc.get("gradient_checkpointing_kwargs") or {}
+        kwargs = section(doc, "gradient_checkpointing_kwargs", path)
         out["checkpoint_impl"] = "hf-non-reentrant" if kwargs.get("use_reentrant") is False else "hf-reentrant"
     if gc == "offload" or doc.get("activation_offloading"):
         out["activation_offloading"] = True

@@ -29,12 +29,12 @@ def _devices(spec: str | None) -> tuple[list[Any], str]:
     from fakegpu.errors import FakeGPUError
 
     table = os.environ.get("FAKEGPU_DEVICE_TABLE")
-    if not spec and table:
+    if spec is None and table:
         try:
             return table_devices(table)
         except (OSError, ValueError, FakeGPUError) as exc:
             raise RuntimeError(f"fakecuda: cannot read the device table FAKEGPU_DEVICE_TABLE={table}: {exc}") from exc
-    spec = spec or os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
+    spec = spec if spec is not None else os.environ.get("FAKEGPU_DEVICES") or DEFAULT_DEVICES
     return resolve_devices(spec), spec
 
 

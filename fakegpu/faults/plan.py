@@ -173,8 +173,10 @@ def _problem(error: Any) -> str:
         hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := closest(k, allowed, 1)) else "") for k in extra]
         return f"{where}: unknown key {', '.join(hints)}; accepted: {', '.join(allowed)}"
     if error.validator == "enum":
-        return f"{where}: {_shown(error.instance)} is not accepted; expected one of: " \
-               f"{', '.join(str(v) for v in error.validator_value)}"
+        accepted = [str(v) for v in error.validator_value]
+        near = closest(error.instance, accepted, 1) if isinstance(error.instance, str) else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return f"{where}: {_shown(error.instance)} is not accepted{hint}; expected one of: {', '.join(accepted)}"
     if error.validator == "required":
         return f"{where}: {clip(error.message)}"
     if error.validator == "maxItems":
@@ -299,8 +301,10 @@ def load_text(text: str, source: str) -> list[Fault]:
     """A plan in YAML or JSON (JSON is YAML)."""
     import yaml
 
+    from fakegpu.user_files import load_yaml
+
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
@@ -333,7 +337,8 @@ def parse_flag(value: str, source: str | None = None) -> Fault:
             raise InvalidFaultPlan(f"{source}: {shorten(item)} is not KEY=VALUE; expected e.g. "
                                    "xid=79,device=1,at=20s (keys: " + ", ".join(FAULT_KEYS) + ")")
         v = v.strip()
-        fault[key] = int(v) if key in NUMBER_KEYS and v.isdigit() else v
+        # Signed: rank=-1 is a number the schema's minimum refuses, not a string of the wrong type.
+        fault[key] = int(v) if key in NUMBER_KEYS and v.removeprefix("-").isdigit() else v
     return check({"faults": [fault]}, source)[0]
 
 

@@ -137,8 +137,10 @@ def parse(text: str, source: str, uuids: Sequence[str]) -> list[Sample]:
     stripped = text.lstrip()
     rows: Iterable[tuple[str, dict[str, object]]]
     if stripped.startswith(("[", "{")):
+        from fakegpu.user_files import loads_json
+
         try:
-            doc = json.loads(text)
+            doc = loads_json(text)
         except json.JSONDecodeError as exc:
             raise InvalidReplay(f"{source}:{exc.lineno}:{exc.colno}: not JSON ({exc.msg})") from exc
         items = doc.get("samples") if isinstance(doc, dict) else doc

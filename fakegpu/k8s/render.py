@@ -130,8 +130,9 @@ def _check(opts: RenderOptions, node: NodePaths) -> tuple[Cluster, str]:
         raise RenderError(f"--namespace {opts.namespace!r} is not a Kubernetes namespace name (lowercase letters, "
                           "digits and '-', at most 63)")
     key, value = parse_label(opts.node_label)
-    image = check_image(opts.image or f"fakegpu/pytorch:{__version__}")
-    workload = check_image(opts.workload_image or f"fakegpu/pytorch:{__version__}", "--workload-image")
+    default = f"fakegpu/pytorch:{__version__}"
+    image = check_image(default if opts.image is None else opts.image)
+    workload = check_image(default if opts.workload_image is None else opts.workload_image, "--workload-image")
     if not _SAFE_PATH.match(opts.runtime_path) or posixpath.basename(opts.runtime_path) != node.runtime_front:
         raise RenderError(f"--runtime-path {opts.runtime_path!r}: an absolute path of plain characters ending in "
                           f"/{node.runtime_front}, the front `fakegpu runtime install` writes in that folder")
@@ -261,7 +262,11 @@ def write_tree(files: dict[str, str], out: Path, force: bool = False) -> list[Pa
         else:
             os.rename(staging, out)  # onto a missing or empty folder: one rename
     except OSError as exc:
-        raise FakeGPUError(f"--out {out}: {exc}; nothing was written") from exc
+        # Name the user's path, never our staging or backup folder (gone by the time they read it).
+        theirs = exc.filename and not str(exc.filename).startswith((str(staging), str(old))) and \
+            Path(exc.filename) != out
+        where = f"{exc.filename}: " if theirs else ""
+        raise FakeGPUError(f"--out {out}: {where}{exc.strerror or exc}; nothing was written") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return [out / rel for rel in files]

@@ -82,11 +82,12 @@ def run_local(plan: Plan, sweep: Sweep, nproc: int, mode: str, devices: str, tra
               timeout: str | None = None, echo: Echo | None = None, extra_env: dict[str, str] | None = None) -> Outcome:
     """The sweep on `nproc` ranks of this host under `fakegpu run --mode MODE --devices DEVICES`."""
     from fakegpu.devices import resolve_devices
+    from fakegpu.profiles.documents import not_one_of
 
     if mode not in ("native", "fakecuda"):
-        raise UsageError(f"--mode {mode!r}: native or fakecuda")
+        raise UsageError(f"--mode: {not_one_of(mode, ['native', 'fakecuda'])}")
     if transport not in TRANSPORTS:
-        raise UsageError(f"--transport {transport!r}: one of {', '.join(TRANSPORTS)}")
+        raise UsageError(f"--transport: {not_one_of(transport, TRANSPORTS)}")
     if transport != "auto" and mode != "native":
         raise UsageError("--transport chooses native mode's NCCL transport; fakecuda always goes through gloo")
     have = len(resolve_devices(devices))

@@ -260,7 +260,9 @@ def estimate(ops: Sequence[Op], profiles: Sequence[Profile], *, launch: str = "g
     if not profiles:
         raise UsageError("name at least one board with --profile")
     if launch not in ("graph", "eager"):
-        raise UsageError(f"--launch: {launch!r} is not graph or eager")
+        from fakegpu.profiles.documents import not_one_of
+
+        raise UsageError(f"--launch: {not_one_of(launch, ['graph', 'eager'])}")
     eff = load()
     boards = [estimate_profile(ops, p, launch, eff) for p in profiles]
     assumed = sorted({f"{b['profile']}: {r['efficiency'][side]['key']}" for b in boards for r in b["ops"]

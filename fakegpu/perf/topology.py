@@ -12,6 +12,7 @@ one pass, not a Python loop per flow.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,9 +78,10 @@ class Fabric:
         self.kinds = kinds or load()
         if not spec.nodes:
             raise FabricError("the fabric has no nodes")
-        if spec.oversubscription < 1:
-            raise FabricError(f"oversubscription {spec.oversubscription} is below 1 (1 = non-blocking, 2 = 2:1)")
-        self.network: Network | None = self.kinds.network(spec.network) if spec.network else None
+        if not 1 <= spec.oversubscription < math.inf:  # NaN fails every comparison
+            raise FabricError(f"oversubscription {spec.oversubscription} is not a finite number of 1 or more "
+                              "(1 = non-blocking, 2 = 2:1)")
+        self.network: Network | None = self.kinds.network(spec.network) if spec.network is not None else None
         self.systems: list[NodeSystem] = []
         for node in spec.nodes:
             if node.gpus < 1:

@@ -64,7 +64,10 @@ def _int(value: Any) -> int | None:
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    # NaN and Infinity are JSON to Python's reader; one such time would turn every sum over the trace into NaN.
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 @dataclass

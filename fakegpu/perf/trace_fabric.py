@@ -27,7 +27,6 @@ link-bandwidth ratio, counted in the report.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from fakegpu.perf.trace_collectives import DTYPE_BYTES, Collective
 from fakegpu.perf.trace_links import bandwidth_ratio_pricer
 from fakegpu.perf.trace_window import Window, ranges
 from fakegpu.profiles import Profile
+from fakegpu.user_files import loads_json
 
 # PyTorch's collective names (record_param_comms, c10d) and NCCL's kernel names, lower-cased without underscores,
 # by prefix -> the model's collective. Reduce-scatter before reduce; barrier is a one-element all-reduce in c10d.
@@ -72,7 +72,7 @@ def model_bytes(c: Collective, kind: str, group: int) -> int | None:
 def _recorded_ranks(raw: Any) -> list[int] | None:
     if isinstance(raw, str):
         try:
-            raw = json.loads(raw)
+            raw = loads_json(raw)
         except ValueError:  # PyTorch may shorten a long list; then the ranks are unknown
             return None
     if isinstance(raw, list) and raw and all(isinstance(r, int) and r >= 0 for r in raw):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from fakegpu.errors import TraceError
+from fakegpu.user_files import TOO_DEEP, UnreadableFile, open_regular
 
 CHUNK_BYTES = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -51,9 +52,9 @@ class TraceFile:
 
     def _open(self) -> None:
         try:
-            raw = open(self.path, "rb")
-        except OSError as exc:
-            raise self._fail(f"cannot open: {exc.strerror or exc}") from exc
+            raw = open_regular(self.path)
+        except UnreadableFile as exc:
+            raise self._fail(f"cannot open: {exc}") from exc
         magic = raw.read(2)
         raw.seek(0)
         self.compressed = magic == _GZIP_MAGIC
@@ -124,6 +125,8 @@ class TraceFile:
                     raise self._fail(f"the trace is truncated: it ends inside {what} at {self._where()}") from exc
                 raise self._fail(f"malformed JSON in {what} at character {self._consumed + exc.pos:,} "
                                  f"(after {self.events_seen:,} event(s)): {exc.msg}") from exc
+            except RecursionError:
+                raise self._fail(f"{what or self._next_event()} at {self._where()} is {TOO_DEEP}") from None
             # A number or literal that touches the end of the buffer may continue in the next chunk.
             if end >= len(self._buf) and not self._eof and not isinstance(value, dict | list | str):
                 self._fill()

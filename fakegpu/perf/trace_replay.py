@@ -193,7 +193,7 @@ def analyse(paths: list[str | Path], include_last_step: bool = False, round_us: 
 def _board(windows: dict[int, Window], from_profile: str | None) -> Profile | None:
     """The board MFU is measured against; None when the trace does not name one the catalog knows (a CPU-only
     profile), where MFU is left unknown rather than guessed."""
-    if from_profile:
+    if from_profile is not None:
         return source_profile(windows, from_profile)  # a name the catalog does not know is the user's error
     try:
         return source_profile(windows, None)

@@ -107,7 +107,7 @@ class Rates:
 def source_profile(windows: dict[int, Window], from_profile: str | None) -> Profile:
     """The board the trace ran on: --from-profile, else the trace's deviceProperties name."""
     catalog = load_catalog()
-    if from_profile:
+    if from_profile is not None:
         return catalog.get(from_profile)
     names = {w.trace.device_name for w in windows.values()} - {None}
     for name in names:

@@ -90,6 +90,7 @@ def step_communication(fabric: Fabric, model_dir: Path | str, par: Parallelism) 
         raise UsageError(f"tensor parallel {tp} must divide every node's GPUs ({', '.join(map(str, per_node))}): "
                          "tensor-parallel groups stay inside a node")
     cfg = read_model_config(model_dir)
+    cfg.check_tensor_parallel(tp)
     summary = from_model_dir(model_dir, "prefill", 1, 1).summary
     layers, hidden = cfg.num_layers, cfg.hidden_size
     if layers % pp:

@@ -16,6 +16,8 @@ from typing import Any
 
 from fakegpu.errors import clip, shorten
 from fakegpu.profiles.matching import closest
+from fakegpu.user_files import CONFIG_BYTES, TOO_DEEP, UnreadableFile, loads_json
+from fakegpu.user_files import read_text as read_text_bounded
 
 KeyPath = tuple[str | int, ...]
 Lines = dict[KeyPath, int]
@@ -61,10 +63,10 @@ def read_text(path: Path, noun: str, suffixes: Sequence[str]) -> str:
         raise DocumentProblems([f"{path}: {article} {noun} is {', '.join(suffixes)}; this one is "
                                 f"{path.suffix or 'none'}"])
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DocumentProblems([f"{path}: no such {noun}"]) from None
-    except (OSError, UnicodeDecodeError) as exc:
+        return read_text_bounded(path, CONFIG_BYTES)
+    except UnreadableFile as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise DocumentProblems([f"{path}: no such {noun}"]) from None
         raise DocumentProblems([f"{path}: cannot read it: {exc}"]) from None
 
 
@@ -78,12 +80,17 @@ def parse(path: Path, text: str, *, truncation_hint: bool = True) -> tuple[Any, 
             raise DocumentProblems([f"{path}: reading YAML needs PyYAML, which this Python lacks; give the file "
                                     f"as JSON"]) from None
         try:
-            return json.loads(text), {}
+            return loads_json(text), {}
         except json.JSONDecodeError as exc:
             raise DocumentProblems([f"{path}:{exc.lineno}: not valid JSON: {exc.msg}"]) from None
     try:
         doc = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        lines: Lines = {}
+        if node is not None:
+            node_lines(node, (), lines)
+    except RecursionError:
+        raise DocumentProblems([f"{path}: {TOO_DEEP}"]) from None
     except json.JSONDecodeError as exc:
         ended = " (the file ends early: is it truncated?)" if truncation_hint and exc.pos >= len(text.rstrip()) else ""
         raise DocumentProblems([f"{path}:{exc.lineno}: not valid JSON: {exc.msg}{ended}"]) from None
@@ -92,9 +99,6 @@ def parse(path: Path, text: str, *, truncation_hint: bool = True) -> tuple[Any, 
         raise DocumentProblems([f"{path}:{line}: not valid YAML: {exc.problem or exc}"]) from None
     except yaml.YAMLError as exc:
         raise DocumentProblems([f"{path}: not valid YAML: {exc}"]) from None
-    lines: Lines = {}
-    if node is not None:
-        node_lines(node, (), lines)
     return doc, lines
 
 

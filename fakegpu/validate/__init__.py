@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fakegpu.errors import UsageError
 from fakegpu.validate import report
 from fakegpu.validate.manifest import ManifestError, load
 from fakegpu.validate.matrix import Case, expand, select
@@ -88,6 +89,15 @@ def run_plan(planned: Plan, manifest_path: str | Path, out_dir: str | Path = DEF
     started, clock = time.time(), time.monotonic()
     if not planned.cases:  # a rerun with nothing left to run: the last report stays as it is
         return report.build(Path(manifest_path), [], started, 0.0, planned.rerun)
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        # Found before any case runs: each case's logs go under it, and a worker that cannot make its folder
+        # would die in its thread with the cases left unreported.
+        raise UsageError(f"--out {out_dir}: exists and is not a folder; name a folder for report.json and the "
+                         "cases' logs")
+    for name, path in (extra or {}).items():
+        if Path(path).is_dir():
+            raise UsageError(f"--{name} {path}: is a folder; name the file to write")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)  # an OSError (no permission) now, not in every case
     results = run_cases(planned.cases, jobs=jobs, fail_fast=fail_fast, on_start=on_start, on_done=on_done)
     doc = report.build(Path(manifest_path), results, started, time.monotonic() - clock, planned.rerun)
     write_reports(doc, out_dir, extra or {})

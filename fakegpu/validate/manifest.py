@@ -21,6 +21,7 @@ from fakegpu.profiles import documents
 from fakegpu.profiles.documents import KeyPath
 from fakegpu.profiles.documents import key_path as key_path  # matrix.py names keys with it
 from fakegpu.profiles.matching import closest
+from fakegpu.user_files import TOO_DEEP
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "manifest.schema.json"
 SUFFIXES = (".yaml", ".yml", ".json", ".toml")
@@ -115,6 +116,8 @@ def _read_toml(path: Path, text: str) -> tuple[Any, dict[KeyPath, int]]:
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"line (\d+)", str(exc))
         raise ManifestError([f"{path}:{found[1] if found else 0}: not valid TOML: {exc}"]) from None
+    except RecursionError:
+        raise ManifestError([f"{path}: {TOO_DEEP}"]) from None
     lines: dict[KeyPath, int] = {}
     source = text.splitlines()
 

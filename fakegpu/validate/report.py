@@ -14,6 +14,7 @@ from typing import Any
 from fakegpu import reports
 from fakegpu.atomic_file import write_atomic
 from fakegpu.errors import EXIT_FAILURE, EXIT_OK, UsageError, shorten
+from fakegpu.user_files import loads_json
 from fakegpu.validate.runner import STATUSES, CaseResult
 
 SCHEMA = reports.schema_id("validate")
@@ -92,7 +93,7 @@ def read_last(out_dir: Path) -> dict[str, Any]:
     """The report the last run left in `out_dir`; UsageError (exit 2) when there is none or it is not one."""
     path = Path(out_dir) / "report.json"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"--rerun-failed: no report of a last run in {out_dir} ({path.name}); run the manifest "
                          "once first, with the same --out") from None

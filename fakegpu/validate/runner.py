@@ -213,9 +213,14 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
     failed = threading.Event()
     stop = threading.Event()
 
+    crashed: list[BaseException] = []
+
     def worker(done: threading.Event) -> None:
         try:
             work()
+        except BaseException as exc:  # raised again in the caller's thread, not printed by threading's hook
+            crashed.append(exc)
+            stop.set()
         finally:
             done.set()
 
@@ -258,6 +263,8 @@ def run_cases(cases: Sequence[Case], jobs: int = 1, fail_fast: bool = False,
             from fakegpu.validate import container
 
             container.cleanup()
+    if crashed:
+        raise crashed[0]
     reason = "not run: an earlier case failed (--fail-fast)"
     return [r if r is not None else CaseResult(c, "skipped", message=reason) for r, c in zip(results, cases,
                                                                                              strict=True)]

@@ -93,6 +93,23 @@ def test_unknown_profile_is_reported(models):
     assert result.exit_code == 2 and "unknown GPU profile" in result.output and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("command", ["estimate-llm", "plan-training"])
+def test_an_empty_target_profile_is_refused_not_ignored(models, command):
+    # `--target-profile "$GPU" --check` with GPU unset must not pass the check by checking nothing.
+    result = invoke(command, "--model-dir", str(models["tiny"]), "--target-profile", "", "--check")
+    assert result.exit_code == 2 and "unknown GPU profile ''" in result.output
+
+
+@pytest.mark.parametrize("args", [["estimate-llm"], ["plan-training", "--gpus", "3"],
+                                  ["plan-training", "--gpus", "3", "--framework", "megatron"],
+                                  ["plan-serving", "--profile", "a100"],
+                                  ["simulate-topology", "-p", "h100", "--gpus-per-node", "3"]])
+def test_a_tensor_parallel_size_that_does_not_divide_the_heads_is_refused(models, args):
+    result = invoke(*args, "--model-dir", str(models["tiny"]), "--tensor-parallel", "3")
+    assert result.exit_code == 2, result.output
+    assert "--tensor-parallel: 3 does not divide the 8 attention heads; use one of 1, 2, 4, 8" in result.output
+
+
 def test_plan_training_json_and_schema(models, tmp_path):
     result = invoke("plan-training", "--model-dir", str(models["qwen3-8b"]), "--method", "lora", "--json",
                     "--target-profile", "a100", "--micro-batch", "2", "--seq-len", "1024", "--grad-checkpointing")
@@ -139,6 +156,16 @@ def test_calibrate_compare(models, tmp_path):
                                     "measurements": [{"phase": "peak", "metric": "max_memory_allocated", "bytes": 1}]}))
     bad = invoke("calibrate", "compare", str(pred_path), str(obs_path))
     assert bad.exit_code == 2 and "workload.batch_size" in bad.output
+
+
+def test_calibrate_compare_refuses_a_file_that_is_not_utf8(tmp_path):
+    binary = tmp_path / "pred.json"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    obs = tmp_path / "obs.json"
+    obs.write_text("{}")
+    result = invoke("calibrate", "compare", str(binary), str(obs))
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 2 and "pred.json: not JSON" in result.output
 
 
 def test_plan_training_lora_dropout_costs_activation_memory(models):

@@ -121,10 +121,43 @@ def test_config_files(tmp_path):
     bad.write_text(json.dumps({"zero_optimization": {"stage": 7}}))
     with pytest.raises(EstimateInputError, match=r"zero_optimization\.stage"):
         read_config_file(bad)
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(b"\xff\xfe\x00\x80")
+    with pytest.raises(EstimateInputError, match=r"model\.bin: not a text file \(not UTF-8"):
+        read_config_file(binary)
 
 
-@pytest.mark.parametrize("field", ["peft", "bitsandbytes"])
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("ds.json", '{"train_micro_batch_size_per_gpu": "abc"}', "field 'train_micro_batch_size_per_gpu': 'abc' is not "
+                                                            "a whole number"),
+    ("ds.json", '{"train_micro_batch_size_per_gpu": -4}', "field 'train_micro_batch_size_per_gpu': -4 is below 1"),
+    ("ds.json", '{"zero_optimization": {"stage": 2, "offload_optimizer": "cpu"}}',
+     "field 'zero_optimization.offload_optimizer': 'cpu' is not a mapping of settings"),
+    ("acc.yaml", "distributed_type: FSDP\nfsdp_config: 5\n", "field 'fsdp_config': 5 is not a mapping of settings"),
+    ("acc.yaml", "distributed_type: DEEPSPEED\ndeepspeed_config: {zero_stage: x}\n",
+     "field 'deepspeed_config.zero_stage': 'x' is not a whole number"),
+    ("tt.yaml", "batch_size: abc\nmodel: {_component_: torchtune.models.llama3.llama3_8b}\n",
+     "field 'batch_size': 'abc' is not a whole number"),
+    ("ax.yaml", "base_model: x\nadapter: lora\nlora_dropout: abc\nmicro_batch_size: 1\n",
+     "field 'lora_dropout': 'abc' is not a number"),
+])
+def test_a_config_value_of_the_wrong_type_names_its_key(tmp_path, name, text, message) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(EstimateInputError) as err:
+        read_config_file(path)
+    assert err.value.message == f"{path}: {message}"
+
+
+def test_auto_values_of_a_trainer_deepspeed_config_are_left_to_the_trainer(tmp_path) -> None:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": "auto", "bf16": {"enabled": "auto"},
+                                "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}))
+    assert read_config_file(path) == {"zero": 2, "offload": "optimizer"}
+
+
+@pytest.mark.parametrize("field", ["peft", "bitsandbytes", "megatron_core"])
 def test_library_versions_must_parse(field: str) -> None:
     TrainingOptions(**{field: "0.10.0"}).validate()
-    with pytest.raises(EstimateInputError, match=f"--{field}.*not a version"):
+    with pytest.raises(EstimateInputError, match=f"--{field.replace('_', '-')}: 'latest' is not a version"):
         TrainingOptions(**{field: "latest"}).validate()

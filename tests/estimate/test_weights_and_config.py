@@ -86,6 +86,10 @@ def test_missing_config_and_missing_field(tmp_path):
     path.write_text(json.dumps({"model_type": "llama", "hidden_size": "big"}))
     with pytest.raises(EstimateInputError, match="'hidden_size'"):
         read_model_config(path)
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 0,
+                                "num_hidden_layers": 1, "vocab_size": 9}))
+    with pytest.raises(EstimateInputError, match="field 'num_attention_heads': is 0; it must be at least 1"):
+        read_model_config(path)  # present, so not "missing"
 
 
 def test_moe_and_mla_fields(tmp_path):

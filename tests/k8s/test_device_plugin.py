@@ -176,7 +176,9 @@ def test_bad_setups_are_refused_and_leave_nothing(folder, tmp_path):
     result = run_cli("device-plugin", "--devices", "t4:1", "--device-list-strategy", "volume-mounts", "--list")
     assert result.returncode != 0 and "accepted: envvar" in result.stderr
     result = run_cli("device-plugin", "--devices", "a100:9x", "--list")
-    assert result.returncode != 0 and "--devices" in result.stderr
+    assert result.returncode == 2 and "--devices" in result.stderr
+    result = run_cli("device-plugin", "--devices", "", "--list")  # not the runtime's inventory
+    assert result.returncode == 2 and "--devices: invalid device spec '': part '': the spec is empty" in result.stderr
     assert list(folder.iterdir()) == []
 
 

@@ -423,6 +423,24 @@ def test_a_failure_midway_leaves_nothing(tmp_path, monkeypatch):
     assert [p.name for p in out.iterdir()] == ["cluster.yaml"]
 
 
+def test_a_failure_names_the_out_folder_not_the_staging_one(tmp_path, monkeypatch):
+    from fakegpu.errors import FakeGPUError
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))  # a path inside the staging folder
+
+    monkeypatch.setattr(Path, "write_text", denied)
+    out = tmp_path / "k8s"
+    with pytest.raises(FakeGPUError) as caught:
+        write_tree(render(RenderOptions(), NODE).files, out)
+    assert caught.value.message == f"--out {out}: Permission denied; nothing was written"
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(FakeGPUError) as caught:  # the user's own path in the error is named
+        write_tree({"cluster.yaml": "x\n"}, tmp_path / "file" / "k8s")
+    assert caught.value.message == f"--out {tmp_path}/file/k8s: {tmp_path}/file: File exists; nothing was written"
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--mig-strategy", "mixd"], "unknown MIG strategy 'mixd'; accepted: none, single, mixed (did you mean mixed?)"),
     (["--node-label", "fakegpu.dev/gpu"], "--node-label 'fakegpu.dev/gpu': it has no '='"),
@@ -433,6 +451,8 @@ def test_a_failure_midway_leaves_nothing(tmp_path, monkeypatch):
      "MIG strategy single needs every GPU in MIG mode"),
     (["--image", "FakeGPU/cuda:1"], "--image 'FakeGPU/cuda:1' is not an image reference"),
     (["--workload-image", "fakegpu/pytorch:"], "--workload-image 'fakegpu/pytorch:' is not an image reference"),
+    (["--image", ""], "--image '' is not an image reference"),
+    (["--workload-image", ""], "--workload-image '' is not an image reference"),
     (["--resource-name", "gpu"], "resource name 'gpu' is not an extended resource name"),
     (["--namespace", "Fake_GPU"], "--namespace 'Fake_GPU' is not a Kubernetes namespace name"),
     (["--runtime-path", "relative/fakegpu-container-runtime"], "--runtime-path 'relative/"),

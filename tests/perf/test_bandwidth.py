@@ -157,6 +157,9 @@ def test_cli_flags_a_wrong_size_and_exits_1(monkeypatch):
     (["--cluster", "x", "--devices", "a100:2"], "--devices: for runs on this host"),
     (["--nproc", "2", "--sizes", "1KiB:8B"], "backwards"),
     (["--nproc", "2", "--op", "all-reduce,scatter"], "--op"),
+    (["--nproc", "2", "--devices", ""], "invalid device spec '': part '': the spec is empty"),
+    (["--nproc", "2", "--profile", ""], "unknown GPU profile ''"),
+    (["--nproc", "2", "--timeout", "0"], "--timeout '0' is not a duration"),
 ])
 def test_cli_usage_errors_exit_2(args, message):
     result = runner.invoke(app, ["bandwidth", *args, "--json"])

@@ -204,7 +204,7 @@ def test_factors_an_architecture_lacks_are_borrowed_and_marked_assumed():
     (["--flops", "lots", "--bytes", "1", "--dtype", "bf16"], "not an amount"),
     (["--gemm", "8x8x8", "--dtype", "bf61"], "did you mean 'bf16'"),
     (["--gemm", "8x8x8", "--phase", "prefill"], "only apply to --model-dir"),
-    (["--gemm", "8x8x8", "--launch", "fast"], "graph or eager"),
+    (["--gemm", "8x8x8", "--launch", "fast"], "expected one of: graph, eager"),
     (["--model-dir", str(LLAMA_7B), "--phase", "generate"], "prefill, decode, train-step"),
     (["--model-dir", str(LLAMA_7B), "--attention", "flsh"], "flash, cudnn, efficient"),
 ])

@@ -59,6 +59,7 @@ def test_mixed_nodes_in_a_file(tmp_path):
 @pytest.mark.parametrize("args,code,message", [
     (["--profile", "h10O"], 2, "unknown GPU profile 'h10O'. Did you mean: h100"),
     (["--profile", "h100", "--nodes", "2", "--fabric", "ib-ndr40"], 2, "Did you mean: ib-ndr400"),
+    (["--profile", "h100", "--nodes", "2", "--fabric", ""], 2, "unknown fabric ''. (known: ib-edr100"),
     (["--profile", "h100", "--nodes", "2"], 2, "node1 (GPUs 8-15) cannot reach node0: no scale-out fabric"),
     (["--profile", "h100", "--sizes", "8GiB:8B"], 2, "runs backwards"),
     (["--profile", "h100", "--sizes", "8G"], 2, "8GiB or 8GB"),
@@ -72,7 +73,11 @@ def test_mixed_nodes_in_a_file(tmp_path):
     (["-f", str(EXAMPLE), "--no-rail-optimized", "--nodes", "1"], 2, "--nodes, --rail-optimized: the fabric file"),
     (["--profile", "h100", "--gpus-per-node", "1", "--collective", "broadcast"], 2, "needs at least 2 GPUs"),
     (["--profile", "h100", "--nodes", "2", "--fabric", "ib-ndr400", "--oversubscription", "0.5"], 2,
-     "oversubscription 0.5 is below 1"),
+     "oversubscription 0.5 is not a finite number of 1 or more"),
+    (["--profile", "h100", "--nodes", "2", "--fabric", "ib-ndr400", "--oversubscription", "nan"], 2,
+     "oversubscription nan is not a finite number of 1 or more"),
+    (["--profile", "h100", "--nodes", "2", "--fabric", "ib-ndr400", "--oversubscription", "inf"], 2,
+     "oversubscription inf is not a finite number of 1 or more"),
 ])
 def test_bad_input_is_refused_with_what_to_fix(args, code, message):
     got_code, got = topology_error(*args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,8 @@ def test_every_event_is_counted_used_ignored_or_unusable(tmp_path):
     t.events += [
         {"ph": "C", "name": "counter", "pid": 1, "ts": 1.0, "args": {"v": 1}},
         {"ph": "X", "name": "no-dur", "cat": "cpu_op", "ts": 1.0},
+        {"ph": "X", "name": "nan-ts", "cat": "kernel", "ts": float("nan"), "dur": 1.0, "args": {"stream": 7}},
+        {"ph": "X", "name": "inf-dur", "cat": "kernel", "ts": 1.0, "dur": float("inf"), "args": {"stream": 7}},
         {"ph": "i", "name": "[memory]", "ts": 2.0, "args": {"Bytes": 1}},
         "not an object",
     ]
@@ -123,6 +126,8 @@ def test_every_event_is_counted_used_ignored_or_unusable(tmp_path):
     assert r.ignored == {"ph=C cat=-": 1}
     assert set(r.unusable) == {"not a JSON object", "[memory] event without Total Allocated",
                                "complete event without a number ts, dur >= 0 and a string name"}
+    assert r.unusable["complete event without a number ts, dur >= 0 and a string name"] == 3  # NaN, inf: no numbers
+    assert all(math.isfinite(s) for s in (r.first_ts, r.last_ts))
 
 
 def test_a_real_cpu_profile_is_read_with_its_memory_events_and_annotations():

@@ -241,6 +241,15 @@ def test_the_cli_json_validates_and_renders(tmp_path):
     assert text.exit_code == 0 and "slowest rank: 1" in text.stdout and "predicted step" in text.stdout
 
 
+@pytest.mark.parametrize("option", ["--profile", "--from-profile"])
+def test_an_empty_board_name_is_refused_not_ignored(tmp_path, option):
+    from fakegpu.cli.main import app
+
+    _two_ranks(tmp_path)
+    result = runner.invoke(app, ["replay-trace", str(tmp_path), option, ""])
+    assert result.exit_code == 2 and "unknown GPU profile ''" in result.output
+
+
 def test_the_cli_reports_a_bad_file_once_with_exit_2(tmp_path):
     from fakegpu.cli.main import app
 

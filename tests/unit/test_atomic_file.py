@@ -45,3 +45,16 @@ def test_never_writes_through_a_planted_link(tmp_path: Path) -> None:
         (folder / f".devices.tbl.{os.getpid()}.{attempt}.tmp").symlink_to(outside)
     write_atomic(target, "table")
     assert target.read_text() == "table" and outside.read_text() == "untouched"
+
+
+def test_an_error_names_the_file_asked_for_not_the_temporary(tmp_path: Path) -> None:
+    folder = tmp_path / "report.xml"
+    folder.mkdir()  # a folder where the file should go: the rename fails
+    with pytest.raises(IsADirectoryError) as caught:
+        write_atomic(folder, "x")
+    assert caught.value.filename == str(folder) and ".tmp" not in str(caught.value)
+    missing = tmp_path / "no" / "such" / "report.xml"  # the temporary cannot even be made
+    with pytest.raises(FileNotFoundError) as caught:
+        write_atomic(missing, "x")
+    assert caught.value.filename == str(missing)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.xml"]

@@ -88,6 +88,30 @@ def test_devices_typo_exits_non_zero_and_suggests() -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("args", [["run", "--mode", "fakecuda", "--devices", "", "--", "true"],
+                                  ["demo", "--devices", ""], ["cdi", "generate", "--devices", ""]])
+def test_an_empty_devices_option_is_an_empty_spec_not_the_default(args) -> None:
+    # `--devices "$SPEC"` with SPEC unset must not quietly become one A100 (or the runtime's inventory).
+    result = run_cli(*args, env={"FAKEGPU_DEVICES": "h100:2"})
+    assert result.returncode == 2, result.stdout
+    assert "invalid device spec '': part '': the spec is empty" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "meant"), [
+    (["run", "--mode", "fakecud", "--", "true"], "did you mean 'fakecuda'?"),
+    (["run", "--mode", "native", "--memory", "ful", "--", "true"], "did you mean 'full'?"),
+    (["run", "--on-device-read", "eror", "--", "true"], "did you mean 'error'?"),
+    (["preflight", "--mode", "nativ", "--", "true"], "did you mean 'native'?"),
+    (["bandwidth", "--nproc", "2", "--mode", "nativ"], "did you mean 'native'?"),
+    (["bandwidth", "--nproc", "2", "--transport", "sockt"], "did you mean 'socket'?"),
+    (["estimate-roofline", "-p", "h100", "--gemm", "8x8x8", "--launch", "grph"], "did you mean 'graph'?"),
+])
+def test_a_misspelt_mode_names_the_close_match(args, meant) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert meant in result.stderr and "expected one of" in result.stderr
+
+
 def test_devices_writes_the_table(tmp_path) -> None:
     path = tmp_path / "devices.tbl"
     result = invoke("devices", "t4:2", "--seed", "s", "--table", str(path))
@@ -134,3 +158,19 @@ def test_doctor_fails_without_docker() -> None:
     checks = {c["name"]: c for c in doc["data"]}
     assert checks["docker"]["status"] == "fail"
     assert result.returncode == 3 and doc["status"] == "error"
+
+
+def test_doctor_program_says_why_a_path_is_no_program(tmp_path) -> None:
+    from fakegpu.doctor import check_program
+
+    data = tmp_path / "weights.bin"
+    data.write_bytes(b"\x7fELF")
+    assert check_program(str(data)).detail == f"program {str(data)!r}: not executable"
+    assert check_program(str(tmp_path)).detail == f"program {str(tmp_path)!r}: a folder, not a program"
+    missing = check_program(str(tmp_path / "nope"))
+    assert missing.status == "fail" and missing.detail.endswith("not found (not a file, not on PATH)")
+
+
+def test_doctor_refuses_an_empty_image() -> None:
+    result = invoke("doctor", "--program", "true", "--image", "")
+    assert result.exit_code == 2 and "--image '' names no image" in result.stderr

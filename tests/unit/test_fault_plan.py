@@ -50,14 +50,18 @@ def test_a_flag_and_a_yaml_plan_give_the_same_faults(tmp_path):
     ("device=1,at=2", "faults[0]: say what goes wrong: xid (an Xid event), corrected_ecc (how many correctable"),
     ("xid=48,corrected_ecc=2,device=1", "faults[0]: give one of xid, corrected_ecc, memory_pressure, throttle, nccl, "
                                         "not xid and corrected_ecc"),
-    ("nccl=hung,rank=1", "faults[0].nccl: 'hung' is not accepted; expected one of: hang, error"),
+    ("nccl=hung,rank=1", "faults[0].nccl: 'hung' is not accepted (did you mean 'hang'?); expected one of: hang, error"),
+    ("throttle=thermall,device=0", "faults[0].throttle: 'thermall' is not accepted (did you mean 'thermal'?); "
+                                   "expected one of: thermal, hw_thermal,"),
     ("nccl=hang,device=1", "faults[0]: an NCCL fault needs rank: N (the global rank, $RANK, whose NCCL operations "
                            "it hits); faults[0].device: an NCCL fault hits a rank, not a GPU; give rank: N instead"),
     ("nccl=error,rank=1,after_allocations=3", "faults[0].after_allocations: an NCCL fault fires at a time (at), at "
                                               "the rank's Nth NCCL operation (after_collectives) or training step"),
     ("xid=48,device=1,for=3s", "faults[0].for: only memory_pressure, throttle and nccl faults end again; an Xid has "
                                "happened"),
-    ("nccl=error,rank=-1", "faults[0].rank: '-1' is not of type 'integer'"),
+    ("nccl=error,rank=-1", "faults[0].rank: -1 is less than the minimum of 0"),
+    ("corrected_ecc=-5,device=1", "faults[0].corrected_ecc: -5 is less than the minimum of 1"),
+    ("xid=-1,device=1", "faults[0].xid: -1 is not accepted; expected one of: 13, 31,"),
     ("nccl=hang,rank=1,at=2s,after_collectives=3", "faults[0]: give one trigger: at, after_allocations, "
                                                    "after_collectives or after_steps"),
     ("xid=79,device=0,rank=1", "faults[0].rank: only an NCCL fault (nccl: hang or error) hits a rank; give device"),

@@ -199,6 +199,44 @@ def test_all_pass_exits_0_and_usage_errors_exit_2(tmp_path: Path) -> None:
     reports.validate(doc)
 
 
+def test_an_out_that_is_a_file_or_a_report_that_is_a_folder_is_refused_before_any_case_runs(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    mode: fakecuda\n    command: [touch, ran]\n'
+    (tmp_path / "out").write_text("not a folder")
+    proc, _ = _validate(tmp_path, good)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == ("fakegpu validate: error: --out out: exists and is not a folder; name a folder for "
+                           "report.json and the cases' logs\n")
+    assert not (tmp_path / "ran").exists() and (tmp_path / "out").read_text() == "not a folder"
+    (tmp_path / "out").unlink()
+    (tmp_path / "junit").mkdir()
+    proc, _ = _validate(tmp_path, good, "--junit", "junit")
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "fakegpu validate: error: --junit junit: is a folder; name the file to write\n"
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_out_that_cannot_be_made_is_refused_before_any_case_runs(tmp_path: Path) -> None:
+    good = 'matrix: {profile: [t4]}\ncases:\n  - name: a\n    mode: fakecuda\n    command: [touch, ran]\n'
+    (tmp_path / "file").write_text("")
+    proc, _ = _validate(tmp_path, good, "--out", "file/out")  # the last --out wins
+    assert proc.returncode == 1 and proc.stderr == "fakegpu validate: error: cannot write file/out: Not a directory\n"
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_error_in_a_worker_reaches_the_caller_not_the_thread_hook(tmp_path: Path, monkeypatch) -> None:
+    from fakegpu.validate import plan, runner
+
+    (tmp_path / "v.yaml").write_text('matrix: {profile: [t4]}\ncases:\n  - name: a\n    command: ["true"]\n')
+    cases = plan(tmp_path / "v.yaml", tmp_path / "out").cases
+
+    def boom(case, stop=None):
+        raise PermissionError(13, "Permission denied", str(tmp_path / "out"))
+
+    monkeypatch.setattr(runner, "run_case", boom)
+    with pytest.raises(PermissionError):
+        runner.run_cases(cases, jobs=2)
+
+
 def test_the_readme_example_is_the_example_file_and_runs_as_shown(tmp_path: Path) -> None:
     import textwrap
 

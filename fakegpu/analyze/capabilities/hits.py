@@ -8,7 +8,6 @@ mode it does not do)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from fakegpu.analyze.capabilities.tables import Library
 from fakegpu.errors import UsageError, clip
 from fakegpu.reports import name_of, validate
+from fakegpu.user_files import loads_json
 
 READ = ("native-process", "nvml-process")
 PATTERNS = ("fakegpu-native-*.json", "nvml-*.json")
@@ -41,7 +41,7 @@ def _files(paths: Iterable[Path]) -> list[Path]:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = loads_json(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise UsageError(f"{path}: not a readable JSON report: {clip(str(exc))}") from exc
     name = name_of(doc)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import gc
-import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from fakegpu.analyze.repo.modules import ModuleIndex, module_name
 from fakegpu.analyze.repo.python_imports import imports_by_pattern
 from fakegpu.analyze.repo.python_scan import PythonFacts, has_trigger, needs_parse, scan_python
 from fakegpu.analyze.repo.walk import MAX_TEXT_BYTES, File, Skips, walk
+from fakegpu.user_files import loads_json
 
 _TEXT_KINDS = {"python", "notebook", "cuda-source", "ptx", "pyproject", "setup-cfg", "entry-points", "requirements",
                "dockerfile", "compose", "ci", "conda", "script", "doc"}
@@ -58,7 +58,7 @@ class Scan:
 def _notebook_source(data: bytes) -> tuple[str, list[int]]:
     """A notebook's code cells as one source (IPython magics and shell lines blanked, so line numbers stay), and
     the line each cell starts at."""
-    doc = json.loads(data)
+    doc = loads_json(data)
     cells = doc.get("cells", []) if isinstance(doc, dict) else []
     lines: list[str] = []
     starts = []
