@@ -1,6 +1,6 @@
 """Fused CUDA kernels, emulated on the CPU: the composite's numbers, the fused kernel's memory.
 
-Attention first, then RMSNorm (at the end of this file).
+Attention first, then RMSNorm, then dropout (at the end of this file).
 
 CUDA's flash and memory-efficient attention kernels keep nothing in device memory but their outputs: the attention
 output and a float32 logsumexp per query row, saved for backward, which recomputes the attention weights (and the
@@ -20,6 +20,7 @@ for event on the harness's attention workloads.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -279,3 +280,45 @@ class FusedRMSNorm(torch.autograd.Function):
 
 def rms_norm(x, normalized_shape, weight, eps, index: int, tracker: StorageTracker) -> torch.Tensor:
     return FusedRMSNorm.apply(x, normalized_shape, weight, eps, index, tracker)
+
+
+class FusedDropout(torch.autograd.Function):
+    """CUDA's dropout is `native_dropout`: one kernel that writes a bool mask (allocated first) and the output, and a
+    backward that scales the gradient by the mask. The CPU build's `native_dropout` computes the same numbers the
+    slow way, multiplying by its bool mask with a type-promoting cast (forward, and again in backward): about 4x the
+    CPU build's own dropout, which draws float noise. This draws the noise as a float tensor instead, with the same
+    Bernoulli draws (the CPU sampler's draws do not depend on the dtype filled) scaled in place, so that
+    `x * noise` is ATen's `x * mask * scale` bit for bit (x*1*s and x*(1*s) round alike; x*0 keeps x's sign and
+    NaN), and backward is one multiply. Only where that equality holds: float32 and float64 (a half type's
+    `(x * mask) * scale` rounds between the two products). The device sees CUDA's buffers: the mask's bytes
+    charged first and held until backward has run (a placeholder never written, so it costs the host no pages),
+    then the output; the noise is host memory only, as the CPU build's own dropout keeps it."""
+
+    @staticmethod
+    def forward(ctx, x, p: float, index: int, tracker: StorageTracker):
+        started = time.monotonic_ns()
+        p1m = 1.0 - p
+        with torch._C.DisableTorchFunction(), suspended():
+            mask = torch.empty_like(x, dtype=torch.bool)  # native_dropout's: x's layout, one byte per element
+            noise = torch.empty_like(x).bernoulli_(p1m).mul_(1.0 / p1m)
+            out = x.mul(noise)
+        tracker.account(mask, index)
+        tracker.account(out, index)
+        tracker.runtime.ran(index, False, started)
+        ctx.save_for_backward(mask, noise)  # saved tensors: released once backward has run, as ATen's mask is
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        _mask, noise = ctx.saved_tensors
+        return grad * noise, None, None, None  # charged by the dispatch mode, as native_dropout_backward's output
+
+
+# What user code that inspects the graph sees on CUDA (torchviz, anomaly traces, tests asserting the node)
+FusedDropout._backward_cls.__name__ = FusedDropout._backward_cls.__qualname__ = "NativeDropoutBackward0"
+
+DROPOUT_DTYPES = (torch.float32, torch.float64)
+
+
+def dropout(x: torch.Tensor, p: float, index: int, tracker: StorageTracker) -> torch.Tensor:
+    return FusedDropout.apply(x, p, index, tracker)

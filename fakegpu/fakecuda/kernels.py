@@ -7,7 +7,8 @@ and is checked there.
 
 - dropout: on CUDA `dropout` is `native_dropout` (ATen's is_fused_kernel_acceptable: a CUDA tensor, 0 < p < 1,
   non-empty), which saves a bool mask; the CPU build multiplies by a float noise tensor it keeps for backward
-  (4x the bytes).
+  (4x the bytes). fakecuda charges the bool mask; in float32 and float64 it computes with float noise
+  (fused.FusedDropout, equal bit for bit), since the CPU build's native_dropout is slow.
 - scaled_dot_product_attention: on CUDA a fused kernel (flash, or memory-efficient for fp32 and masks) saves the
   output and a logsumexp; the CPU build's math path keeps the (L x S) attention weights. Where CUDA would run a
   fused kernel, fakecuda emulates it (fused.py): the math path's numbers, the fused kernel's memory.
@@ -41,6 +42,8 @@ from fakegpu.fakecuda.releases import CUDNN_ATTENTION_DROPOUT_SIXTEENTHS, releas
 from fakegpu.fakecuda.tensor import FAKE_TYPES
 
 _autocast_on = torch.is_autocast_enabled
+_transforms_active = torch._C._are_functorch_transforms_active
+_compiling = torch.compiler.is_compiling
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -57,7 +60,10 @@ def _dropout(mode: FakeCudaMode, func, args, kwargs):
     train = bound.get("training", bound.get("train"))
     if type(x) not in FAKE_TYPES or bound.get("inplace") or not train or not 0 < p < 1 or x.numel() == 0:
         return mode.run_default(func, args, kwargs)
-    out, _mask = torch.native_dropout(x, p, True)
+    if x.dtype in fused.DROPOUT_DTYPES and not _transforms_active() and not _compiling():
+        out = fused.dropout(x, p, x._fc_index, mode.tracker)
+    else:
+        out, _mask = torch.native_dropout(x, p, True)
     return mode._badge_outputs(out, x._fc_index, ())
 
 
