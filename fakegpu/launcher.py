@@ -54,6 +54,7 @@ from fakegpu.faults import board as fault_board
 from fakegpu.faults import plan as fault_plan
 from fakegpu.faults import replay
 from fakegpu.faults.plan import Fault
+from fakegpu.profiles.matching import did_you_mean
 
 MODES = ("native", "fakecuda")
 # native mode's device memory: "full" keeps the bytes written to the device; "accounting" reserves address
@@ -132,14 +133,6 @@ class LaunchUsageError(LaunchError):
 
     exit_code = EXIT_USAGE
     code = "usage"
-
-
-def _meant(value: str, accepted: Sequence[str]) -> str:
-    """' (did you mean 'x'?)' for a misspelling of one of `accepted`, else nothing."""
-    from fakegpu.profiles.matching import closest
-
-    near = closest(value, list(accepted), 1)
-    return f" (did you mean {near[0]!r}?)" if near else ""
 
 
 class RunTimedOut(FakeGPUError):
@@ -308,14 +301,14 @@ def prepare(
     if driver is not None and not is_driver_version(driver):
         raise LaunchUsageError(f"--driver: {driver_version_problem(driver)}")
     if mode not in MODES:
-        raise LaunchUsageError(f"unknown mode {shorten(mode)}{_meant(mode, MODES)}; expected one of: "
+        raise LaunchUsageError(f"unknown mode {shorten(mode)}{did_you_mean(mode, MODES)}; expected one of: "
                                f"{', '.join(MODES)}")
     if memory is not None and memory not in MEMORY_MODES:
-        raise LaunchUsageError(f"unknown memory mode {shorten(memory)}{_meant(memory, MEMORY_MODES)}; expected one "
-                               f"of: {', '.join(MEMORY_MODES)}")
+        raise LaunchUsageError(f"unknown memory mode {shorten(memory)}{did_you_mean(memory, MEMORY_MODES)}; "
+                               f"expected one of: {', '.join(MEMORY_MODES)}")
     if on_device_read is not None and on_device_read not in DEVICE_READ_POLICIES:
         raise LaunchUsageError(f"--on-device-read {shorten(on_device_read)} is not a policy"
-                               f"{_meant(on_device_read, DEVICE_READ_POLICIES)}; expected one of: "
+                               f"{did_you_mean(on_device_read, DEVICE_READ_POLICIES)}; expected one of: "
                                f"{', '.join(DEVICE_READ_POLICIES)}")
     if (memory is not None or report_dir is not None or on_device_read is not None or timeline_dir is not None) \
             and mode != "native":

@@ -31,11 +31,9 @@ def _summary(p: Profile) -> dict:
 
 def _check_choice(command: str, label: str, value: str | None, choices: tuple[str, ...], as_json: bool) -> None:
     if value is not None and value.lower() not in choices:
-        from fakegpu.profiles.matching import closest
+        from fakegpu.profiles.matching import did_you_mean
 
-        near = closest(value, list(choices), limit=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
-        err = UsageError(f"unknown {label} {value!r}; accepted: {', '.join(choices)}.{hint}")
+        err = UsageError(f"unknown {label} {value!r}{did_you_mean(value, choices)}; accepted: {', '.join(choices)}")
         raise fail(command, err, as_json)
 
 

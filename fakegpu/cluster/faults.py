@@ -34,7 +34,7 @@ from fakegpu.devices import resolve_devices
 from fakegpu.errors import FakeGPUError
 from fakegpu.faults.inject import ContainerLayout, inject_container
 from fakegpu.faults.plan import Fault
-from fakegpu.profiles.matching import closest
+from fakegpu.profiles.matching import did_you_mean
 from fakegpu.shared_state import CONTAINER_DIR
 
 if TYPE_CHECKING:
@@ -103,10 +103,8 @@ class FaultEvent:
 
 
 def _suggest(value: str, candidates: list[str]) -> str:
-    near = closest(value, candidates, 1)
-    if near:
-        return f"; did you mean {near[0]}?"
-    return f"; one of: {', '.join(candidates)}" if candidates else ""
+    hint = did_you_mean(value, candidates, quote=False, paren=False)
+    return hint or (f"; one of: {', '.join(candidates)}" if candidates else "")
 
 
 def _check_action(action: str) -> None:

@@ -136,7 +136,7 @@ def parse_layout(text: str, board: MigBoard, board_name: str) -> list[MigProfile
 
 def parse_pinned(text: str, board: MigBoard, board_name: str) -> list[tuple[MigProfile, int | None]]:
     """(profile, pinned start or None) per instance a layout names, in order."""
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import did_you_mean
 
     if not text.strip():
         raise MigLayoutError(f"the MIG layout is empty; {board_name} offers {', '.join(board.names())}")
@@ -160,8 +160,7 @@ def parse_pinned(text: str, board: MigBoard, board_name: str) -> list[tuple[MigP
             count = int(count_text)
         profile = board.find(name)
         if profile is None:
-            near = closest(name.strip().lower(), board.names(), limit=2)
-            hint = f" (did you mean {' or '.join(near)}?)" if near else ""
+            hint = did_you_mean(name, board.names(), limit=2, quote=False)
             raise MigLayoutError(f"{name.strip()!r} is no MIG profile of {board_name}{hint}; it offers "
                                  f"{', '.join(board.names())}")
         start: int | None = None

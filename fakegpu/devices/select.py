@@ -16,6 +16,7 @@ from __future__ import annotations
 from fakegpu.devices.device import UUID_PREFIX, Device
 from fakegpu.devices.mig import MIG_UUID_PREFIX
 from fakegpu.errors import InvalidDeviceSelection, shorten
+from fakegpu.profiles.matching import did_you_mean
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds on the container runtime's path
@@ -41,16 +42,6 @@ def _index(text: str) -> int | None:
     return int(text) if len(text) <= _INDEX_DIGITS else 10**_INDEX_DIGITS
 
 
-def _near(entry: str, uuids: Sequence[str]) -> str:
-    """' (did you mean X?)' for a mistyped UUID, else ''. Hex is compared lower case: a pasted upper-case UUID
-    is a near miss, not a match (UUIDs are matched exactly)."""
-    from fakegpu.profiles.matching import closest
-
-    lowered = {u.lower(): u for u in uuids}
-    near = closest(entry.lower(), list(lowered), limit=1)
-    return f" (did you mean {lowered[near[0]]}?)" if near else ""
-
-
 def _no_gpu_index(devices: Sequence[Device]) -> str:
     return f"no GPU has this index (they are 0..{len(devices) - 1})" if devices else "the inventory holds no GPU"
 
@@ -67,14 +58,15 @@ def _target(devices: Sequence[Device], entry: str, spec: str) -> tuple[int, int 
         for position, d in enumerate(devices):
             if d.uuid == entry:
                 return position, None
-        reason = "no GPU has this UUID (a UUID is matched whole)" + _near(entry, [d.uuid for d in devices])
+        reason = "no GPU has this UUID (a UUID is matched whole)" + did_you_mean(entry, [d.uuid for d in devices],
+                                                                                  quote=False)
     elif entry.startswith(MIG_UUID_PREFIX):
         for position, d in enumerate(devices):
             for m in d.mig or ():
                 if m.uuid == entry:
                     return position, m.index
         migs = [m.uuid for d in devices for m in d.mig or ()]
-        reason = "no MIG device has this UUID (a UUID is matched whole)" + _near(entry, migs)
+        reason = "no MIG device has this UUID (a UUID is matched whole)" + did_you_mean(entry, migs, quote=False)
     elif colon and _index(gpu_text) is not None and _index(mig_text) is not None:
         gpu, mig = _index(gpu_text), _index(mig_text)
         assert gpu is not None and mig is not None

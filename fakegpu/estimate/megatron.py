@@ -41,7 +41,7 @@ from fakegpu.estimate.model_config import ModelConfig
 from fakegpu.estimate.safetensors_header import Checkpoint
 from fakegpu.estimate.training_activations import version_tuple
 from fakegpu.estimate.weights import classify
-from fakegpu.profiles.matching import closest
+from fakegpu.profiles.matching import did_you_mean
 
 if TYPE_CHECKING:  # training imports this module; the options type is only named here
     from fakegpu.estimate.training import TrainingOptions
@@ -93,8 +93,7 @@ def validate(o: TrainingOptions) -> None:
     for name, allowed in (("recompute", RECOMPUTE), ("pp_schedule", PP_SCHEDULES), ("attention", ATTENTION)):
         value = getattr(o, name)
         if value not in allowed:
-            near = closest(str(value), list(allowed), limit=1)
-            hint = f" (did you mean {near[0]}?)" if near else ""
+            hint = did_you_mean(str(value), allowed, quote=False)
             raise EstimateInputError(f"--{name.replace('_', '-')}",
                                      f"unknown value {value!r}{hint}; use {', '.join(allowed)}")
     if o.virtual_stages < 1:

@@ -9,13 +9,13 @@ groups by vLLM's hybrid allocator; this module refuses them rather than guess.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from math import ceil
 
 from fakegpu.estimate.dtypes import element_bytes, normalise_user_dtype
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.model_config import ModelConfig
+from fakegpu.profiles.matching import did_you_mean
 
 # The values vLLM's --kv-cache-dtype and --block-size accept (CacheConfig); auto means the model dtype.
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -65,8 +65,7 @@ class KVSpec:
 
 def unknown_choice(option: str, value: object, accepted: tuple) -> EstimateInputError:
     """The error for a value outside an option's accepted list, naming the list and a close match if any."""
-    close = difflib.get_close_matches(str(value), [str(a) for a in accepted], n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(str(value), [str(a) for a in accepted])
     return EstimateInputError(option, f"unknown value {value!r}{hint}; use {', '.join(map(str, accepted))}")
 
 

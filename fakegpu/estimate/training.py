@@ -33,7 +33,7 @@ from fakegpu.estimate.training_activations import (
 )
 from fakegpu.estimate.weights import classify, summarise
 from fakegpu.profiles import workspace_profiles
-from fakegpu.profiles.matching import closest
+from fakegpu.profiles.matching import did_you_mean
 from fakegpu.profiles.workspace_profiles import Overheads
 from fakegpu.reports import schema_id
 
@@ -113,8 +113,7 @@ class TrainingOptions:
                               ("checkpoint_impl", CHECKPOINT_IMPLS), ("loss", training_recipes.LOSSES)):
             if getattr(self, name) not in allowed:
                 value = getattr(self, name)
-                near = closest(str(value), list(allowed), limit=1)
-                hint = f" (did you mean {near[0]}?)" if near else ""
+                hint = did_you_mean(str(value), allowed, quote=False)
                 raise EstimateInputError(f"--{name.replace('_', '-')}",
                                          f"unknown value {value!r}{hint}; use {', '.join(allowed)}")
         if self.zero not in (0, 1, 2, 3):

@@ -18,11 +18,11 @@ and DoRALinear follow the same algebra):
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.safetensors_header import Checkpoint
+from fakegpu.profiles.matching import did_you_mean
 
 # Short names accepted by --lora-targets (torchtune's lora_attn_modules say output_proj for o_proj).
 TARGET_ALIASES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "output_proj": "o_proj",
@@ -85,8 +85,7 @@ def check_targets(ckpt: Checkpoint, lora_targets: str) -> None:
     known = sorted(m.name for m in layer_modules(ckpt))
     for t in sorted(targets):
         if t not in known:
-            near = difflib.get_close_matches(t, known + list(TARGET_ALIASES), n=1)
-            hint = f" (did you mean {near[0]}?)" if near else ""
+            hint = did_you_mean(t, [*known, *TARGET_ALIASES], quote=False)
             raise EstimateInputError("--lora-targets", f"no linear layer named {t!r} in the checkpoint{hint}; "
                                      f"this model has {', '.join(known)}, or say all-linear "
                                      "(short names q,k,v,o,gate,up,down are accepted)")

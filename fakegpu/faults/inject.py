@@ -174,12 +174,11 @@ def find_container(client: Any, name_or_id: str, layout: ContainerLayout) -> Con
     try:
         found = client.containers.get(name_or_id)
     except docker.errors.NotFound as exc:
-        from fakegpu.profiles.matching import closest
+        from fakegpu.profiles.matching import did_you_mean
 
         names = [c.name for c in client.containers.list(all=True)]
-        near = closest(name_or_id, names, 1)
         raise ContainerNotUsable(f"no container {shorten(name_or_id)}"
-                                 + (f"; did you mean {near[0]}?" if near else "")) from exc
+                                 + did_you_mean(name_or_id, names, quote=False, paren=False)) from exc
     except docker.errors.APIError as exc:
         raise ContainerNotUsable(f"container {shorten(name_or_id)}: {exc.explanation or exc}") from exc
     if found.status != "running":

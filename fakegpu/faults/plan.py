@@ -164,18 +164,17 @@ def _shown(value: Any) -> str:
 
 def _problem(error: Any) -> str:
     """One schema violation as a sentence, with the close match for a misspelt key."""
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import did_you_mean
 
     where = _where(list(error.absolute_path))
     if error.validator == "additionalProperties":
         allowed = list(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
-        hints = [f"{k!r}" + (f" (did you mean {m[0]!r}?)" if (m := closest(k, allowed, 1)) else "") for k in extra]
+        hints = [f"{k!r}{did_you_mean(k, allowed)}" for k in extra]
         return f"{where}: unknown key {', '.join(hints)}; accepted: {', '.join(allowed)}"
     if error.validator == "enum":
         accepted = [str(v) for v in error.validator_value]
-        near = closest(error.instance, accepted, 1) if isinstance(error.instance, str) else []
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        hint = did_you_mean(error.instance, accepted) if isinstance(error.instance, str) else ""
         return f"{where}: {_shown(error.instance)} is not accepted{hint}; expected one of: {', '.join(accepted)}"
     if error.validator == "required":
         return f"{where}: {clip(error.message)}"
@@ -386,7 +385,7 @@ def records(faults: Sequence[Fault], uuids: Sequence[str], start_ns: int) -> lis
 
 def device_index(device: int | str, uuids: Sequence[str]) -> int:
     """A fault's GPU as an index of the run; an index out of range or an unknown UUID is refused."""
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import did_you_mean
 
     if isinstance(device, int):
         if device >= len(uuids):
@@ -395,6 +394,6 @@ def device_index(device: int | str, uuids: Sequence[str]) -> int:
     for i, u in enumerate(uuids):
         if u.lower() == device.lower():
             return i
-    near = closest(device, list(uuids), 1)
     raise InvalidFaultPlan(f"fault on {shorten(device)}: no GPU of the run has this UUID"
-                           + (f"; did you mean {near[0]}?" if near else f" (the run's: {', '.join(uuids)})"))
+                           + (did_you_mean(device, uuids, quote=False, paren=False)
+                              or f" (the run's: {', '.join(uuids)})"))

@@ -87,7 +87,7 @@ class Sample:
 
 
 def _metric(name: str, where: str) -> tuple[int, float, float, str]:
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import closest, suggestion_hint
 
     canonical = ALIASES.get(name.strip(), name.strip())
     if canonical in METRICS:
@@ -95,7 +95,7 @@ def _metric(name: str, where: str) -> tuple[int, float, float, str]:
     # a close spelling, else the metric the name is part of (power: power.draw)
     near = closest(name, [*METRICS, *ALIASES], 1) or [m for m in METRICS if name.strip().lower() in m][:1]
     raise InvalidReplay(f"{where}: metric {shorten(name)} is not replayed"
-                        + (f" (did you mean {near[0]}?)" if near else "")
+                        + suggestion_hint(near, quote=False)
                         + f"; accepted: {', '.join(METRICS)} or dcgm-exporter's {', '.join(ALIASES)}")
 
 

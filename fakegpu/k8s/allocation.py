@@ -45,15 +45,14 @@ class ContainerEdits:
 
 def check_strategies(value: str) -> tuple[str, ...]:
     """A comma list of device list strategies."""
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import did_you_mean
 
     chosen = tuple(dict.fromkeys(s.strip() for s in value.split(",") if s.strip()))
     for strategy in chosen or ("",):
         if strategy not in DEVICE_LIST_STRATEGIES:
-            near = closest(strategy, list(DEVICE_LIST_STRATEGIES), 1)
             raise UsageError(f"device list strategy {strategy!r} is not offered; accepted: "
                              f"{', '.join(DEVICE_LIST_STRATEGIES)}, or a comma list of them"
-                             + (f" (did you mean {near[0]}?)" if near else ""))
+                             + did_you_mean(strategy, DEVICE_LIST_STRATEGIES, quote=False))
     return chosen
 
 

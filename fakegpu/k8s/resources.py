@@ -90,12 +90,11 @@ def _named(groups: dict[str, list[Advertised]]) -> list[Resource]:
 def resources(devices: Sequence[Device], strategy: str = "none",
               resource_name: str = DEFAULT_RESOURCE) -> list[Resource]:
     """The node's resources under `strategy`, each with its devices in inventory order."""
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import did_you_mean
 
     if strategy not in MIG_STRATEGIES:
-        near = closest(strategy, list(MIG_STRATEGIES), 1)
         raise StrategyError(f"unknown MIG strategy {strategy!r}; accepted: {', '.join(MIG_STRATEGIES)}"
-                            + (f" (did you mean {near[0]}?)" if near else ""))
+                            + did_you_mean(strategy, MIG_STRATEGIES, quote=False))
     check_resource_name(resource_name)
     mig_mode = [d for d in devices if d.mig is not None]
     if strategy == "none" or (strategy == "single" and not mig_mode):

@@ -32,10 +32,9 @@ def dtype_name(text: str, what: str = "--dtype") -> str:
     found = normalise_user_dtype(key)
     if found in _FROM_STORAGE:
         return _FROM_STORAGE[found]
-    from fakegpu.profiles.matching import closest
+    from fakegpu.profiles.matching import did_you_mean
 
-    near = closest(key, list(STORAGE), limit=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
+    hint = did_you_mean(key, STORAGE, paren=False)
     raise UsageError(f"{what}: unknown dtype {text!r}{hint} (known: {', '.join(STORAGE)})")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu.errors import clip, shorten
-from fakegpu.profiles.matching import closest
+from fakegpu.profiles.matching import closest, did_you_mean
 from fakegpu.user_files import CONFIG_BYTES, TOO_DEEP, UnreadableFile, loads_json
 from fakegpu.user_files import read_text as read_text_bounded
 
@@ -145,14 +145,12 @@ def describe(error: Any, base: KeyPath = ()) -> list[tuple[KeyPath, str]]:
 
 
 def unknown_key(key: str, known: Sequence[str]) -> str:
-    near = closest(key, list(known), limit=1)
-    hint = f"; did you mean {near[0]!r}?" if near else ""
+    hint = did_you_mean(key, known, paren=False)
     return f"unknown key {shorten(str(key))}{hint} (accepted: {', '.join(known)})"
 
 
 def not_one_of(value: Any, accepted: Sequence[str]) -> str:
-    near = closest(str(value), list(accepted), limit=1) if isinstance(value, str) else []
-    hint = f"; did you mean {near[0]!r}?" if near else ""
+    hint = did_you_mean(value, accepted, paren=False) if isinstance(value, str) else ""
     return f"{shown(value)} is not accepted{hint} (expected one of: {', '.join(accepted)})"
 
 

@@ -1,4 +1,4 @@
-"""Name normalisation and "did you mean" ranking for profile names.
+"""Name normalisation, "did you mean" ranking, and the one-line hint every unknown-name error ends with.
 
 The distance is an optimal-string-alignment edit distance in which swapping look-alike characters
 (O/0, l/1, I/1, S/5, B/8) costs half, so a typo like 'a10O' ranks 'a100' above 'a10'.
@@ -7,6 +7,7 @@ The distance is an optimal-string-alignment edit distance in which swapping look
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 
 _CONFUSABLE = {frozenset(p) for p in ("o0", "l1", "i1", "s5", "b8", "z2")}
 _SEPARATORS = re.compile(r"[\s_]+")
@@ -46,3 +47,29 @@ def closest(name: str, candidates: list[str], limit: int = 3) -> list[str]:
     # a hostile 1 MB name costs a length comparison per candidate, not an edit distance.
     scored = sorted((distance(key, c), len(c), c) for c in candidates if abs(len(key) - len(c)) <= budget)
     return [c for d, _, c in scored if d <= budget][:limit]
+
+
+def suggestion_hint(suggestions: Sequence[str], *, quote: bool = True, paren: bool = True) -> str:
+    """The "did you mean" hint for names already ranked, "" for none; several are offered as "x or y".
+
+    `paren` gives " (did you mean 'x'?)", for a hint followed by "; accepted: ..."; else "; did you mean 'x'?",
+    for one that ends the message or is followed by a parenthesis of its own. `quote` shows each name as repr:
+    bare names read better where the message lists the accepted ones bare too.
+    """
+    if not suggestions:
+        return ""
+    meant = " or ".join(repr(s) if quote else s for s in suggestions)
+    return f" (did you mean {meant}?)" if paren else f"; did you mean {meant}?"
+
+
+def did_you_mean(name: str, candidates: Iterable[str], *, limit: int = 1, quote: bool = True, paren: bool = True,
+                 shown: Mapping[str, str] | None = None) -> str:
+    """The hint naming up to `limit` candidates close to `name` (see suggestion_hint), "" when none is.
+
+    Candidates are compared normalised, as `name` is, so a mistyped upper-case UUID or 'exit_cod' still finds
+    its match, and each is suggested as given, or as `shown` maps it (an alias as the name it stands for).
+    """
+    display: dict[str, str] = {}
+    for c in candidates:
+        display.setdefault(normalise(c), shown[c] if shown is not None and c in shown else c)
+    return suggestion_hint([display[k] for k in closest(name, list(display), limit)], quote=quote, paren=paren)

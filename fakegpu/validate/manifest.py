@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -20,7 +19,7 @@ from fakegpu.errors import EXIT_USAGE, FakeGPUError, InvalidDeviceSpec, ProblemL
 from fakegpu.profiles import documents
 from fakegpu.profiles.documents import KeyPath
 from fakegpu.profiles.documents import key_path as key_path  # matrix.py names keys with it
-from fakegpu.profiles.matching import closest
+from fakegpu.profiles.matching import closest, did_you_mean
 from fakegpu.user_files import TOO_DEEP
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "manifest.schema.json"
@@ -232,7 +231,8 @@ def _rule_problems(doc: dict[str, Any]) -> list[tuple[KeyPath, str]]:
             if "profile" in combo:
                 specs.append((("matrix", list_name, i, "profile"), combo["profile"]))
             if list_name == "exclude":
-                out.extend((("matrix", "exclude", i, k), f"not an axis of the matrix; {_near(k, axes)}")
+                out.extend((("matrix", "exclude", i, k),
+                            f"not an axis of the matrix{did_you_mean(k, axes, paren=False)} (axes: {', '.join(axes)})")
                            for k in combo if k not in axes)
             if "mode" in combo and combo["mode"] not in MODES:
                 out.append((("matrix", list_name, i, "mode"), f"{_shown(combo['mode'])} is not accepted; expected "
@@ -256,11 +256,6 @@ def _rule_problems(doc: dict[str, Any]) -> list[tuple[KeyPath, str]]:
             out.append((("cases", i, "name"), f"case {name!r} is named twice (also cases[{seen[name]}])"))
         seen.setdefault(name, i)
     return out
-
-
-def _near(key: str, known: Sequence[str]) -> str:
-    near = closest(key, list(known), limit=1)
-    return (f"did you mean {near[0]!r}? " if near else "") + f"(axes: {', '.join(known)})"
 
 
 def _seconds(value: float | str) -> float:

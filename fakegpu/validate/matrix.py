@@ -23,7 +23,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
-from fakegpu.profiles.matching import closest
+from fakegpu.profiles.matching import did_you_mean
 from fakegpu.validate.manifest import DEFAULT_TIMEOUT_S, KeyPath, Manifest, ManifestError, key_path
 
 # `fakegpu run`'s default, so a case runs as `fakegpu run` would run its command.
@@ -203,9 +203,8 @@ class _Filler:
     def _lookup(self, name: str, at: KeyPath) -> Any:
         if name not in self.known:
             names = sorted(k for k in self.known if k not in BUILTINS) + list(BUILTINS)
-            near = closest(name, names, limit=1)
-            hint = f"did you mean {{{near[0]}}}? " if near else ""
-            self._fail(at, f"unknown placeholder {{{name}}}; {hint}(known: {', '.join(names)}; "
+            hint = did_you_mean(name, names, quote=False, paren=False, shown={n: f"{{{n}}}" for n in names})
+            self._fail(at, f"unknown placeholder {{{name}}}{hint} (known: {', '.join(names)}; "
                        "write {{ and }} for literal braces)")
         return self.known[name]
 

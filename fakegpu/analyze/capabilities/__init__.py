@@ -8,7 +8,6 @@ lists the unsupported calls a run made (hits.py)."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 from fakegpu.analyze.capabilities import descriptions
 from fakegpu.analyze.capabilities.tables import Library, TablesMissing, load
 from fakegpu.errors import UsageError
+from fakegpu.profiles.matching import did_you_mean
 from fakegpu.reports import schema_id
 
 SCHEMA = schema_id("capabilities")
@@ -36,8 +36,7 @@ def resolve(names: Sequence[str], libraries: list[Library]) -> list[str]:
         key = raw.strip().lower().removeprefix("lib")
         found = by_lower.get(key) or by_lower.get(raw.strip().lower())
         if found is None:
-            close = difflib.get_close_matches(raw.lower(), list(by_lower), n=1, cutoff=0.6)
-            hint = f" (did you mean {by_lower[close[0]]}?)" if close else ""
+            hint = did_you_mean(raw, by_lower, quote=False, shown=by_lower)
             raise UsageError(f"--library {raw!r}: no such library{hint}; accepted: {', '.join(accepted)} "
                              f"(also {', '.join(sorted(descriptions.ALIASES))})")
         if found not in out:
