@@ -13,7 +13,7 @@ import typer
 
 from fakegpu.cli.output import emit_json, fail
 from fakegpu.devices import DEFAULT_SEED
-from fakegpu.errors import FakeGPUError, UsageError
+from fakegpu.errors import FakeGPUError
 
 # Where `runtime install --gpus` puts nvidia-container-runtime-hook (fakegpu_hook.gpus.DEFAULT_HOOK_DIR; the CLI
 # imports fakegpu_hook only inside commands).
@@ -321,9 +321,19 @@ def _emit_file(text: str, output: Path | None, command: str) -> None:
     if output is None:
         typer.echo(text, nl=False)
         return
+    from fakegpu.atomic_file import write_atomic
+
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
+        # a reader (podman, a CDI-aware runtime) sees the old file or the new one, and a failed write leaves the
+        # old one and no temporary behind
+        write_atomic(output, text)
     except OSError as exc:
-        raise fail(command, UsageError(f"cannot write {output}: {exc.strerror}"), False) from exc
+        # A path that cannot be written is a failure (exit 1), as devices --table, validate --out and k8s render
+        # --out report it; mkdir names the part of the path in the way, which is not a folder.
+        other = exc.filename is not None and Path(exc.filename) != output
+        where = f"{exc.filename}: " if other else ""
+        reason = "not a folder" if other and isinstance(exc, FileExistsError) else exc.strerror or str(exc)
+        raise fail(command, FakeGPUError(f"cannot write {output}: {where}{reason}; nothing was written"),
+                   False) from exc
     typer.echo(f"wrote {output}")

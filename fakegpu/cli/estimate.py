@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
+from fakegpu.cli.paths import MODEL_DIR_ACCEPTED, given_path
 from fakegpu.errors import EXIT_CHECK_FAILED, EXIT_OK, FakeGPUError
 from fakegpu.text import human_bytes, table
 
@@ -50,7 +51,8 @@ def _finish(command: str, report: dict, check: bool, as_json: bool, render) -> N
 
 
 def estimate_llm(
-    model_dir: Path = typer.Option(..., "--model-dir", help="Model folder, a .safetensors file, or an index json."),
+    model_dir: str = typer.Option(..., "--model-dir", metavar="PATH", help="Model folder, a .safetensors file, or an "
+                                  "index json."),
     batch_size: int = typer.Option(1, "--batch-size"),
     prompt_tokens: int = typer.Option(128, "--prompt-tokens"),
     generated_tokens: int = typer.Option(128, "--generated-tokens"),
@@ -72,10 +74,11 @@ def estimate_llm(
     from fakegpu.estimate.llm import user_dtype
 
     try:
+        source = given_path(model_dir, "--model-dir", MODEL_DIR_ACCEPTED)
         kv = user_dtype(kv_cache_dtype, "--kv-cache-dtype")
         opts = InferenceOptions(batch_size, prompt_tokens, generated_tokens, "BF16", kv, attention, tensor_parallel,
                                 logits)
-        report = run(model_dir, opts, target=target_profile, dtype=dtype, workspace_files=workspace_files,
+        report = run(source, opts, target=target_profile, dtype=dtype, workspace_files=workspace_files,
                      torch_version=torch_version, cuda_version=cuda_version)
     except FakeGPUError as exc:
         raise fail("estimate-llm", exc, as_json) from exc
@@ -107,7 +110,8 @@ def _print_megatron(section: dict) -> None:
 
 
 def plan_training(
-    model_dir: Path = typer.Option(..., "--model-dir", help="Model folder, a .safetensors file, or an index json."),
+    model_dir: str = typer.Option(..., "--model-dir", metavar="PATH", help="Model folder, a .safetensors file, or an "
+                                  "index json."),
     method: str | None = typer.Option(None, "--method", help="full (default), lora, qlora, ia3 or prompt-tuning."),
     lora_rank: int | None = typer.Option(None, "--lora-rank", help="Default 16."),
     lora_targets: str | None = typer.Option(None, "--lora-targets", help="Comma list of adapted modules "
@@ -215,9 +219,10 @@ def plan_training(
     }
     typed = {k: v for k, v in typed.items() if v is not None}
     try:
+        source = given_path(model_dir, "--model-dir", MODEL_DIR_ACCEPTED)
         notes: list[str] = []
         settings = merge_config_files(config, typed, notes)
-        report = run(model_dir, TrainingOptions(**settings), target=target_profile, workspace_files=workspace_files,
+        report = run(source, TrainingOptions(**settings), target=target_profile, workspace_files=workspace_files,
                      torch_version=torch_version, cuda_version=cuda_version, config_notes=notes)
     except FakeGPUError as exc:
         raise fail("plan-training", exc, as_json) from exc
@@ -267,9 +272,9 @@ def calibrate_compare(
 
 
 def plan_serving(
-    model_dir: Path = typer.Option(..., "--model-dir", help="Model folder (config.json + safetensors headers), a "
-                                   ".safetensors file or an index json; a folder with only config.json is sized "
-                                   "from the config's shapes."),
+    model_dir: str = typer.Option(..., "--model-dir", metavar="PATH", help="Model folder (config.json + safetensors "
+                                  "headers), a .safetensors file or an index json; a folder with only config.json is "
+                                  "sized from the config's shapes."),
     profile: str = typer.Option(..., "--profile", help="The GPU each rank runs on (catalog profile: h100, a100, l4)."),
     tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="vLLM --tensor-parallel-size; the plan is "
                                         "for one rank."),
@@ -310,7 +315,7 @@ def plan_serving(
                              max_num_batched_tokens, kv_cache_dtype, block_size, enforce_eager, dtype, quantization,
                              prefix_caching, entrypoint, vllm_version)
     try:
-        report = run(model_dir, options, target=profile)
+        report = run(given_path(model_dir, "--model-dir", MODEL_DIR_ACCEPTED), options, target=profile)
     except FakeGPUError as exc:
         raise fail("plan-serving", exc, as_json) from exc
     code = EXIT_OK if report["kv_cache"]["starts"] else EXIT_CHECK_FAILED

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from fakegpu.cli.output import emit_json, fail
+from fakegpu.cli.paths import CONFIG_ACCEPTED, given_path
 from fakegpu.errors import FakeGPUError
 from fakegpu.text import table
 
@@ -20,7 +21,8 @@ def estimate_roofline(
     gemm: str | None = typer.Option(None, "--gemm", help="One GEMM, MxNxK (with --dtype, default bf16)."),
     ops_file: Path | None = typer.Option(None, "--ops", help="An op list, YAML or JSON "
                                          "(fakegpu/perf/ops.schema.json)."),
-    model_dir: Path | None = typer.Option(None, "--model-dir", help="A model folder (or its config.json)."),
+    model_dir: str | None = typer.Option(None, "--model-dir", metavar="PATH", help="A model folder (or its "
+                                         "config.json)."),
     phase: str | None = typer.Option(None, "--phase", help="prefill, decode (default) or train-step."),
     batch: int | None = typer.Option(None, "--batch", help="Sequences per step (default 1)."),
     seq_len: int | None = typer.Option(None, "--seq-len", help="Tokens per sequence; for decode, the context the new "
@@ -46,7 +48,8 @@ def estimate_roofline(
         if not profile:
             raise UsageError("name at least one board with --profile (repeat it to compare boards)")
         boards = [load_catalog().get(p) for p in profile]
-        req = Request(flops=flops, bytes=nbytes, gemm=gemm, dtype=dtype, ops_file=ops_file, model_dir=model_dir,
+        req = Request(flops=flops, bytes=nbytes, gemm=gemm, dtype=dtype, ops_file=ops_file,
+                      model_dir=given_path(model_dir, "--model-dir", CONFIG_ACCEPTED),
                       phase=phase or "decode", batch=1 if batch is None else batch,
                       seq_len=2048 if seq_len is None else seq_len, attention=attention, given=given)
         got = resolve(req)

@@ -8,6 +8,7 @@ import typer
 
 from fakegpu.cli import fabric_options as opts
 from fakegpu.cli.output import emit_json, fail
+from fakegpu.cli.paths import CONFIG_ACCEPTED, given_path
 from fakegpu.errors import FakeGPUError
 from fakegpu.text import table
 
@@ -32,8 +33,9 @@ def simulate_topology(
     step_factor: float = typer.Option(2.0, "--step-factor", help="Ratio between successive sizes."),
     dtype: str = typer.Option("float", "--dtype", "-d", help="Element type, as nccl-tests names it."),
     root: int = typer.Option(0, "--root", help="Root rank of broadcast and reduce."),
-    model_dir: Path | None = typer.Option(None, "--model-dir", help="With a model (config.json): the communication "
-                                          "of one training step on the fabric, from plan-training's inputs."),
+    model_dir: str | None = typer.Option(None, "--model-dir", metavar="PATH", help="With a model (config.json): the "
+                                         "communication of one training step on the fabric, from plan-training's "
+                                         "inputs."),
     tensor_parallel: int = typer.Option(1, "--tensor-parallel", help="Training step: tensor-parallel size."),
     pipeline_parallel: int = typer.Option(1, "--pipeline-parallel", help="Training step: pipeline stages."),
     zero: int = typer.Option(0, "--zero", help="Training step: DeepSpeed ZeRO stage 0-3."),
@@ -56,12 +58,13 @@ def simulate_topology(
     from fakegpu.perf.training_comm import Parallelism
 
     try:
+        model = given_path(model_dir, "--model-dir", CONFIG_ACCEPTED)
         built = FabricOptions(fabric_file, nodes, gpus_per_node, profile, fabric, rail_optimized, nics_per_node,
                               oversubscription).build()
         req = Request(collective=collective, algorithm=None if algorithm == "auto" else algorithm,
                       protocol=None if protocol == "auto" else protocol, dtype=dtype,
                       sizes=parse_sizes(sizes, step_factor), root=root)
-        training = None if model_dir is None else (model_dir, Parallelism(
+        training = None if model is None else (model, Parallelism(
             tensor=tensor_parallel, pipeline=pipeline_parallel, zero=zero, fsdp=fsdp, micro_batch=micro_batch,
             seq_len=seq_len, micro_batches=micro_batches, precision=precision, bucket_mb=bucket_mb))
         report = simulate(built, req, training)

@@ -9,7 +9,7 @@ import typer
 
 from fakegpu.cli import fabric_options as opts
 from fakegpu.cli.output import emit_json, fail
-from fakegpu.errors import FakeGPUError
+from fakegpu.errors import FakeGPUError, UsageError, shorten
 from fakegpu.text import table
 
 
@@ -30,8 +30,8 @@ def replay_trace(
     from_fabric_file: Path | None = typer.Option(None, "--from-fabric-file", help="What-if: the fabric the trace "
                                                  "ran on, as --fabric-file (default: one node of the trace's board "
                                                  "per process group)."),
-    dtype: str = typer.Option("bf16", "--dtype", help="What-if: the dtype of GEMM and attention kernels whose "
-                              "names do not say."),
+    dtype: str | None = typer.Option(None, "--dtype", help="What-if: the dtype of GEMM and attention kernels whose "
+                                     "names do not say (default bf16); needs --profile or a fabric."),
     include_last_step: bool = typer.Option(False, "--include-last-step", help="Also analyse the last "
                                            "ProfilerStep (usually cut off by the profiler's stop)."),
     allow_missing_ranks: bool = typer.Option(False, "--allow-missing-ranks", help="Read files that hold only some "
@@ -55,6 +55,11 @@ def replay_trace(
     fab = FabricOptions(fabric_file, nodes, gpus_per_node, None, fabric, rail_optimized, nics_per_node,
                         oversubscription)
     try:
+        # Without a what-if nothing is re-timed, so a --dtype there would be dropped without a word
+        if dtype is not None and profile is None and not fab.given() and from_fabric_file is None:
+            raise UsageError(f"--dtype {shorten(dtype)} needs --profile (or a fabric: --fabric-file, or "
+                             "--nodes/--gpus-per-node/--fabric): it is the dtype the what-if re-times GEMM and "
+                             "attention kernels at, and without one nothing is re-timed")
         target = load_catalog().get(profile) if profile is not None else None
         report, windows = analyse(list(traces), include_last_step=include_last_step, round_us=round_us,
                                   allow_missing_ranks=allow_missing_ranks, from_profile=from_profile)
@@ -63,7 +68,8 @@ def replay_trace(
             target, pricer = fabric_pricer(windows, fab, from_fabric_file, source_profile(windows, from_profile),
                                            target)
         if target is not None:
-            report["what_if"] = what_if(windows, target, from_profile=from_profile, dtype=dtype, pricer=pricer)
+            report["what_if"] = what_if(windows, target, from_profile=from_profile, dtype=dtype or "bf16",
+                                        pricer=pricer)
     except FakeGPUError as exc:
         raise fail("replay-trace", exc, as_json) from exc
     if as_json:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fakegpu.errors import shorten
 from fakegpu.estimate.errors import EstimateInputError
 from fakegpu.estimate.safetensors_header import Checkpoint
 from fakegpu.profiles.matching import did_you_mean
@@ -47,10 +48,16 @@ def normalise_targets(text: str) -> set[str] | None:
     """The module names a --lora-targets value means (None: all linear layers)."""
     if text.strip() == "all-linear":
         return None
-    names = {t.strip() for t in text.split(",") if t.strip()}
-    if not names:
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
         raise EstimateInputError("--lora-targets", "is empty; give module names (q,k,v,o,gate,up,down) or all-linear")
-    return {TARGET_ALIASES.get(n, n) for n in names}
+    if "" in items:
+        # "q,,v" is a slip (a name left out, a variable unset), not a list of two: adapting fewer modules than meant
+        # would understate the memory, so it is not read as q,v
+        raise EstimateInputError("--lora-targets", f"{shorten(text)}: item {items.index('') + 1} is empty; give a "
+                                 "comma list of module names without empty items (q,k,v,o,gate,up,down or "
+                                 "q_proj,v_proj) or all-linear")
+    return {TARGET_ALIASES.get(n, n) for n in items}
 
 
 def layer_modules(ckpt: Checkpoint) -> list[Module]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fakegpu import locations
-from fakegpu.errors import CatalogError, ProblemList, UsageError
+from fakegpu.errors import CatalogError, ProblemList, UsageError, shorten
 from fakegpu.profiles import documents
 from fakegpu.profiles.documents import KeyPath, Lines
 from fakegpu.sizes import parse_bytes
@@ -67,6 +67,17 @@ _NUMBERS = re.compile(r"\d+(?:\.\d+)*")
 _CLAUSE = re.compile(r"\s*(==|!=|>=|<=|>|<)?\s*(\d+(?:\.\d+)*)\s*")
 _COMPARE = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, ">=": lambda a, b: a >= b,
             "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, "<": lambda a, b: a < b}
+
+
+# A version named for a stack is matched against ranges by its numbers, so anything after them that is not a
+# release's own suffix ("2.x", "2.15.x") would be dropped unseen and the version read as a coarser one.
+# torch: MAJOR.MINOR[.PATCH] as its wheels spell it (PEP 440: a0, rc1, .post1, .dev20250101, +cu130, +git...).
+_TORCH_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?"
+                            r"(?:\+[0-9A-Za-z]+(?:[._-][0-9A-Za-z]+)*)?")
+_CUDA_VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?")
+TORCH_ACCEPTED = ("MAJOR.MINOR in digits, optionally .PATCH and a wheel's suffix, e.g. 2.15, 2.15.0 or "
+                  "2.11.0+cu130")
+CUDA_ACCEPTED = "MAJOR.MINOR in digits, optionally .PATCH, e.g. 13.0, 12.8 or 12.8.1"
 
 
 def version_numbers(text: str) -> Version:
@@ -309,9 +320,12 @@ class WorkspaceProfiles:
               cuda: str | None = None, architecture: str | None = None) -> Stack:
         """The stack for a GPU of `compute_capability` (default: the estimators' A100), with the torch and CUDA
         versions named, else CUDA from torch's wheel tag (+cu130), else the files' default_stack."""
-        for what, value, example in (("torch", torch, "2.11.0+cu130 or 2.15"), ("CUDA", cuda, "13.0 or 12.8")):
-            if value is not None and not version_numbers(str(value)):
-                raise UsageError(f"{what} version {value!r} is not a version; use e.g. {example}")
+        for what, value, pattern, accepted in (("torch", torch, _TORCH_VERSION, TORCH_ACCEPTED),
+                                               ("CUDA", cuda, _CUDA_VERSION, CUDA_ACCEPTED)):
+            if value is not None and not pattern.fullmatch(str(value).strip()):
+                default = self.default_stack.get(what.lower(), (None,))[0]
+                also = f"; the default stack has {what} {default}" if default else ""
+                raise UsageError(f"{what} version {shorten(str(value))} is not a version; accepted: {accepted}{also}")
         origins = []
         if torch is None:
             torch, where = self.default_stack["torch"]

@@ -100,6 +100,15 @@ def test_an_empty_target_profile_is_refused_not_ignored(models, command):
     assert result.exit_code == 2 and "unknown GPU profile ''" in result.output
 
 
+@pytest.mark.parametrize("args", [["estimate-llm"], ["plan-training"], ["plan-serving", "--profile", "a100"]])
+def test_an_empty_model_dir_is_refused_not_the_current_folder(models, monkeypatch, args):
+    # `--model-dir "$MODEL"` with MODEL unset must not size whatever model the current folder holds
+    monkeypatch.chdir(models["tiny"])
+    result = invoke(*args, "--model-dir", "")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--model-dir '' names no path; give a model folder, a .safetensors file or an index json" in result.stderr
+
+
 @pytest.mark.parametrize("args", [["estimate-llm"], ["plan-training", "--gpus", "3"],
                                   ["plan-training", "--gpus", "3", "--framework", "megatron"],
                                   ["plan-serving", "--profile", "a100"],

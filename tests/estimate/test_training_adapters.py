@@ -83,6 +83,20 @@ def test_adapter_options_are_validated(models):
         TrainingOptions(method="prompt-tuning", virtual_tokens=0).validate()
 
 
+@pytest.mark.parametrize(("method", "targets", "item"), [("lora", "q,,v", 2), ("qlora", "q,v,", 3),
+                                                        ("ia3", ",k,v", 1), ("lora", "q, ,v", 2)])
+def test_an_empty_lora_target_is_refused_not_skipped(models, method, targets, item):
+    from typer.testing import CliRunner
+
+    from fakegpu.cli.main import app
+
+    # "q,,v" adapts q and v only if the empty item is dropped; a name left out must not shrink the estimate
+    result = CliRunner().invoke(app, ["plan-training", "--model-dir", str(models["tiny"]), "--method", method,
+                                      "--lora-targets", targets])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"--lora-targets: {targets!r}: item {item} is empty; give a comma list of module names" in result.stderr
+
+
 def test_report_schema_carries_the_assumptions(models):
     r = plan_training(models["qwen3-8b"], replace(BASE, lora_targets="q,v,down", lora_dropout=0.05))
     validate({"schema": schema_id("plan-training"), **r} if "schema" not in r else r)

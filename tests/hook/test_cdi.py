@@ -11,6 +11,31 @@ from fakegpu.cli.main import app
 from fakegpu.devices import resolve_devices
 
 
+@pytest.mark.parametrize("args", [["cdi", "generate", "--devices", "a100"], ["hook", "podman-config"]])
+def test_an_output_that_cannot_be_written_fails_as_other_commands_do(tmp_path, args):
+    # exit 1 with the path named, as devices --table, validate --out and k8s render --out report it
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "fakegpu.json"
+    result = CliRunner().invoke(app, [*args, "--output", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"cannot write {out}: {tmp_path / 'file'}: not a folder; nothing was written" in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_failed_write_leaves_the_old_spec_whole(tmp_path, monkeypatch):
+    out = tmp_path / "fakegpu.json"
+    out.write_text("the old spec\n")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.fsync", full)
+    result = CliRunner().invoke(app, ["cdi", "generate", "--devices", "a100", "--output", str(out)])
+    assert result.exit_code == 1, result.output
+    assert f"cannot write {out}: No space left on device; nothing was written" in result.stderr
+    assert out.read_text() == "the old spec\n" and [p.name for p in tmp_path.iterdir()] == ["fakegpu.json"]
+
+
 def test_cdi_generate(tmp_path):
     out = tmp_path / "cdi" / "fakegpu.json"
     result = CliRunner().invoke(app, ["cdi", "generate", "--devices", "a100:2", "--output", str(out)])

@@ -213,6 +213,13 @@ def test_usage_errors(args, says):
     assert code == 2 and says in message, message
 
 
+def test_an_empty_model_dir_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text(LLAMA_7B.read_text())
+    monkeypatch.chdir(tmp_path)
+    code, message = roofline_error("--profile", "h100", "--model-dir", "")
+    assert code == 2 and "--model-dir '' names no path; give a model folder or its config.json" in message, message
+
+
 def test_unknown_or_missing_profile():
     code, message = roofline_error("--profile", "h10O", "--gemm", "8x8x8")
     assert code == 2 and "h100" in message

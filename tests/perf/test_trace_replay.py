@@ -250,6 +250,19 @@ def test_an_empty_board_name_is_refused_not_ignored(tmp_path, option):
     assert result.exit_code == 2 and "unknown GPU profile ''" in result.output
 
 
+def test_a_dtype_without_a_what_if_is_refused_not_ignored(tmp_path):
+    from fakegpu.cli.main import app
+
+    _small(tmp_path)
+    result = runner.invoke(app, ["replay-trace", str(tmp_path), "--dtype", "fp16"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--dtype 'fp16' needs --profile (or a fabric" in result.stderr
+    # with a board to re-time for, it is the what-if's dtype
+    doc = json.loads(runner.invoke(app, ["replay-trace", str(tmp_path), "--dtype", "fp16", "-p", "a100",
+                                         "--json"]).stdout)
+    assert doc["data"]["what_if"]["dtype_default"] == "fp16"
+
+
 def test_the_cli_reports_a_bad_file_once_with_exit_2(tmp_path):
     from fakegpu.cli.main import app
 

@@ -104,3 +104,10 @@ def test_the_cli_prints_and_reports_the_step():
     assert topology_json("--profile", "h100")["training_step"] is None
     code, message = topology_error("--profile", "h100", "--model-dir", str(REPO / "no-such-model"))
     assert code == 2 and "no-such-model" in message
+
+
+def test_an_empty_model_dir_is_refused_not_the_current_folder(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text(LLAMA_7B.read_text())
+    monkeypatch.chdir(tmp_path)
+    code, message = topology_error("--profile", "h100", "--model-dir", "")
+    assert code == 2 and "--model-dir '' names no path; give a model folder or its config.json" in message, message

@@ -125,6 +125,15 @@ def test_devices_table_into_missing_folder_fails_cleanly(tmp_path) -> None:
     assert "cannot write the device table" in result.stderr
 
 
+def test_devices_table_that_cannot_be_written_leaves_nothing(tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    for path in (tmp_path / "file" / "t.tbl", tmp_path / "folder"):
+        result = invoke("devices", "t4", "--table", str(path))
+        assert result.exit_code == 1 and f"cannot write the device table {path}: " in result.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["file", "folder"]  # no temporary table left
+
+
 def test_python_dash_m_and_version() -> None:
     out = subprocess.run([sys.executable, "-m", "fakegpu", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("fakegpu ")

@@ -215,6 +215,22 @@ def test_the_cli_lists_shows_and_validates(tmp_path):
     assert f"{path}:5: entries[0].match.torh: unknown key 'torh'; did you mean 'torch'?" in bad.stderr
 
 
+@pytest.mark.parametrize(("option", "value"), [("--torch", "2.x"), ("--torch", "2"), ("--torch", "2.15.x"),
+                                               ("--cuda", "12.x"), ("--cuda", "12")])
+def test_a_version_that_is_not_major_minor_is_refused_not_cut_short(option, value):
+    # "2.x" was read as its leading "2", which every 2.y range matches
+    result = CliRunner().invoke(app, ["workspace-profiles", "show", option, value])
+    what = "torch" if option == "--torch" else "CUDA"
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"{what} version {value!r} is not a version; accepted: MAJOR.MINOR in digits" in result.stderr
+
+
+@pytest.mark.parametrize("torch", ["2.15", "2.15.0", "2.11.0+cu130", "2.5.0a0+git1234abc", "2.6.0.dev20241112+cu124",
+                                   "2.4.0rc1", "2.14.1"])
+def test_torch_versions_as_wheels_spell_them_are_accepted(torch):
+    assert builtin().stack(torch=torch).torch == torch
+
+
 def test_a_stack_no_entry_covers_is_a_clear_error(tmp_path):
     profiles = wp.WorkspaceProfiles([e for e in builtin().entries if e.name != "hopper"], builtin().default_stack)
     with pytest.raises(CatalogError, match=r"no entry gives context_created for torch 2\.11\.0.*capability 9\.0"):
