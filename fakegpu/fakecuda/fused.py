@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from fakegpu.fakecuda.dispatch import suspended
 from fakegpu.fakecuda.releases import EFFICIENT_ATTENTION_DEVICE_RNG
-from fakegpu.fakecuda.tensor import StorageTracker
+from fakegpu.fakecuda.tensor import StorageTracker, launched
 
 
 def _up(n: int, m: int) -> int:
@@ -302,9 +302,9 @@ class FusedDropout(torch.autograd.Function):
             mask = torch.empty_like(x, dtype=torch.bool)  # native_dropout's: x's layout, one byte per element
             noise = torch.empty_like(x).bernoulli_(p1m).mul_(1.0 / p1m)
             out = x.mul(noise)
+        launched(tracker.runtime, index, started)  # as the dispatch mode does after an op: busy, or lost
         tracker.account(mask, index)
         tracker.account(out, index)
-        tracker.runtime.ran(index, False, started)
         ctx.save_for_backward(mask, noise)  # saved tensors: released once backward has run, as ATen's mask is
         return out
 

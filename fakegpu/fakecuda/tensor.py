@@ -102,11 +102,11 @@ def malloc(runtime: Runtime, index: int, nbytes: int):
         raise gpu_lost_error(lost) from None
 
 
-def launched(runtime: Runtime, index: int) -> None:
-    """A kernel of a creation op ran on the device (a fill, a random draw): busy, and the context's first launch;
-    a lost GPU raises torch's error for it."""
+def launched(runtime: Runtime, index: int, started_ns: int | None = None) -> None:
+    """A kernel ran on the device (a creation op's fill or random draw, a fused kernel fakecuda emulates; since
+    started_ns when given): busy, and the context's first launch; a lost GPU raises torch's error for it."""
     try:
-        runtime.ran(index)
+        runtime.ran(index, False, started_ns)
     except ModelGPULost as lost:
         raise gpu_lost_error(lost) from None
 

@@ -133,3 +133,23 @@ def test_half_types_take_native_dropout(fakecuda, monkeypatch):
         y = torch.nn.functional.dropout(x, 0.3, training=True)
         y.float().sum().backward()
         assert type(y.grad_fn).__name__ == "NativeDropoutBackward0" and x.grad.dtype == dtype
+
+
+def test_fused_dropout_on_a_lost_gpu_raises_torchs_error(fakecuda, monkeypatch):
+    """A GPU a fault plan took off the bus refuses the dropout as it refuses any op: with PyTorch's error for it,
+    not the model's internal exception."""
+    torch = pytest.importorskip("torch")
+    from fakegpu.fakecuda import _active
+    from fakegpu.fakecuda.errors import ModelGPULost
+
+    fakecuda("a100")
+    x = torch.randn(64, 64, device="cuda", requires_grad=True)
+    runtime = _active["runtime"]
+
+    def lost(index, *_args):
+        raise ModelGPULost(index)
+
+    monkeypatch.setattr(runtime, "ran", lost)
+    with pytest.raises(getattr(torch, "AcceleratorError", RuntimeError)) as caught:
+        torch.nn.functional.dropout(x, 0.3, training=True)
+    assert not isinstance(caught.value, ModelGPULost)
