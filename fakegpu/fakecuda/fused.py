@@ -285,8 +285,9 @@ def rms_norm(x, normalized_shape, weight, eps, index: int, tracker: StorageTrack
 class FusedDropout(torch.autograd.Function):
     """CUDA's dropout is `native_dropout`: one kernel that writes a bool mask (allocated first) and the output, and a
     backward that scales the gradient by the mask. The CPU build's `native_dropout` computes the same numbers the
-    slow way, multiplying by its bool mask with a type-promoting cast (forward, and again in backward): about 4x the
-    CPU build's own dropout, which draws float noise. This draws the noise as a float tensor instead, with the same
+    slow way, multiplying by its bool mask with a type-promoting cast (forward, and again in backward): 1.4x the CPU
+    build's own dropout, which draws float noise (forward and backward of 16x64x1024 floats, 14.1 vs 10.1 ms, one
+    thread). This draws the noise as a float tensor instead, with the same
     Bernoulli draws (the CPU sampler's draws do not depend on the dtype filled) scaled in place, so that
     `x * noise` is ATen's `x * mask * scale` bit for bit (x*1*s and x*(1*s) round alike; x*0 keeps x's sign and
     NaN), and backward is one multiply. Only where that equality holds: float32 and float64 (a half type's
