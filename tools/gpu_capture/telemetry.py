@@ -39,6 +39,15 @@ def sampler(h, samples: list, stop: threading.Event, t0: float) -> None:
         time.sleep(0.05)
 
 
+def run_delay_ns() -> int | None:
+    """Nanoseconds this thread has spent runnable but not running (the kernel's schedstat); None where unreadable."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def main() -> int:
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
@@ -56,11 +65,19 @@ def main() -> int:
 
     def phase(name: str, seconds: float, body) -> None:
         start = time.monotonic() - t0
+        waited = run_delay_ns()
         end = time.monotonic() + seconds * SCALE
         while time.monotonic() < end:
             body()
         torch.cuda.synchronize()
-        phases.append({"name": name, "start": round(start, 3), "end": round(time.monotonic() - t0, 3)})
+        stop = time.monotonic() - t0
+        phases.append({"name": name, "start": round(start, 3), "end": round(stop, 3)})
+        after = run_delay_ns()
+        if waited is not None and after is not None:
+            # The share of the phase this thread was ready to launch but waited for a CPU, taken by other work on
+            # the host: a launcher descheduled after a synchronize leaves the GPU idle, on a real board as on the
+            # fake, and a capture on an idle host says nothing about such a run
+            phases[-1]["waited_for_cpu"] = round((after - waited) / 1e9 / (stop - start), 4)
 
     # The duty cycle's share of time in its GEMM loop, as it came out: a loaded CPU stretches the sleeps (and the
     # fake's busy time follows the loop's wall time), so a reader compares at the duty achieved. And the share of a
