@@ -23,21 +23,12 @@ TORCH_PURE_DEPS=(filelock fsspec jinja2 networkx setuptools sympy typing-extensi
 docker image inspect "$CUDA_IMAGE" >/dev/null 2>&1 || {
   echo "build-pytorch: base image $CUDA_IMAGE missing (images/build.sh builds it)" >&2; exit 1; }
 
-# Everything the image is made of, as one digest: this checkout's fakegpu (its files as they are now, committed
-# or not), torch's version, the dependency list, this script, the Dockerfile and the base image. The image carries
-# it as a label; when it matches, the pip work and the build (about 90 s, and a new 216 MB layer each time, since
-# pip's freshly compiled .pyc files defeat docker's layer cache) are skipped. Outside a git checkout it always builds.
-inputs_digest() {
-  git rev-parse --is-inside-work-tree >/dev/null 2>&1 || return 0
-  {
-    git ls-files -z -co --exclude-standard -- fakegpu hook pyproject.toml |
-      while IFS= read -r -d '' f; do if [ -f "$f" ]; then sha256sum "$f"; fi; done
-    sha256sum images/pytorch/Dockerfile images/build-pytorch.sh
-    printf 'torch=%s deps=%s target=%s base=%s\n' "$TORCH_VERSION" "${TORCH_PURE_DEPS[*]}" "${TARGET[*]}" \
-      "$(docker image inspect -f '{{.Id}}' "$CUDA_IMAGE")"
-  } | sha256sum | cut -d' ' -f1
-}
-DIGEST=$(inputs_digest)
+# The image carries a digest of what it is made of (images/inputs-digest.sh: this checkout's fakegpu, plus torch's
+# version, the dependency list, this script, the Dockerfile and the base image). When it matches, the pip work and
+# the build are skipped: about 90 s, and a new 216 MB layer each time, since pip's freshly compiled .pyc files
+# defeat docker's layer cache. Outside a git checkout the digest is empty and the image is always built.
+DIGEST=$(printf 'torch=%s deps=%s target=%s base=%s\n' "$TORCH_VERSION" "${TORCH_PURE_DEPS[*]}" "${TARGET[*]}" \
+  "$(docker image inspect -f '{{.Id}}' "$CUDA_IMAGE")" | images/inputs-digest.sh images/pytorch/Dockerfile images/build-pytorch.sh)
 if [ -n "$DIGEST" ] && [ -z "${FAKEGPU_IMAGE_REBUILD:-}" ] && [ "$(docker image inspect \
      -f '{{index .Config.Labels "org.fakegpu.inputs"}}' "fakegpu/pytorch:$VERSION" 2>/dev/null)" = "$DIGEST" ]; then
   docker tag "fakegpu/pytorch:$VERSION" fakegpu/pytorch:latest
