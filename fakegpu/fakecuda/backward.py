@@ -32,6 +32,7 @@ import torch
 import torch.autograd
 import torch.autograd.graph
 
+from fakegpu.fakecuda.copies import dense
 from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
 
 _local = threading.local()
@@ -63,19 +64,10 @@ def accumulated_in_place(args: tuple, kwargs: dict, out: Any) -> torch.Tensor | 
     t = args[0]
     if (type(t) in _ENGINE_TYPES and t.layout is torch.strided and t.shape == out.shape and t.dtype == out.dtype
             and torch._C._storage_Use_Count(t.untyped_storage()._cdata) == 2
-            and _dense(t)):
+            and dense(t)):
         return t
     return None
 
-
-def _dense(t: torch.Tensor) -> bool:
-    """Non-overlapping and dense: some order of the dims makes the strides those of a contiguous tensor."""
-    expected = 1
-    for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1):
-        if stride != expected:
-            return False
-        expected *= size
-    return True
 
 
 def _on_stack(mode: Any) -> bool:

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 
-def _dense_like(t: torch.Tensor) -> bool:
+def dense(t: torch.Tensor) -> bool:
+    """Non-overlapping and dense: some order of the dims makes the strides those of a contiguous tensor."""
     expected = 1
     for stride, size in sorted((st, s) for s, st in zip(t.shape, t.stride(), strict=True) if s != 1):
         if stride != expected:
@@ -38,7 +39,7 @@ def _direct(src: torch.Tensor, dst: torch.Tensor) -> bool:
         return False
     if src.is_contiguous() and dst.is_contiguous():
         return True
-    return src.stride() == dst.stride() and _dense_like(src)
+    return src.stride() == dst.stride() and dense(src)
 
 
 def _nbytes(t: torch.Tensor, dtype: torch.dtype | None = None) -> int:
@@ -60,7 +61,7 @@ def to_host(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool) -> list[in
         return [] if src.is_contiguous() else [_nbytes(src)]
     if src.dtype == dst.dtype:
         return [] if src.is_contiguous() else [_nbytes(src)]
-    converted_contiguous = src.is_contiguous() or not _dense_like(src)
+    converted_contiguous = src.is_contiguous() or not dense(src)
     sizes = [_nbytes(src, dst.dtype)]
     if not converted_contiguous:
         sizes.append(_nbytes(src, dst.dtype))
