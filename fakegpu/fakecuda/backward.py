@@ -69,7 +69,6 @@ def accumulated_in_place(args: tuple, kwargs: dict, out: Any) -> torch.Tensor | 
     return None
 
 
-
 def _on_stack(mode: Any) -> bool:
     get = torch._C._get_function_stack_at
     return any(get(i) is mode for i in range(torch._C._len_torch_function_stack()))
