@@ -67,7 +67,7 @@ class BareMode(TorchDispatchMode):
 
 
 class Hooks:
-    """Context managers for each hook, by name."""
+    """Turns each hook on and off, by name."""
 
     def __init__(self, ext) -> None:
         self.ext = ext

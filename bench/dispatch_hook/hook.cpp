@@ -41,6 +41,8 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
 std::unique_ptr<c10::impl::IncludeDispatchKeyGuard> active;
 
 void enable(const std::string& key) {
+  // The old guard goes first: destroyed after a new one, it would restore the set as it was before both.
+  active.reset();
   if (key == "Fake") {
     active = std::make_unique<c10::impl::IncludeDispatchKeyGuard>(c10::DispatchKey::Fake);
   } else if (key == "CustomRNGKeyId") {
