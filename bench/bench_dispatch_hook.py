@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import shutil
 import statistics
 import subprocess
 import sys
@@ -42,6 +43,9 @@ def build():
     tag = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     target = BUILD / f"{NAME}_{tag}{sysconfig.get_config_var('EXT_SUFFIX')}"
     if not target.exists():
+        if shutil.which("g++") is None:
+            sys.exit("bench_dispatch_hook: g++ not found; the C++ hook is compiled against the running torch "
+                     "(Debian: apt-get install g++)")
         BUILD.mkdir(parents=True, exist_ok=True)
         abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
         command = ["g++", "-O2", "-std=c++20", "-shared", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
@@ -103,6 +107,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=12)
     args = parser.parse_args()
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1 (a median of paired steps), not {args.steps}")
     torch.set_num_threads(1)
     hooks = Hooks(build())
     x, w = torch.randn(64, 64), torch.randn(64, 64)
