@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
-import shutil
 import statistics
-import subprocess
 import sys
 import sysconfig
 import time
 from pathlib import Path
 
 import torch
-from torch.utils import cpp_extension
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from fakegpu.fakecuda import extension
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "dispatch_hook" / "hook.cpp"
@@ -43,26 +41,12 @@ def build():
     tag = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     target = BUILD / f"{NAME}_{tag}{sysconfig.get_config_var('EXT_SUFFIX')}"
     if not target.exists():
-        if shutil.which("g++") is None:
-            sys.exit("bench_dispatch_hook: g++ not found; the C++ hook is compiled against the running torch "
-                     "(Debian: apt-get install g++)")
-        BUILD.mkdir(parents=True, exist_ok=True)
-        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-        command = ["g++", "-O2", "-std=c++20", "-shared", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
-                   f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-                   f"-DTORCH_EXTENSION_NAME={NAME}", f"-I{sysconfig.get_paths()['include']}",
-                   *(f"-I{p}" for p in cpp_extension.include_paths()), str(SOURCE), "-o", str(target) + ".tmp",
-                   *(f"-L{p}" for p in cpp_extension.library_paths()),
-                   "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
         print(f"compiling {SOURCE.name} for torch {torch.__version__} (about 30 s)", file=sys.stderr)
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            sys.exit(f"bench_dispatch_hook: g++ failed ({' '.join(command[:3])} ...):\n{result.stderr[-3000:]}")
-        Path(str(target) + ".tmp").rename(target)
-    spec = importlib.util.spec_from_file_location(NAME, target)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+        try:
+            extension.compile_for_torch(SOURCE, NAME, target)
+        except extension.ExtensionUnavailable as exc:
+            sys.exit(f"bench_dispatch_hook: {exc}")
+    return extension.load_module(NAME, target)
 
 
 class BareMode(TorchDispatchMode):

@@ -12,7 +12,9 @@ number of ops a step dispatches). The CPU side runs with no mode on either stack
 Target (issue 22): fake/cpu <= 1.05 on the transformer and the conv net. On a machine other work shares, use
 --threads 1 --clock cpu: the process's CPU time, which others' load moves far less than wall time. Measured
 figures, and why the MLP stays several times slower: fakegpu/fakecuda/README.md, "Cost per op".
-Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu] [--json]
+The charging hook is the C++ one where built (FAKEGPU_FAKECUDA_HOOK picks); --both-hooks times the Python one too.
+Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu]
+     [--both-hooks] [--json]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 import fakegpu.fakecuda as fc
+from fakegpu.fakecuda.dispatch import ChargeHook, ChargeMode, suspended
 
 TARGET = 1.05
 
@@ -81,8 +84,8 @@ WORKLOADS: dict[str, Callable] = {"transformer": _transformer, "convnet": _convn
 @contextlib.contextmanager
 def plain() -> Iterator[None]:
     """Plain CPU torch while fakecuda is active: no torch-function mode (FakeCudaMode) and no dispatch mode
-    (ChargeMode, which would otherwise see every CPU op too and bill its cost to the baseline)."""
-    with torch._C.DisableTorchFunction(), _disable_current_modes():
+    (ChargeMode or the C++ hook, which would otherwise see every CPU op too and bill its cost to the baseline)."""
+    with torch._C.DisableTorchFunction(), _disable_current_modes(), suspended():  # (suspended: the C++ hook too)
         yield
 
 
@@ -123,24 +126,46 @@ def ops_per_step(cpu) -> int:
     return _Count.ops
 
 
-def measure(workload: str, steps: int) -> dict:
+@contextlib.contextmanager
+def python_hook() -> Iterator[None]:
+    """fakecuda charging through its Python dispatch mode in place of the C++ hook, for the side-by-side figure."""
+    hook = fc._active["charges"]
+    hook.__exit__(None, None, None)
+    try:
+        with ChargeMode(hook.rules.tracker):
+            yield
+    finally:
+        hook.__enter__()
+
+
+def measure(workload: str, steps: int, both_hooks: bool) -> dict:
     with plain():
         cpu = make(workload, "cpu")
     ops = ops_per_step(cpu)
     fake = make(workload, "cuda")
-    cpu_times, fake_times = [], []
+    times: dict[str, list[float]] = {"cpu": [], "fake": [], "python": []}
     for i in range(steps + 2):  # the first two rounds warm both up
         with plain():
             c = step(*cpu)
         f = step(*fake)
+        if both_hooks:
+            with python_hook():
+                p = step(*fake)
         if i >= 2:
-            cpu_times.append(c)
-            fake_times.append(f)
-    cpu_med, fake_med = statistics.median(cpu_times), statistics.median(fake_times)
-    return {"workload": workload, "steps": steps, "aten_ops_per_step": ops,
-            "cpu_median_ms": round(cpu_med * 1e3, 3), "fakecuda_median_ms": round(fake_med * 1e3, 3),
-            "ratio": round(fake_med / cpu_med, 4),
-            "fakecuda_us_per_op": round((fake_med - cpu_med) / max(ops, 1) * 1e6, 2)}
+            times["cpu"].append(c)
+            times["fake"].append(f)
+            if both_hooks:
+                times["python"].append(p)
+    cpu_med, fake_med = statistics.median(times["cpu"]), statistics.median(times["fake"])
+    result = {"workload": workload, "steps": steps, "aten_ops_per_step": ops,
+              "cpu_median_ms": round(cpu_med * 1e3, 3), "fakecuda_median_ms": round(fake_med * 1e3, 3),
+              "ratio": round(fake_med / cpu_med, 4),
+              "fakecuda_us_per_op": round((fake_med - cpu_med) / max(ops, 1) * 1e6, 2)}
+    if both_hooks:
+        python_med = statistics.median(times["python"])
+        result.update(python_hook_median_ms=round(python_med * 1e3, 3),
+                      python_hook_ratio=round(python_med / cpu_med, 4))
+    return result
 
 
 def main() -> None:
@@ -153,6 +178,9 @@ def main() -> None:
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="cpu: the process's CPU time, which other processes' load barely moves (use with "
                              "--threads 1, where no intra-op thread spins)")
+    parser.add_argument("--both-hooks", action="store_true",
+                        help="also time each fake step with the Python charging hook in place of the C++ one, in "
+                             "the same interleaved rounds (needs the C++ hook built)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     global clock
@@ -161,21 +189,29 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     # The CPU side runs under plain(): no fakecuda mode on either stack.
     fc.activate("a100")
+    hook = "cxx" if isinstance(fc._active["charges"], ChargeHook) else "python"  # (FAKEGPU_FAKECUDA_HOOK's choice)
     try:
-        results = [measure(w, args.steps) for w in args.workload or list(WORKLOADS)]
+        if args.both_hooks and hook != "cxx":
+            parser.error("--both-hooks compares the C++ hook with the Python one, and the C++ hook is not in use "
+                         "(build it: python -m fakegpu.fakecuda.extension; FAKEGPU_FAKECUDA_HOOK not 'python')")
+        results = [measure(w, args.steps, args.both_hooks) for w in args.workload or list(WORKLOADS)]
     finally:
         fc.deactivate()
     doc = {"benchmark": "fakecuda_step", "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "clock": args.clock,
+           "clock": args.clock, "hook": hook,
            "load_average": [round(x, 2) for x in os.getloadavg()], "target": TARGET, "results": results}
     if args.json:
         print(json.dumps(doc))
         return
-    print(f"torch {doc['torch']}, {doc['threads']} threads, {args.clock} clock, load average {doc['load_average']}")
+    print(f"torch {doc['torch']}, {doc['threads']} threads, {args.clock} clock, {hook} charging hook, "
+          f"load average {doc['load_average']}")
     for r in results:
         print(f"{r['workload']:>11} step: cpu {r['cpu_median_ms']:8.3f} ms, fakecuda "
               f"{r['fakecuda_median_ms']:8.3f} ms, ratio {r['ratio']:.3f}, {r['aten_ops_per_step']} ATen ops/step, "
               f"fakecuda +{r['fakecuda_us_per_op']} us/op (target <= {TARGET} on transformer and convnet)")
+        if "python_hook_ratio" in r:
+            print(f"{'':>11}       with the Python charging hook instead: {r['python_hook_median_ms']:8.3f} ms, "
+                  f"ratio {r['python_hook_ratio']:.3f}")
 
 
 if __name__ == "__main__":

@@ -44,16 +44,16 @@ def activate(devices: str | None = None) -> Runtime:
     if _active:
         raise RuntimeError("fakecuda is already active in this process; deactivate() it first")
     from fakegpu.fakecuda.cuda_api import FakeCudaApi
-    from fakegpu.fakecuda.dispatch import ChargeMode
+    from fakegpu.fakecuda.dispatch import charging
     from fakegpu.fakecuda.mode import FakeCudaMode
     from fakegpu.fakecuda.runtime import Runtime
 
     runtime = Runtime.from_devices(*_devices(devices))
     mode = FakeCudaMode(runtime)
+    charges = charging(mode.tracker)  # (a bad FAKEGPU_FAKECUDA_HOOK stops here, before anything is installed)
     api = FakeCudaApi(mode)
     api.install()
     mode.__enter__()
-    charges = ChargeMode(mode.tracker)
     charges.__enter__()
     from fakegpu.fakecuda import distributed, dtensor
 

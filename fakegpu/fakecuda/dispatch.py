@@ -26,7 +26,9 @@ charged as before, by FakeCudaMode.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -64,7 +66,7 @@ _GAP_PACKETS = {getattr(aten, n): n for n in (*fidelity.KNOWN, *fidelity.UNCHECK
 # dropout makes its mask before its output.
 _ALLOCATION_ORDER = {aten.native_dropout.default: (1, 0)}
 
-# Ops with a rule of their own in ChargeMode._dispatch besides those the sets above name.
+# Ops with a rule of their own in ChargeRules.after besides those the sets above name.
 _OWN_RULES = {aten.convolution_backward, aten.copy_, aten.native_layer_norm, aten.native_layer_norm_backward}
 
 _EMPTY: dict[str, Any] = {}
@@ -72,6 +74,7 @@ _NONE: frozenset[int] = frozenset()
 _now_ns = time.monotonic_ns
 _STRIDED = torch.strided
 _no_torch_function = torch._C.DisableTorchFunction
+_hook_ext: Any = None  # the C++ extension while a ChargeHook is installed
 
 
 def _write_spots(func) -> tuple[tuple[int, str], ...]:
@@ -129,46 +132,56 @@ def suspended() -> Iterator[None]:
     """Run ops without charging their outputs here (the caller charges them, to the device it knows)."""
     depth = getattr(_local, "off", 0)
     _local.off = depth + 1
+    ext = _hook_ext
+    # (the C++ hook off too: it would call the rules, which would only return)
+    excluded = ext.set_excluded(True) if ext is not None else False
     try:
         yield
     finally:
+        if ext is not None:
+            ext.set_excluded(excluded)
         _local.off = depth
 
 
-class ChargeMode(TorchDispatchMode):
+class ChargeRules:
+    """What is charged for one ATen op, whichever hook the dispatcher calls: ChargeMode (Python) or ChargeHook (C++).
+    Called after the op's CPU kernel ran, with its arguments and outputs as a TorchDispatchMode sees them."""
+
     def __init__(self, tracker: StorageTracker) -> None:
-        super().__init__()
         self.tracker = tracker
         self.live = tracker.live
         self.runtime = tracker.runtime
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    # -- the C++ hook's entries (charge_hook.cpp): `Fake` is excluded while they run, so their ops are not charged
+
+    def hook_after(self, func, args: tuple, kwargs: dict, out: Any, started: int) -> None:
         try:
-            if in_backward():
-                # The engine's ops reach here first, with the function mode on the stack: calling them from Python
-                # would hand badged (fake CUDA) arguments to the function mode, which would charge the outputs
-                # before this mode can put the kernel's own buffers in CUDA's order around them; and every tensor
-                # attribute the bookkeeping below reads would be a trip through that mode.
+            if in_backward():  # (see ChargeMode: the bookkeeping's attribute reads, not through the function mode)
                 with _no_torch_function():
-                    return self._dispatch(func, args, kwargs or _EMPTY, True)
-            return self._dispatch(func, args, kwargs or _EMPTY, False)
-        except ModelGPULost as lost:  # an op on a GPU that fell off the bus, or one lost by this op's allocations
+                    self.after(func, args, kwargs, out, started, True)
+            else:
+                self.after(func, args, kwargs, out, started, False)
+        except ModelGPULost as lost:
             raise gpu_lost_error(lost) from None
 
-    def _dispatch(self, func, args, kwargs, backward: bool):
-        started = _now_ns()  # the op's CPU time is the device's busy time (shared_state.py)
-        if kwargs:
-            device = kwargs.get("device")
-            # (device="cpu" says nothing: a fake tensor's options name the CPU, so C++ code that means "the
-            # input's device", autograd's backward of a dtype conversion for one, asks for it)
-            if type(device) is torch.device and device.type == "cuda":
-                return self._factory(func, args, kwargs, device, started)
-        out = func(*args, **kwargs)
+    def hook_factory(self, func, args: tuple, kwargs: dict, started: int) -> Any:
+        try:
+            if in_backward():
+                with _no_torch_function():
+                    return self.factory(func, args, kwargs, kwargs["device"], started)
+            return self.factory(func, args, kwargs, kwargs["device"], started)
+        except ModelGPULost as lost:
+            raise gpu_lost_error(lost) from None
+
+    # -- the rules
+
+    def after(self, func, args: tuple, kwargs: dict, out: Any, started: int, backward: bool) -> None:
+        """The op ran (since `started`, monotonic ns) and returned `out`: charge it to its inputs' fake device."""
         if getattr(_local, "off", 0):
-            return out
+            return
         index = self._device(args, kwargs)
         if index is None:
-            return out
+            return
         plan = _PLANS.get(id(func))
         if plan is None:
             plan = _plan(func)
@@ -176,11 +189,11 @@ class ChargeMode(TorchDispatchMode):
         runtime.ran(index, plan.compute, started)
         if not plan.special:  # the common op: its fresh outputs charged, nothing around them
             self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
-            return out
+            return
         if backward and plan.add:
             source = accumulated_in_place(args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):
-                return out
+                return
         packet = plan.packet
         if plan.gap is not None:
             calls = runtime.gap_calls
@@ -189,10 +202,10 @@ class ChargeMode(TorchDispatchMode):
             runtime.loaded(index, "cudnn")
         if packet is aten.convolution_backward:
             self._convolution_backward(index, args, out)
-            return out
+            return
         if packet is aten.copy_:
             self._cross_device_copy(args)
-            return out
+            return
         held = [runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
         self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
         if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
@@ -203,9 +216,8 @@ class ChargeMode(TorchDispatchMode):
             self._gemm(packet, index, args, kwargs)
         elif plan.reduction:
             self._reduction(func, index, args, kwargs)
-        return out
 
-    def _factory(self, func, args: tuple, kwargs: dict, device: torch.device, started: int):
+    def factory(self, func, args: tuple, kwargs: dict, device: torch.device, started: int) -> Any:
         """A creation op for a CUDA device that reached the dispatcher: Python code running inside one of
         FakeCudaMode's handlers, where the mode is off the stack (torch's fractional max pooling draws its
         samples with `torch.rand(..., device=input.device)`, svd_lowrank its test matrix). Made on the CPU and
@@ -338,6 +350,97 @@ class ChargeMode(TorchDispatchMode):
             if (type(o) is torch.Tensor or type(o) is torch.nn.Parameter) and o.layout is _STRIDED and o.is_cpu and (
                     not written or o.untyped_storage()._cdata not in written):
                 self.tracker.account(o, index)
+
+
+class ChargeMode(TorchDispatchMode):
+    """The rules' Python hook: a TorchDispatchMode, for a torch the C++ hook is not built for."""
+
+    def __init__(self, tracker: StorageTracker) -> None:
+        super().__init__()
+        self.rules = ChargeRules(tracker)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        try:
+            if in_backward():
+                # The engine's ops reach here first, with the function mode on the stack: calling them from Python
+                # would hand badged (fake CUDA) arguments to the function mode, which would charge the outputs
+                # before the rules can put the kernel's own buffers in CUDA's order around them; and every tensor
+                # attribute the bookkeeping reads would be a trip through that mode.
+                with _no_torch_function():
+                    return self._dispatch(func, args, kwargs or _EMPTY, True)
+            return self._dispatch(func, args, kwargs or _EMPTY, False)
+        except ModelGPULost as lost:  # an op on a GPU that fell off the bus, or one lost by this op's allocations
+            raise gpu_lost_error(lost) from None
+
+    def _dispatch(self, func, args: tuple, kwargs: dict, backward: bool) -> Any:
+        started = _now_ns()  # the op's CPU time is the device's busy time (shared_state.py)
+        if kwargs:
+            device = kwargs.get("device")
+            # (device="cpu" says nothing: a fake tensor's options name the CPU, so C++ code that means "the
+            # input's device", autograd's backward of a dtype conversion for one, asks for it)
+            if type(device) is torch.device and device.type == "cuda":
+                return self.rules.factory(func, args, kwargs, device, started)
+        out = func(*args, **kwargs)
+        self.rules.after(func, args, kwargs, out, started, backward)
+        return out
+
+
+class ChargeHook:
+    """The rules' C++ hook (charge_hook.cpp, extension.py): a dispatcher fallback turned on for this thread as a
+    mode is, which runs each op itself and calls Python for the bookkeeping only. Raises ExtensionUnavailable
+    when the extension is not built for this torch. One at a time: the extension holds one set of rules."""
+
+    _installed: ChargeHook | None = None
+
+    def __init__(self, tracker: StorageTracker) -> None:
+        from fakegpu.fakecuda import extension
+
+        self.rules = ChargeRules(tracker)
+        self._ext = extension.load()
+        self._was_enabled = False
+
+    def __enter__(self) -> ChargeHook:
+        if ChargeHook._installed is not None:
+            raise RuntimeError("fakecuda's C++ charging hook is already installed")
+        global _hook_ext
+        self._ext.install(self.rules.hook_after, self.rules.hook_factory)
+        ChargeHook._installed = self
+        _hook_ext = self._ext
+        self._was_enabled = self._ext.enabled()
+        self._ext.set_enabled(True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _hook_ext
+        self._ext.set_enabled(self._was_enabled)
+        self._ext.uninstall()
+        ChargeHook._installed = None
+        _hook_ext = None
+
+
+HOOKS = ("auto", "cxx", "python")
+
+
+def charging(tracker: StorageTracker, hook: str | None = None) -> ChargeMode | ChargeHook:
+    """The hook that charges ATen ops, not yet entered: `hook` (else $FAKEGPU_FAKECUDA_HOOK, else "auto") is "cxx"
+    (the C++ extension, an error when it is not built), "python" (the TorchDispatchMode) or "auto" (C++ where it
+    is built for this torch, else Python)."""
+    from fakegpu.fakecuda.extension import ExtensionUnavailable
+
+    choice = hook if hook is not None else (os.environ.get("FAKEGPU_FAKECUDA_HOOK") or "auto")
+    if choice not in HOOKS:
+        close = difflib.get_close_matches(choice, HOOKS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"FAKEGPU_FAKECUDA_HOOK={choice!r} is not a charging hook; accepted: "
+                         f"{', '.join(HOOKS)}{hint}")
+    if choice == "python":
+        return ChargeMode(tracker)
+    try:
+        return ChargeHook(tracker)
+    except ExtensionUnavailable:
+        if choice == "cxx":
+            raise
+        return ChargeMode(tracker)
 
 
 @functools.lru_cache(maxsize=4096)

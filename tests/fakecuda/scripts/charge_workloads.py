@@ -1,0 +1,101 @@
+"""Workloads whose allocator events test_charge_hook.py compares between the C++ and the Python charging hook.
+
+Prints one JSON document: per workload, every malloc and free the allocator model saw (device, bytes, address),
+in order, and memory_stats() of each device after it. The hook is FAKEGPU_FAKECUDA_HOOK's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from torch import nn
+
+import fakegpu.fakecuda as fc
+
+runtime = fc.activate("a100:2")
+events: list[tuple] = []
+_malloc, _free = runtime.malloc, runtime.free
+
+
+def malloc(index, nbytes, stream=None):
+    block = _malloc(index, nbytes, stream)
+    events.append(("malloc", index, nbytes, block.ptr))
+    return block
+
+
+def free(index, block):
+    events.append(("free", index, block.size, block.ptr))
+    _free(index, block)
+
+
+runtime.malloc, runtime.free = malloc, free
+
+
+def train(model: nn.Module, x: torch.Tensor, steps: int = 2, amp: bool = False) -> None:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for _ in range(steps):
+        with torch.autocast("cuda", enabled=amp):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
+def transformer() -> None:
+    layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    train(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).cuda(), torch.randn(4, 16, 64, device="cuda"))
+
+
+def convnet() -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3), nn.Flatten(), nn.Linear(8 * 14 * 14, 10)).cuda()
+    train(model.to(memory_format=torch.channels_last), torch.randn(4, 3, 32, 32, device="cuda"))
+
+
+def mlp_amp() -> None:
+    layers: list[nn.Module] = []
+    for _ in range(4):
+        layers += [nn.Linear(64, 64), nn.LayerNorm(64), nn.GELU(), nn.Dropout(0.1)]
+    train(nn.Sequential(*layers).cuda(), torch.randn(8, 64, device="cuda"), amp=True)
+
+
+def products_and_reductions() -> None:
+    a = torch.randn(300, 200, device="cuda", requires_grad=True)
+    b = torch.randn(300, 200, device="cuda")
+    c = a.t() @ b  # a transposed operand cuBLAS reads as it is
+    d = a.expand(2, 300, 200).transpose(1, 2) @ b.expand(2, 300, 200)  # stride-0 batch: copied first
+    e = torch.addmm(torch.randn(200, device="cuda"), a.t(), b)  # cuBLASLt's bias GEMM
+    (c.sum() + d.var(dim=1).sum() + e.argmax(dim=0).float().mean() + a.amax()).backward()
+    torch.nn.functional.layer_norm(a.t(), (300,)).sum().backward()  # a non-contiguous input, forward and backward
+
+
+def copies_and_factories() -> None:
+    x = torch.randn(1024, 256, device="cuda:0")
+    y = x.to("cuda:1")
+    host = y.cpu()
+    z = torch.empty(1024, 256, device="cuda:1")
+    z.copy_(host, non_blocking=True)
+    pooled = nn.FractionalMaxPool2d(2, output_ratio=0.5)(torch.randn(2, 3, 16, 16, device="cuda"))
+    out = torch.empty(1024, 256, device="cuda:0")
+    torch.add(x, 1, out=out)
+    x.add_(1).mul_(2)
+    idx = torch.tensor([0, 5, 7], device="cuda")
+    x.index_put_((idx,), torch.zeros(3, 256, device="cuda"))
+    del y, host, z, pooled, out
+    torch.cuda.empty_cache()
+
+
+WORKLOADS = [transformer, convnet, mlp_amp, products_and_reductions, copies_and_factories]
+
+report = {"hook": type(fc._active["charges"]).__name__, "workloads": {}}
+for workload in WORKLOADS:
+    torch.manual_seed(0)
+    events.clear()
+    workload()
+    report["workloads"][workload.__name__] = {
+        "events": list(events),
+        "stats": [torch.cuda.memory_stats(i) for i in range(torch.cuda.device_count())],
+    }
+json.dump(report, sys.stdout)

@@ -1,0 +1,158 @@
+"""The C++ charging hook (charge_hook.cpp, extension.py) against the Python one (dispatch.ChargeMode).
+
+Both call the same rules (dispatch.ChargeRules); what the C++ hook changes is who runs the op and how its
+arguments reach Python. So the allocator model must see the same events in the same order under either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+
+
+@pytest.fixture(scope="module")
+def extension():
+    """The extension for this torch: `make test` builds it first; built here otherwise (~40 s), not skipped."""
+    pytest.importorskip("torch")
+    from fakegpu.fakecuda import extension
+
+    extension.build()
+    return extension.load()
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAKEGPU_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra)
+    return env
+
+
+def _workloads(hook: str) -> dict:
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "charge_workloads.py")], capture_output=True, text=True,
+                          timeout=600, env=_env(FAKEGPU_FAKECUDA_HOOK=hook))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def test_the_allocator_sees_the_same_events_under_either_hook(extension):
+    cxx, python = _workloads("cxx"), _workloads("python")
+    assert (cxx["hook"], python["hook"]) == ("ChargeHook", "ChargeMode")
+    assert cxx["workloads"].keys() == python["workloads"].keys()
+    for name, expected in python["workloads"].items():
+        got = cxx["workloads"][name]
+        assert len(expected["events"]) > 10, name  # the workload reached the allocator at all
+        events, want = got["events"], expected["events"]
+        first = next((i for i, (e, w) in enumerate(zip(events, want, strict=False)) if e != w),
+                     min(len(events), len(want)))
+        assert events == want, (f"{name}: event {first} of {len(want)} differs: C++ {events[first:first + 3]}, "
+                                f"Python {want[first:first + 3]}")
+        assert got["stats"] == expected["stats"], name
+
+
+def test_the_cxx_hook_is_the_default_where_built_and_python_on_request(extension, fakecuda, monkeypatch):
+    import fakegpu.fakecuda as fc
+    from fakegpu.fakecuda.dispatch import ChargeHook, ChargeMode
+
+    monkeypatch.delenv("FAKEGPU_FAKECUDA_HOOK", raising=False)
+    fakecuda("a100")
+    assert type(fc._active["charges"]) is ChargeHook and extension.enabled()
+    fc.deactivate()
+    assert not extension.enabled()
+    monkeypatch.setenv("FAKEGPU_FAKECUDA_HOOK", "python")
+    fakecuda("a100")
+    assert type(fc._active["charges"]) is ChargeMode and not extension.enabled()
+
+
+def test_a_hook_name_that_is_not_one_is_refused_with_the_accepted_ones(fakecuda, monkeypatch):
+    import fakegpu.fakecuda as fc
+
+    monkeypatch.setenv("FAKEGPU_FAKECUDA_HOOK", "cpp")
+    with pytest.raises(ValueError, match=r"'cpp' is not a charging hook; accepted: auto, cxx, python"):
+        fakecuda("a100")
+    assert not fc.is_active()
+
+
+def test_cxx_without_a_build_is_an_error_and_auto_falls_back_to_python(tmp_path):
+    script = ("import fakegpu.fakecuda as fc, sys\n"
+              "try:\n    fc.activate('a100')\nexcept Exception as e:\n    print(type(e).__name__, e); sys.exit(3)\n"
+              "print(type(fc._active['charges']).__name__)\n")
+    env = _env(XDG_CACHE_HOME=str(tmp_path))  # an empty cache: nothing built
+    auto = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert auto.returncode == 0 and auto.stdout.strip() == "ChargeMode", auto.stderr
+    cxx = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                         env={**env, "FAKEGPU_FAKECUDA_HOOK": "cxx"})
+    assert cxx.returncode == 3, cxx.stderr
+    assert "ExtensionUnavailable" in cxx.stdout and "-m fakegpu.fakecuda.extension" in cxx.stdout
+    assert not list(tmp_path.rglob("*.so"))  # a process never compiles on its own
+
+
+def test_the_build_command_refuses_unknown_arguments_and_says_what_is_missing(tmp_path):
+    module = [sys.executable, "-m", "fakegpu.fakecuda.extension"]
+    bad = subprocess.run([*module, "--forse"], capture_output=True, text=True, env=_env(), timeout=120)
+    assert bad.returncode == 2 and "unknown argument '--forse'" in bad.stderr
+    no_compiler = subprocess.run(module, capture_output=True, text=True, timeout=120,
+                                 env=_env(XDG_CACHE_HOME=str(tmp_path), CXX="no-such-g++"))
+    assert no_compiler.returncode == 1 and "no C++ compiler 'no-such-g++' on PATH" in no_compiler.stderr
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]  # nothing half-built left
+
+
+def test_out_of_memory_in_forward_and_backward_is_torchs_error_through_the_hook(extension, fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("t4")  # 15 GiB
+    big = torch.randn(1 << 30, device="cuda", requires_grad=True)  # 4 GiB
+    held = [big * 2, big * 3]
+    with pytest.raises(torch.cuda.OutOfMemoryError, match="CUDA out of memory"):
+        held.append(big * 4)  # an op's output, charged by the hook
+    del held
+    # the backward's gradients (made by the engine in C++) overflow: 4 GiB input, 3 x 4 GiB in flight
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        (big.exp() * big.sin() * big.cos()).sum().backward()
+    assert torch.cuda.memory_allocated() >= 1 << 32
+
+
+def test_parameters_made_from_fake_tensors_and_views_keep_working(extension, fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    # nn.Parameter detaches inside C++ and gives the result a Python object of its own: the hook must not have
+    # made one for the view first
+    p = torch.nn.Parameter(torch.randn(4, 4, device="cuda"))
+    assert p.is_cuda and isinstance(p, torch.nn.Parameter)
+    before = torch.cuda.memory_allocated()
+    views = [p.t(), p.view(16), p.detach(), p[1:], p.expand(2, 4, 4)]
+    assert torch.cuda.memory_allocated() == before and all(v.is_cuda for v in views)
+
+
+def test_suspended_ops_and_threads_the_program_starts_are_not_charged(extension, fakecuda):
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from fakegpu.fakecuda.dispatch import suspended
+
+    fakecuda("a100")
+    x = torch.randn(256, 256, device="cuda")
+    before = torch.cuda.memory_allocated()
+    # (the function mode off too: it would charge a Python-level call itself)
+    with suspended(), torch._C.DisableTorchFunction():
+        kept = torch.ops.aten.mul.Tensor(x, 2)  # the caller charges what it makes in there
+        assert extension.set_excluded(True)  # the hook is excluded in here (setting it again changes nothing)
+    assert torch.cuda.memory_allocated() == before and kept.shape == x.shape
+    assert not extension.set_excluded(False)  # and back after
+    with torch._C.DisableTorchFunction():
+        plain = x.as_subclass(torch.Tensor)  # a view, the storage charged to cuda:0
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(torch.ops.aten.mul.Tensor(plain, 2)))
+    thread.start()
+    thread.join()
+    assert results and torch.cuda.memory_allocated() == before  # the hook is per thread, as a mode is
+    with torch._C.DisableTorchFunction():
+        y = torch.ops.aten.mul.Tensor(plain, 2)  # and on in this one, without the function mode's help
+    assert torch.cuda.memory_allocated() == before + 256 * 256 * 4 and y.shape == x.shape
