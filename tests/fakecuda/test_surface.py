@@ -169,3 +169,26 @@ def test_what_the_op_database_ran_on_the_h200(fakecuda):
     nn.BatchNorm2d(2).cuda().eval()(torch.randn(3, 2, 4, 4, device="cuda"))
     # parameters, buffers and input (2 + 3 + 1), the output: cuDNN's inference keeps no statistics
     assert torch.cuda.memory_stats()["allocation.all.allocated"] - before == 7
+
+
+def test_activation_freezes_what_exists_and_deactivate_gives_it_back(fakecuda):
+    import gc
+
+    import fakegpu.fakecuda as fc
+
+    gc.unfreeze()
+    before = len(gc.get_objects())
+    fakecuda("a100")
+    # torch's and the interpreter's objects are out of the collector's passes while fakecuda runs
+    assert before > 10000 and gc.get_freeze_count() > 0.9 * before and len(gc.get_objects()) < 0.1 * before
+    fc.deactivate()
+    assert gc.get_freeze_count() == 0
+    # someone else's freeze (the zygote's preload) is left as it was
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    try:
+        fakecuda("a100")
+        fc.deactivate()
+        assert gc.get_freeze_count() > 0.9 * frozen  # (frozen objects can still die of their refcount)
+    finally:
+        gc.unfreeze()
