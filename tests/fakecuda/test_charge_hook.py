@@ -156,3 +156,17 @@ def test_suspended_ops_and_threads_the_program_starts_are_not_charged(extension,
     with torch._C.DisableTorchFunction():
         y = torch.ops.aten.mul.Tensor(plain, 2)  # and on in this one, without the function mode's help
     assert torch.cuda.memory_allocated() == before + 256 * 256 * 4 and y.shape == x.shape
+
+
+def test_a_built_file_that_does_not_load_is_reported_and_auto_takes_the_python_hook(extension, tmp_path):
+    script = ("import fakegpu.fakecuda as fc\n"
+              "from fakegpu.fakecuda import extension\n"
+              "path = extension.built_path(); path.parent.mkdir(parents=True); path.write_bytes(b'not an ELF')\n"
+              "try:\n    extension.load()\nexcept extension.ExtensionUnavailable as e:\n    print('refused:', e)\n"
+              "fc.activate('a100')\nprint(type(fc._active['charges']).__name__)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env=_env(XDG_CACHE_HOME=str(tmp_path)))
+    assert proc.returncode == 0, proc.stderr
+    refused, hook = proc.stdout.strip().splitlines()
+    assert refused.startswith("refused: cannot load") and "--force" in refused
+    assert hook == "ChargeMode"
