@@ -7,6 +7,9 @@ exchange used by torch.cuda.device, memory_stats_as_nested_dict, ...); torch's o
 
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -42,6 +45,7 @@ class FakeCudaApi:
         self.mode = mode
         self.rt = mode.runtime
         self._saved: list[tuple[Any, str, Any]] = []
+        self._compile_warned = False
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
         rt.torch_release = release(torch_version())
@@ -111,6 +115,19 @@ class FakeCudaApi:
         if not self.rt.valid(index):
             raise AssertionError("Invalid device id")
         return device_properties(self.rt.devices[index].device)
+
+    def compile(self, model: Any = None, **options: Any) -> Any:
+        """torch.compile: the model or function itself, run eagerly. Compiling would trace it for the CUDA device
+        its tensors report and generate kernels for a GPU that is not there (torch aborts the process asking the
+        driver). Under the Python charging hook torch.compile ran eagerly too, as it does with a dispatch mode on;
+        the C++ hook is no mode, so this says it explicitly."""
+        if model is None:  # @torch.compile(mode=...) on a function
+            return lambda fn: self.compile(fn, **options)
+        if not self._compile_warned:
+            self._compile_warned = True
+            warnings.warn("fakecuda runs torch.compile'd code eagerly (no kernels are generated for the fake "
+                          "GPU): memory and time figures are eager mode's", UserWarning, stacklevel=2)
+        return model
 
     def synchronize(self, device: Any = None) -> None:
         self.checked(device)  # host execution: every queued op has already finished
@@ -255,6 +272,7 @@ class FakeCudaApi:
             (c, "stream", self.stream),
             (c, "Stream", self.Stream),
             (c, "Event", self.Event),
+            (torch, "compile", self.compile),
         ]
         pairs += [
             (torch._C, "_get_accelerator", self.accelerator),
@@ -301,7 +319,13 @@ class FakeCudaApi:
         persist.install(self.mode)
         backward.install(self.mode)
         install_storage_resize(self.mode.tracker)
+        installed: list[Any] = []
         for owner, name, fn in self.replacements():
+            if inspect.isroutine(fn) and any(fn == other for other in installed):  # (classes keep isinstance)
+                # one object per place: torch.compile keys its handlers by function, and one registered for two
+                # (torch.cuda.current_stream and torch.accelerator.current_stream) is an error there
+                fn = _alias(fn)
+            installed.append(fn)
             self._saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
             setattr(owner, name, fn)
         # get_device_capability/get_device_name and friends cache nothing, but bf16 support probing and
@@ -329,4 +353,12 @@ class FakeCudaApi:
 
 
 _MISSING = object()
+
+
+def _alias(fn: Any) -> Any:
+    """`fn` as a function object of its own."""
+    @functools.wraps(fn)
+    def alias(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+    return alias
 

@@ -192,3 +192,39 @@ def test_activation_freezes_what_exists_and_deactivate_gives_it_back(fakecuda):
         assert gc.get_freeze_count() > 0.9 * frozen  # (frozen objects can still die of their refcount)
     finally:
         gc.unfreeze()
+
+
+def test_torch_compile_runs_eagerly_under_either_hook_and_says_so_once(fakecuda, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    import fakegpu.fakecuda as fc
+
+    compile_before = torch.compile
+    for hook in ("auto", "python"):  # auto: the C++ hook where built, which is no dispatch mode for dynamo to see
+        monkeypatch.setenv("FAKEGPU_FAKECUDA_HOOK", hook)
+        fakecuda("a100")
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).cuda()
+        x = torch.randn(16, 32, device="cuda")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            compiled = torch.compile(model)
+
+            @torch.compile(mode="reduce-overhead")
+            def double(t):
+                return t * 2
+
+            model.compile()
+        assert compiled is model and double(x).is_cuda
+        assert [str(w.message) for w in caught].count(
+            "fakecuda runs torch.compile'd code eagerly (no kernels are generated for the fake GPU): memory and "
+            "time figures are eager mode's") == 1
+        before = torch.cuda.memory_allocated()
+        model(x).sum().backward()  # (tracing for the CUDA device the tensors report would abort the process)
+        assert model[0].weight.grad.is_cuda and torch.cuda.memory_allocated() > before
+        fc.deactivate()
+    assert torch.compile is compile_before
+    # one function object per replaced name: dynamo keys its handlers by function
+    fakecuda("a100")
+    assert torch.cuda.current_stream is not torch.accelerator.current_stream
+    assert torch.cuda.synchronize is not torch.accelerator.synchronize
