@@ -22,14 +22,23 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <utility>
 
 namespace {
 
 // ChargeRules.hook_after(func, args, kwargs, out, started_ns) and .hook_factory(func, args, kwargs, started_ns);
-// set while a hook is installed. Leaked at exit on purpose: the interpreter may be gone when statics die.
-PyObject* after_rule = nullptr;
-PyObject* factory_rule = nullptr;
+// set while a hook is installed, changed under the GIL only, read before taking it as a hint (a thread whose
+// keys include Fake can run ops while another uninstalls), and taken for the call under it. Leaked at exit on
+// purpose: the interpreter may be gone when statics die.
+std::atomic<PyObject*> after_rule{nullptr};
+std::atomic<PyObject*> factory_rule{nullptr};
+
+// The rule as an owned reference, under the GIL; none when uninstalled meanwhile.
+py::object rule(const std::atomic<PyObject*>& slot) {
+  PyObject* fn = slot.load();
+  return fn == nullptr ? py::object() : py::reinterpret_borrow<py::object>(fn);
+}
 
 int64_t monotonic_ns() {
   timespec ts{};
@@ -167,12 +176,17 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   const auto& schema = op.schema();
   const auto n_args = schema.arguments().size();
   const c10::IValue* values = stack->data() + stack->size() - n_args;
-  if (factory_rule != nullptr && cuda_device_argument(schema, values)) {
+  if (factory_rule.load() != nullptr && cuda_device_argument(schema, values)) {
     py::gil_scoped_acquire gil;
+    py::object factory = rule(factory_rule);
+    if (!factory) {  // uninstalled meanwhile: the op as it would run without fakecuda
+      py::gil_scoped_release no_gil;
+      op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Fake), stack);
+      return;
+    }
     auto [args, kwargs] = to_python_call(schema, values);
     torch::jit::drop(*stack, n_args);
-    py::object out = py::reinterpret_borrow<py::object>(factory_rule)(
-        torch::detail::getTorchApiFunction(op), args, kwargs, started);
+    py::object out = factory(torch::detail::getTorchApiFunction(op), args, kwargs, started);
     const auto& returns = schema.returns();
     if (returns.size() == 1) {
       stack->push_back(torch::jit::toIValue(out, returns[0].real_type()));
@@ -187,7 +201,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   // The rules charge an op to the fake device of an input; an op with no CPU tensor among its inputs (a
   // creation op for the host, meta tensors under torch.compile's tracing) has none, and a view has nothing to
   // charge: Python is not called for either.
-  bool rules = after_rule != nullptr && !is_view(schema);
+  bool rules = after_rule.load() != nullptr && !is_view(schema);
   if (rules) {
     rules = false;
     for (size_t i = 0; i < n_args && !rules; ++i) {
@@ -201,22 +215,23 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   std::vector<c10::IValue> arguments(stack->end() - n_args, stack->end());
   op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Fake), stack);
   py::gil_scoped_acquire gil;
+  py::object after = rule(after_rule);
+  if (!after) {
+    return;
+  }
   auto [args, kwargs] = to_python_call(schema, arguments.data());
   py::object out = outputs_to_python(schema, stack->data() + stack->size() - schema.returns().size());
-  py::reinterpret_borrow<py::object>(after_rule)(torch::detail::getTorchApiFunction(op), args, kwargs, out,
-                                                 started);
+  after(torch::detail::getTorchApiFunction(op), args, kwargs, out, started);
 }
 
-void install(py::object after, py::object factory) {
-  Py_XDECREF(after_rule);
-  Py_XDECREF(factory_rule);
-  after_rule = after.release().ptr();
-  factory_rule = factory.release().ptr();
+void install(py::object after, py::object factory) {  // (pybind holds the GIL here)
+  Py_XDECREF(after_rule.exchange(after.release().ptr()));
+  Py_XDECREF(factory_rule.exchange(factory.release().ptr()));
 }
 
 void uninstall() {
-  Py_CLEAR(after_rule);
-  Py_CLEAR(factory_rule);
+  Py_XDECREF(after_rule.exchange(nullptr));
+  Py_XDECREF(factory_rule.exchange(nullptr));
 }
 
 // On for this thread (and the autograd engine's runs it starts), as a pushed mode is.

@@ -6,10 +6,12 @@ composite ops allocate intermediates that never reach Python. None of those pass
 before this module they were charged late (when Python first read `.grad`) or never, and peaks came out 15-80%
 low against native mode, which runs PyTorch's real CUDA path on our simulated memory.
 
-ChargeMode is a TorchDispatchMode: the dispatcher calls it for every ATen op below autograd, in forward and in
-the engine's backward (the engine carries the dispatch-mode stack to the Python-free C++ it runs). After the CPU
-kernel returns, each fresh output storage is charged to the fake device of the op's inputs, and it is returned
-when the storage dies (the same StorageTracker, so a storage is charged once whichever mode sees it first).
+The dispatcher calls a hook for every ATen op below autograd, in forward and in the engine's backward (the engine
+carries the thread's dispatch state to the C++ it runs): ChargeHook, a C++ fallback on the `Fake` dispatch key
+(charge_hook.cpp; compiled per torch by extension.py), or where it is not built ChargeMode, a TorchDispatchMode.
+Both call ChargeRules: after the CPU kernel returns, each fresh output storage is charged to the fake device of
+the op's inputs, and it is returned when the storage dies (the same StorageTracker, so a storage is charged once
+whichever hook or mode sees it first).
 The device of an input is its badge when it has one, else the device its storage is charged to, which is how
 a gradient made in C++ (a plain CPU tensor to Python) is known to live on cuda:N.
 
@@ -431,8 +433,8 @@ def charging(tracker: StorageTracker, hook: str | None = None) -> ChargeMode | C
     if choice not in HOOKS:
         close = difflib.get_close_matches(choice, HOOKS, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(f"FAKEGPU_FAKECUDA_HOOK={choice!r} is not a charging hook; accepted: "
-                         f"{', '.join(HOOKS)}{hint}")
+        given = "FAKEGPU_FAKECUDA_HOOK" if hook is None else "hook"
+        raise ValueError(f"{given}={choice!r} is not a charging hook; accepted: {', '.join(HOOKS)}{hint}")
     if choice == "python":
         return ChargeMode(tracker)
     try:
