@@ -3,9 +3,9 @@
 A torch C++ extension is bound to one torch build (its C++ ABI, its headers), and the venvs and images here hold
 several (2.10, 2.11, 2.15). So it is compiled per torch, into `$XDG_CACHE_HOME/fakegpu/fakecuda-ext/`, under a name
 that is a digest of the source, torch's version and git revision, Python's ABI tag and the C++ ABI flag; a process
-loads the file whose name matches and never compiles on its own (g++ takes ~40 s). `make` builds it for each venv:
-`python -m fakegpu.fakecuda.extension`. Where it is not built, fakecuda charges through its Python
-TorchDispatchMode (dispatch.ChargeMode), the same rules at a higher cost per op.
+loads the file whose name matches and never compiles on its own (g++ takes ~40 s). `make fakecuda-ext`, which
+`make test` runs, builds it for each venv: `python -m fakegpu.fakecuda.extension`. Where it is not built, fakecuda
+charges through its Python TorchDispatchMode (dispatch.ChargeMode), the same rules at a higher cost per op.
 """
 
 from __future__ import annotations
