@@ -285,7 +285,7 @@ class FakeCudaApi:
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
         ]
-        pairs += kernels.replacements() + amp.replacements()
+        pairs += kernels.replacements() + amp.replacements() + persist.replacements()
         a = torch.accelerator
         pairs += [
             (a, "is_available", self.is_available),

@@ -86,22 +86,39 @@ def _is_pinned_storage(tensor: torch.Tensor) -> bool:
     return type(tensor) not in FAKE_TYPES and tensor.untyped_storage()._cdata in _pinned
 
 
-@register(torch.Tensor.pin_memory)
+def pin_memory(self: torch.Tensor, device: Any = None) -> torch.Tensor:
+    """Tensor.pin_memory while fakecuda is active, on any thread: DataLoader(pin_memory=True, num_workers=N) pins
+    its batches on a thread of its own, where fakecuda's mode is not on and torch's own method asks the driver."""
+    with torch._C.DisableTorchFunction():
+        if type(self) in FAKE_TYPES:
+            legacy = self.type().rsplit(".", 1)[-1]  # C++ sees the CPU type name, e.g. FloatTensor
+            raise RuntimeError(f"cannot pin 'torch.cuda.{legacy}' only dense CPU tensors can be pinned")
+        if _is_pinned_storage(self):
+            return self  # torch returns an already pinned tensor as is
+        out = self.clone()
+        _remember(_pinned, out.untyped_storage())
+        return out
+
+
+def is_pinned(self: torch.Tensor, device: Any = None) -> bool:
+    """Tensor.is_pinned while fakecuda is active, on any thread."""
+    with torch._C.DisableTorchFunction():
+        return _is_pinned_storage(self)
+
+
+def replacements() -> list[tuple[Any, str, Any]]:
+    """(owner, name, value) pairs cuda_api installs and restores with its other replacements."""
+    return [(torch.Tensor, "pin_memory", pin_memory), (torch.Tensor, "is_pinned", is_pinned)]
+
+
+@register(torch._C.TensorBase.pin_memory)  # (called as TensorBase's method, past the replacement)
 def _pin_memory(mode: FakeCudaMode, func, args, kwargs):
-    self = args[0]
-    if type(self) in FAKE_TYPES:
-        legacy = self.type().rsplit(".", 1)[-1]  # C++ sees the CPU type name, e.g. FloatTensor
-        raise RuntimeError(f"cannot pin 'torch.cuda.{legacy}' only dense CPU tensors can be pinned")
-    if _is_pinned_storage(self):
-        return self  # torch returns an already pinned tensor as is
-    out = self.clone()
-    _remember(_pinned, out.untyped_storage())
-    return out
+    return pin_memory(*args, **kwargs)
 
 
-@register(torch.Tensor.is_pinned)
+@register(torch._C.TensorBase.is_pinned)
 def _is_pinned(mode: FakeCudaMode, func, args, kwargs):
-    return _is_pinned_storage(args[0])
+    return is_pinned(*args, **kwargs)
 
 
 _PIN_FACTORIES = (torch.empty, torch.zeros, torch.ones, torch.full, torch.empty_strided, torch.rand, torch.randn,

@@ -115,3 +115,28 @@ def test_dataloader_pin_memory(fakecuda):
     loader = torch.utils.data.DataLoader(data, batch_size=4, pin_memory=True)
     batches = list(loader)
     assert len(batches) == 2 and all(x.is_pinned() and y.is_pinned() for x, y in batches)
+
+
+def test_dataloader_workers_pin_on_their_own_thread_and_training_runs(fakecuda):
+    # with workers, DataLoader pins on a thread of its own, where fakecuda's mode is not on: torch's own pin_memory
+    # asked the driver there ("Found no NVIDIA driver")
+    import threading
+
+    import fakegpu.fakecuda as fc
+
+    fakecuda("a100")
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=2, pin_memory=True)
+    model = torch.nn.Linear(16, 4).cuda()
+    for x, y in loader:
+        assert x.is_pinned() and y.is_pinned() and not x.is_cuda
+        x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    assert model.weight.grad.is_cuda and torch.cuda.memory_allocated() > 0
+    on_thread = []
+    worker = threading.Thread(target=lambda: on_thread.append(torch.randn(3).pin_memory().is_pinned()))
+    worker.start()
+    worker.join()
+    assert on_thread == [True]
+    fc.deactivate()
+    assert "pin_memory" not in torch.Tensor.__dict__ and "is_pinned" not in torch.Tensor.__dict__
