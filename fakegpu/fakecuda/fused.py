@@ -76,6 +76,14 @@ CUDNN_BACKWARD_WORKSPACE_PAD = 512
 KEEP_GRAPH_ELEMENTS = 1 << 20
 
 
+def _saved_tensors_hooked() -> bool:
+    """Whether saved-tensor hooks are on (torch.utils.checkpoint's, non-reentrant, among others). The kept math
+    graph's tensors would pass them as if the attention kernel saved them: checkpoint counts what forward saved
+    against what its recomputation saves, and raised CheckpointError (12 against 5 for one attention call), and an
+    offloading hook would move host memory the kernel never held. Under hooks backward recomputes instead."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
 def _transient(rt, index: int, nbytes: int) -> None:
     rt.free(index, rt.malloc(index, nbytes))
 
@@ -96,7 +104,8 @@ class FusedAttention(torch.autograd.Function):
         ctx.graph = None
         wanted = list(ctx.needs_input_grad[:3])
         with torch._C.DisableTorchFunction(), suspended():
-            if any(wanted) and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] <= KEEP_GRAPH_ELEMENTS:
+            if (any(wanted) and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] <= KEEP_GRAPH_ELEMENTS
+                    and not _saved_tensors_hooked()):
                 # small enough to keep the math path's graph (host memory, never charged): backward then runs it
                 # instead of recomputing the forward, as plain CPU torch would
                 with torch.enable_grad():

@@ -117,6 +117,33 @@ def test_fused_attention_memory_is_the_same_whether_backward_keeps_or_recomputes
     assert torch.equal(kept_next, again_next)  # neither path leaves the generator elsewhere
 
 
+@pytest.mark.parametrize("dropout_p", [0.0, 0.2])
+def test_fused_attention_under_non_reentrant_checkpoint_recomputes_with_the_same_numbers(fakecuda, dropout_p):
+    """torch.utils.checkpoint (non-reentrant, as transformers' gradient checkpointing uses it) counts the tensors
+    forward saved against those its recomputation saves; the kept math graph's tensors passed its hooks and it
+    raised CheckpointError (12 against 5). Under saved-tensor hooks backward recomputes the math instead."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.checkpoint import checkpoint
+
+    F = torch.nn.functional
+    fakecuda("a100")
+    torch.manual_seed(3)
+    base = [torch.randn(2, 4, 64, 32, device="cuda") for _ in range(3)]
+    grads = []
+    for checkpointed in (False, True):
+        q, k, v = (t.clone().requires_grad_() for t in base)
+
+        def attention(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+
+        torch.manual_seed(11)
+        out = checkpoint(attention, q, k, v, use_reentrant=False) if checkpointed else attention(q, k, v)
+        out.square().sum().backward()
+        grads.append([t.grad.cpu() for t in (q, k, v)])
+    for plain, recomputed in zip(*grads, strict=True):
+        torch.testing.assert_close(recomputed, plain)
+
+
 def test_fused_attention_saves_a_logsumexp_not_the_weights(fakecuda):
     torch = pytest.importorskip("torch")
     fakecuda("a100")
