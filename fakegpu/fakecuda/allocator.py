@@ -189,6 +189,9 @@ class DeviceAllocator:
         self.total_allocated_memory = 0  # bytes in live segments ("cudaMalloc'ed")
         self.allowed_memory_maximum: int | None = None
         self._pending_frees: list[Block] = []
+        # (action, address, size, stream, extra) at each of the allocator's actions, as CUDACachingAllocator's
+        # history records them (snapshot.py); None: nobody listens, the per-block path pays one test
+        self.on_event: Callable[[str, int, int, int, dict], None] | None = None
         self._addresses = AddressSpace(_ADDRESS_BASE + device * _ADDRESS_STRIDE, _ADDRESS_STRIDE)
         if self.config.per_process_memory_fraction < 1.0:
             self.set_memory_fraction(self.config.per_process_memory_fraction)
@@ -221,6 +224,8 @@ class DeviceAllocator:
             )
         if block is None:
             self.stats.num_ooms += 1
+            if self.on_event is not None:
+                self.on_event("oom", 0, size, stream, {"device_free": self.device_free()})
             raise ModelOutOfMemory(self.oom_message(alloc_size), self.device, orig_size)
         return self._alloc_found_block(block, pool, stream, size, orig_size)
 
@@ -228,6 +233,8 @@ class DeviceAllocator:
         if not block.allocated:
             raise AssertionError(f"double free of {block!r}")
         block.allocated = False
+        if self.on_event is not None:
+            self.on_event("free_requested", block.ptr, block.size, block.stream, {})
         self.stats.returned(block.pool.pool_name, block.size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.decrease(1)
@@ -286,6 +293,8 @@ class DeviceAllocator:
         if size >= self.config.max_split_size:
             self.stats.oversize_segments.increase(1)
         self.stats.num_device_alloc += 1
+        if self.on_event is not None:
+            self.on_event("segment_alloc", ptr, size, stream, {})
         return block
 
     def _should_split(self, block: Block, size: int) -> bool:
@@ -322,11 +331,15 @@ class DeviceAllocator:
         self.stats.taken(name, block.size, orig_size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.increase(1)
+        if self.on_event is not None:
+            self.on_event("alloc", block.ptr, block.size, stream, {})
         return block
 
     def _free_block(self, block: Block) -> None:
         pool = block.pool
         original_size, requested = block.size, block.requested_size
+        if self.on_event is not None:
+            self.on_event("free_completed", block.ptr, original_size, block.stream, {})
         split_blocks_change = 0
         split_bytes_change = 0
         for candidate in (block.prev, block.next):
@@ -389,6 +402,8 @@ class DeviceAllocator:
         return released >= target
 
     def _release_block(self, block: Block) -> None:
+        if self.on_event is not None:
+            self.on_event("segment_free", block.ptr, block.size, block.stream, {})
         self.stats.num_device_free += 1
         self.total_allocated_memory -= block.size
         name = block.pool.pool_name

@@ -25,6 +25,7 @@ from fakegpu.fakecuda import (
     kernels,  # CUDA's kernel choices (dropout, attention) as handlers; the optimizers' foreach types
     persist,
     report,
+    snapshot,
     state,
 )
 from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
@@ -46,6 +47,8 @@ class FakeCudaApi:
         self.rt = mode.runtime
         self._saved: list[tuple[Any, str, Any]] = []
         self._compile_warned = False
+        self.history = snapshot.History(self.rt)
+        self._torch_snapshot = torch._C._cuda_memorySnapshot  # (its dictionary's other keys, per release)
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
         rt.torch_release = release(torch_version())
@@ -128,6 +131,10 @@ class FakeCudaApi:
             warnings.warn("fakecuda runs torch.compile'd code eagerly (no kernels are generated for the fake "
                           "GPU): memory and time figures are eager mode's", UserWarning, stacklevel=2)
         return model
+
+    def memory_snapshot(self, *args: Any) -> dict[str, Any]:
+        """torch._C._cuda_memorySnapshot: torch's dictionary with the model's segments and traces (snapshot.py)."""
+        return self.history.snapshot(self._torch_snapshot(*args))
 
     def synchronize(self, device: Any = None) -> None:
         self.checked(device)  # host execution: every queued op has already finished
@@ -273,7 +280,11 @@ class FakeCudaApi:
             (c, "Stream", self.Stream),
             (c, "Event", self.Event),
             (torch, "compile", self.compile),
+            (torch._C, "_cuda_record_memory_history", self.history.record),
+            (torch._C, "_cuda_memorySnapshot", self.memory_snapshot),
         ]
+        if hasattr(torch._C, "_cuda_record_memory_history_legacy"):
+            pairs.append((torch._C, "_cuda_record_memory_history_legacy", self.history.record_legacy))
         pairs += [
             (torch._C, "_get_accelerator", self.accelerator),
             (torch._C, "_accelerator_getAccelerator", self.accelerator),
