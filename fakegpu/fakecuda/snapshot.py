@@ -92,7 +92,8 @@ class History:
         # too; "all": every trace entry
         frames = _python_frames() if context is not None and (action == "alloc" or context == "all") else None
         if self.enabled == "all" and action not in self.skip:
-            traced = frames if frames is not None and (context == "all" or context == "alloc" == action) else []
+            with_frames = context == "all" or (context == "alloc" and action == "alloc")
+            traced = frames if frames is not None and with_frames else []
             entry = {"action": action, "addr": address, "size": size, "stream": stream,
                      "time_us": time.monotonic_ns() // 1000, "frames": traced}
             entry.update(extra)
