@@ -48,7 +48,8 @@ class FakeCudaApi:
         self._saved: list[tuple[Any, str, Any]] = []
         self._compile_warned = False
         self.history = snapshot.History(self.rt)
-        self._torch_snapshot = torch._C._cuda_memorySnapshot  # (its dictionary's other keys, per release)
+        # (its dictionary's other keys, per release; a CPU-only build of torch has no such function)
+        self._torch_snapshot = getattr(torch._C, "_cuda_memorySnapshot", None)
         self.streams = StreamState(self.rt.count, self.rt.current_stream)
         rt = self.rt
         rt.torch_release = release(torch_version())
@@ -134,7 +135,8 @@ class FakeCudaApi:
 
     def memory_snapshot(self, *args: Any) -> dict[str, Any]:
         """torch._C._cuda_memorySnapshot: torch's dictionary with the model's segments and traces (snapshot.py)."""
-        return self.history.snapshot(self._torch_snapshot(*args))
+        template = self._torch_snapshot(*args) if self._torch_snapshot is not None else {"allocator_settings": {}}
+        return self.history.snapshot(template)
 
     def synchronize(self, device: Any = None) -> None:
         self.checked(device)  # host execution: every queued op has already finished
