@@ -133,6 +133,13 @@ class FakeCudaApi:
                           "GPU): memory and time figures are eager mode's", UserWarning, stacklevel=2)
         return model
 
+    def record_memory_history(self, *args: Any, **kwargs: Any) -> None:
+        """torch._C._cuda_record_memory_history, for the model (snapshot.History.record)."""
+        self.history.record(*args, **kwargs)
+
+    def record_memory_history_legacy(self, *args: Any) -> None:
+        self.history.record_legacy(*args)
+
     def memory_snapshot(self, *args: Any) -> dict[str, Any]:
         """torch._C._cuda_memorySnapshot: torch's dictionary with the model's segments and traces (snapshot.py)."""
         template = self._torch_snapshot(*args) if self._torch_snapshot is not None else {"allocator_settings": {}}
@@ -282,11 +289,11 @@ class FakeCudaApi:
             (c, "Stream", self.Stream),
             (c, "Event", self.Event),
             (torch, "compile", self.compile),
-            (torch._C, "_cuda_record_memory_history", self.history.record),
+            (torch._C, "_cuda_record_memory_history", self.record_memory_history),
             (torch._C, "_cuda_memorySnapshot", self.memory_snapshot),
         ]
         if hasattr(torch._C, "_cuda_record_memory_history_legacy"):
-            pairs.append((torch._C, "_cuda_record_memory_history_legacy", self.history.record_legacy))
+            pairs.append((torch._C, "_cuda_record_memory_history_legacy", self.record_memory_history_legacy))
         pairs += [
             (torch._C, "_get_accelerator", self.accelerator),
             (torch._C, "_accelerator_getAccelerator", self.accelerator),
