@@ -431,10 +431,12 @@ def charging(tracker: StorageTracker, hook: str | None = None) -> ChargeMode | C
 
     choice = hook if hook is not None else (os.environ.get("FAKEGPU_FAKECUDA_HOOK") or "auto")
     if choice not in HOOKS:
-        close = difflib.get_close_matches(choice, HOOKS, n=1)
+        # (a long value is no near miss, and the message echoes only its start)
+        close = difflib.get_close_matches(choice, HOOKS, n=1) if len(choice) <= 40 else []
         hint = f"; did you mean {close[0]!r}?" if close else ""
         given = "FAKEGPU_FAKECUDA_HOOK" if hook is None else "hook"
-        raise ValueError(f"{given}={choice!r} is not a charging hook; accepted: {', '.join(HOOKS)}{hint}")
+        shown = repr(choice) if len(choice) <= 40 else f"{choice[:40]!r}... ({len(choice)} characters)"
+        raise ValueError(f"{given}={shown} is not a charging hook; accepted: {', '.join(HOOKS)}{hint}")
     if choice == "python":
         return ChargeMode(tracker)
     try:
