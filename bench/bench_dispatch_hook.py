@@ -43,7 +43,7 @@ def build():
     if not target.exists():
         print(f"compiling {SOURCE.name} for torch {torch.__version__} (about 30 s)", file=sys.stderr)
         try:
-            extension.compile_for_torch(SOURCE, NAME, target)
+            extension.compile_for_torch([SOURCE], NAME, target)
         except extension.ExtensionUnavailable as exc:
             sys.exit(f"bench_dispatch_hook: {exc}")
     return extension.load_module(NAME, target)

@@ -9,6 +9,7 @@ Importing this package does not import torch; activate() does. See README.md her
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -43,14 +44,18 @@ def activate(devices: str | None = None) -> Runtime:
     process (FAKEGPU_DEVICE_TABLE), else FAKEGPU_DEVICES, else one a100."""
     if _active:
         raise RuntimeError("fakecuda is already active in this process; deactivate() it first")
+    from fakegpu.fakecuda import allocator_cxx
     from fakegpu.fakecuda.cuda_api import FakeCudaApi
-    from fakegpu.fakecuda.dispatch import charging
+    from fakegpu.fakecuda.dispatch import ChargeHook, charging
     from fakegpu.fakecuda.mode import FakeCudaMode
     from fakegpu.fakecuda.runtime import Runtime
 
     runtime = Runtime.from_devices(*_devices(devices))
     mode = FakeCudaMode(runtime)
     charges = charging(mode.tracker)  # (a bad FAKEGPU_FAKECUDA_HOOK stops here, before anything is installed)
+    if isinstance(charges, ChargeHook):  # the extension is built: the allocator model runs in C++ too
+        cls = allocator_cxx.allocator_class(charges.ext)
+        runtime.replace_allocators(functools.partial(allocator_cxx.replace, cls=cls))
     api = FakeCudaApi(mode)
     api.install()
     mode.__enter__()
@@ -122,7 +127,9 @@ def is_active() -> bool:
     return bool(_active)
 
 
-def runtime() -> Runtime:
+def active_runtime() -> Runtime:
+    """The active fakecuda's runtime (devices, allocator models). (Not `runtime()`: the submodule of that name
+    would shadow it as soon as it is imported.)"""
     if not _active:
         raise FakeCudaNotActive("fakecuda is not active: call fakegpu.fakecuda.activate() first")
     return _active["runtime"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
 
 from fakegpu.fakecuda.config import SIZE_MAX, AllocatorConfig
 from fakegpu.fakecuda.errors import ModelOutOfMemory
@@ -166,7 +167,46 @@ def allocation_size(size: int) -> int:
     return K_ROUND_LARGE * ((size + K_ROUND_LARGE - 1) // K_ROUND_LARGE)
 
 
-class DeviceAllocator:
+class AllocatorFace:
+    """What both implementations of the model (DeviceAllocator here, allocator_cxx.CxxDeviceAllocator in C++) offer
+    on top of malloc / free / record_stream / release_cached_blocks / device_free / segment_table: the parts
+    computed from their state the same way. A block handle is whatever malloc returned; only the model reads it."""
+
+    device: int
+    device_total: int
+    non_pytorch_bytes: int
+    total_allocated_memory: int
+    allowed_memory_maximum: int | None
+    others: Callable[[], Sequence[tuple[int | None, int]]]
+    stats: Any  # DeviceStats, or a view with its reading methods
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        self.allowed_memory_maximum = int(fraction * self.device_total)
+
+    def empty_cache(self) -> None:
+        self.release_cached_blocks()
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.stats.current("allocated_bytes")
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self.stats.current("reserved_bytes")
+
+    def oom_message(self, alloc_size: int) -> str:
+        return oom_message(
+            device=self.device, alloc_size=alloc_size, device_total=self.device_total,
+            device_free=self.device_free(), process_in_use=self.non_pytorch_bytes + self.total_allocated_memory,
+            allowed=self.allowed_memory_maximum, allocated=self.allocated_bytes, reserved=self.reserved_bytes,
+            others=self.others(),
+        )
+
+    def _out_of_memory(self, alloc_size: int, orig_size: int) -> NoReturn:
+        raise ModelOutOfMemory(self.oom_message(alloc_size), self.device, orig_size)
+
+
+class DeviceAllocator(AllocatorFace):
     """The caching allocator of one device.
 
     `device_total` is what cudaMemGetInfo reports as total (the profile's CUDA total); `non_pytorch_bytes` is
@@ -190,7 +230,9 @@ class DeviceAllocator:
         self.allowed_memory_maximum: int | None = None
         self._pending_frees: list[Block] = []
         # (action, address, size, stream, extra) at each of the allocator's actions, as CUDACachingAllocator's
-        # history records them (snapshot.py); None: nobody listens, the per-block path pays one test
+        # history records them (snapshot.py): the size is the request's for alloc / free_requested /
+        # free_completed, the segment's for segment_alloc / segment_free, the rounded one for oom; None: nobody
+        # listens, the per-block path pays one test
         self.on_event: Callable[[str, int, int, int, dict], None] | None = None
         self._addresses = AddressSpace(_ADDRESS_BASE + device * _ADDRESS_STRIDE, _ADDRESS_STRIDE)
         if self.config.per_process_memory_fraction < 1.0:
@@ -202,8 +244,9 @@ class DeviceAllocator:
         others = sum(used for _, used in self.others())
         return max(0, self.device_total - self.non_pytorch_bytes - self.total_allocated_memory - others)
 
-    def set_memory_fraction(self, fraction: float) -> None:
-        self.allowed_memory_maximum = int(fraction * self.device_total)
+    @property
+    def num_device_alloc(self) -> int:
+        return self.stats.num_device_alloc
 
     # -- the public operations
 
@@ -226,7 +269,7 @@ class DeviceAllocator:
             self.stats.num_ooms += 1
             if self.on_event is not None:
                 self.on_event("oom", 0, size, stream, {"device_free": self.device_free()})
-            raise ModelOutOfMemory(self.oom_message(alloc_size), self.device, orig_size)
+            self._out_of_memory(alloc_size, orig_size)
         return self._alloc_found_block(block, pool, stream, size, orig_size)
 
     def free(self, block: Block) -> None:
@@ -234,7 +277,7 @@ class DeviceAllocator:
             raise AssertionError(f"double free of {block!r}")
         block.allocated = False
         if self.on_event is not None:
-            self.on_event("free_requested", block.ptr, block.size, block.stream, {})
+            self.on_event("free_requested", block.ptr, block.requested_size, block.stream, {})
         self.stats.returned(block.pool.pool_name, block.size)
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.decrease(1)
@@ -248,9 +291,6 @@ class DeviceAllocator:
     def record_stream(self, block: Block, stream: int) -> None:
         if stream != block.stream:
             block.stream_uses.add(stream)
-
-    def empty_cache(self) -> None:
-        self.release_cached_blocks()
 
     def release_cached_blocks(self) -> bool:
         self._synchronize_and_free_events()
@@ -332,14 +372,14 @@ class DeviceAllocator:
         if block.size >= self.config.max_split_size:
             self.stats.oversize_allocations.increase(1)
         if self.on_event is not None:
-            self.on_event("alloc", block.ptr, block.size, stream, {})
+            self.on_event("alloc", block.ptr, orig_size, stream, {})
         return block
 
     def _free_block(self, block: Block) -> None:
         pool = block.pool
         original_size, requested = block.size, block.requested_size
         if self.on_event is not None:
-            self.on_event("free_completed", block.ptr, original_size, block.stream, {})
+            self.on_event("free_completed", block.ptr, requested, block.stream, {})
         split_blocks_change = 0
         split_bytes_change = 0
         for candidate in (block.prev, block.next):
@@ -424,31 +464,24 @@ class DeviceAllocator:
             block.stream_uses.clear()
             self._free_block(block)
 
-    @property
-    def allocated_bytes(self) -> int:
-        return self.stats.current("allocated_bytes")
-
-    @property
-    def reserved_bytes(self) -> int:
-        return self.stats.current("reserved_bytes")
-
-    def oom_message(self, alloc_size: int) -> str:
-        return oom_message(
-            device=self.device, alloc_size=alloc_size, device_total=self.device_total,
-            device_free=self.device_free(), process_in_use=self.non_pytorch_bytes + self.total_allocated_memory,
-            allowed=self.allowed_memory_maximum, allocated=self.allocated_bytes, reserved=self.reserved_bytes,
-            others=self.others(),
-        )
-
     def segments(self) -> list[list[Block]]:
         """Every live segment as its chain of blocks, by address (for snapshots and tests)."""
-        heads = [b for b in list(self.active_blocks) + list(self.small_blocks) + list(self.large_blocks)
-                 + self._pending_frees if b.prev is None]
+        # (a freed block awaiting other streams' work is still among the active ones, and in _pending_frees)
+        heads = {id(b): b for b in [*self.active_blocks, *self.small_blocks, *self.large_blocks, *self._pending_frees]
+                 if b.prev is None}
         chains = []
-        for head in sorted(heads, key=lambda b: b.ptr):
+        for head in sorted(heads.values(), key=lambda b: b.ptr):
             chain, block = [], head
             while block is not None:
                 chain.append(block)
                 block = block.next
             chains.append(chain)
         return chains
+
+    def segment_table(self) -> list[list[tuple[int, int, int, str, int, bool]]]:
+        """segments() as (address, size, requested_size, state, stream, is_small) per block, the state as PyTorch's
+        snapshots name it (active_allocated, active_awaiting_free, inactive)."""
+        pending = {id(b) for b in self._pending_frees}
+        return [[(b.ptr, b.size, b.requested_size,
+                  "active_allocated" if b.allocated else "active_awaiting_free" if id(b) in pending else "inactive",
+                  b.stream, b.pool.is_small) for b in chain] for chain in self.segments()]

@@ -251,7 +251,10 @@ bool set_excluded(bool off) {
 
 TORCH_LIBRARY_IMPL(_, Fake, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
+void register_allocator(pybind11::module_& m);  // allocator.cpp
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  register_allocator(m);
   m.def("install", &install, "Route every op's bookkeeping to after(func, args, kwargs, out, started_ns) and "
                              "CUDA creation ops to factory(func, args, kwargs, started_ns) -> out.");
   m.def("uninstall", &uninstall);

@@ -398,24 +398,24 @@ class ChargeHook:
         from fakegpu.fakecuda import extension
 
         self.rules = ChargeRules(tracker)
-        self._ext = extension.load()
+        self.ext = extension.load()
         self._was_enabled = False
 
     def __enter__(self) -> ChargeHook:
         if ChargeHook._installed is not None:
             raise RuntimeError("fakecuda's C++ charging hook is already installed")
         global _hook_ext
-        self._ext.install(self.rules.hook_after, self.rules.hook_factory)
+        self.ext.install(self.rules.hook_after, self.rules.hook_factory)
         ChargeHook._installed = self
-        _hook_ext = self._ext
-        self._was_enabled = self._ext.enabled()
-        self._ext.set_enabled(True)
+        _hook_ext = self.ext
+        self._was_enabled = self.ext.enabled()
+        self.ext.set_enabled(True)
         return self
 
     def __exit__(self, *exc: object) -> None:
         global _hook_ext
-        self._ext.set_enabled(self._was_enabled)
-        self._ext.uninstall()
+        self.ext.set_enabled(self._was_enabled)
+        self.ext.uninstall()
         ChargeHook._installed = None
         _hook_ext = None
 

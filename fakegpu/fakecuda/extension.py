@@ -1,8 +1,8 @@
-"""fakecuda's C++ extension (charge_hook.cpp), compiled against the torch this process runs and loaded from a cache.
+"""fakecuda's C++ extension (charge_hook.cpp, allocator.cpp), compiled against the running torch, loaded from a cache.
 
 A torch C++ extension is bound to one torch build (its C++ ABI, its headers), and the venvs and images here hold
 several (2.10, 2.11, 2.15). So it is compiled per torch, into `$XDG_CACHE_HOME/fakegpu/fakecuda-ext/`, under a name
-that is a digest of the source, torch's version and git revision, Python's ABI tag and the C++ ABI flag; a process
+that is a digest of the sources, torch's version and git revision, Python's ABI tag and the C++ ABI flag; a process
 loads the file whose name matches and never compiles on its own (g++ takes ~40 s). `make fakecuda-ext`, which
 `make test` runs, builds it for each venv: `python -m fakegpu.fakecuda.extension`. Where it is not built, fakecuda
 charges through its Python TorchDispatchMode (dispatch.ChargeMode), the same rules at a higher cost per op.
@@ -18,13 +18,14 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
 from fakegpu.errors import FakeGPUError
 
 NAME = "fakegpu_charge_hook"
-SOURCE = Path(__file__).resolve().parent / "charge_hook.cpp"
+SOURCES = tuple(Path(__file__).resolve().parent / name for name in ("charge_hook.cpp", "allocator.cpp"))
 
 _loaded: ModuleType | None = None
 
@@ -41,7 +42,7 @@ def built_path() -> Path:
     """Where the extension for the running torch lives once built."""
     import torch
 
-    key = "\0".join([SOURCE.read_text(), torch.__version__, str(torch.version.git_version),
+    key = "\0".join([*(s.read_text() for s in SOURCES), torch.__version__, str(torch.version.git_version),
                      sysconfig.get_config_var("EXT_SUFFIX") or "", str(int(torch._C._GLIBCXX_USE_CXX11_ABI))])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_folder() / f"{NAME}_{digest}{sysconfig.get_config_var('EXT_SUFFIX')}"
@@ -51,12 +52,12 @@ def build(force: bool = False) -> Path:
     """Compile the extension for the running torch (unless it is there already); the file's path."""
     target = built_path()
     if force or not target.exists():
-        compile_for_torch(SOURCE, NAME, target)
+        compile_for_torch(SOURCES, NAME, target)
     return target
 
 
-def compile_for_torch(source: Path, name: str, target: Path) -> None:
-    """Compile one C++ source into the Python extension module `name` at `target`, against the running torch."""
+def compile_for_torch(sources: Sequence[Path], name: str, target: Path) -> None:
+    """Compile C++ sources into the Python extension module `name` at `target`, against the running torch."""
     compiler = os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         raise ExtensionUnavailable(f"no C++ compiler {compiler!r} on PATH: fakecuda's C++ hook is compiled against "
@@ -71,13 +72,14 @@ def compile_for_torch(source: Path, name: str, target: Path) -> None:
     command = [compiler, "-O2", "-std=c++20", "-shared", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", f"-DTORCH_EXTENSION_NAME={name}",
                f"-I{sysconfig.get_paths()['include']}", *(f"-I{p}" for p in cpp_extension.include_paths()),
-               str(source), "-o", partial, *(f"-L{p}" for p in cpp_extension.library_paths()),
+               *(str(s) for s in sources), "-o", partial, *(f"-L{p}" for p in cpp_extension.library_paths()),
                *(f"-Wl,-rpath,{p}" for p in cpp_extension.library_paths()),
                "-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
     try:
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            raise ExtensionUnavailable(f"compiling {source.name} for torch {torch.__version__} failed "
+            names = ", ".join(s.name for s in sources)
+            raise ExtensionUnavailable(f"compiling {names} for torch {torch.__version__} failed "
                                        f"({compiler} exit {result.returncode}):\n{result.stderr[-4000:]}")
         os.replace(partial, target)
     finally:

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fakegpu.devices import Device, resolve_devices
 from fakegpu.devices.cuda_view import cuda_view
@@ -203,7 +204,7 @@ class Runtime:
         if not dev.initialized:
             self.touch(index)
         alloc = dev.allocator
-        reserved, segments = alloc.total_allocated_memory, alloc.stats.num_device_alloc
+        reserved, segments = alloc.total_allocated_memory, alloc.num_device_alloc
         try:
             return alloc.malloc(nbytes, stream)
         except ModelOutOfMemory as oom:
@@ -214,8 +215,13 @@ class Runtime:
             if alloc.total_allocated_memory != reserved and self.on_usage is not None:
                 self.on_usage()
             if self.faults is not None:  # a plan's "after N allocations" counts cudaMallocs, as native mode does
-                for _ in range(alloc.stats.num_device_alloc - segments):
+                for _ in range(alloc.num_device_alloc - segments):
                     self.faults.allocated(self.devices[index].board)
+
+    def replace_allocators(self, make: Callable[[DeviceAllocator], Any]) -> None:
+        """Each device's allocator model swapped for make(old), before any block is taken (the C++ model)."""
+        for dev in self.devices:
+            dev.allocator = make(dev.allocator)
 
     def free(self, index: int, block: Block) -> None:
         self.devices[index].allocator.free(block)

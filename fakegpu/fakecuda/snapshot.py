@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fakegpu.fakecuda.allocator import Block, DeviceAllocator
+    from fakegpu.fakecuda.allocator import AllocatorFace
     from fakegpu.fakecuda.runtime import Runtime
 
 _ENABLED = (None, "state", "all")
@@ -146,29 +146,19 @@ def _python_frames() -> list[dict[str, Any]]:
     return frames
 
 
-def _state(block: Block, pending: set[int]) -> str:
-    if block.allocated:
-        return "active_allocated"
-    return "active_awaiting_free" if id(block) in pending else "inactive"
-
-
-def _segments(index: int, allocator: DeviceAllocator, frames: dict[int, list]) -> list[dict[str, Any]]:
-    pending = {id(b) for b in allocator._pending_frees}
+def _segments(index: int, allocator: AllocatorFace, frames: dict[int, list]) -> list[dict[str, Any]]:
     segments = []
-    for chain in allocator.segments():
-        blocks = []
-        for b in chain:
-            state = _state(b, pending)
-            blocks.append({"address": b.ptr, "size": b.size,
-                           "requested_size": b.requested_size if state != "inactive" else 0, "state": state,
-                           "frames": frames.get(b.ptr, []) if b.allocated else []})
+    for chain in allocator.segment_table():
+        blocks = [{"address": ptr, "size": size, "requested_size": requested if state != "inactive" else 0,
+                   "state": state, "frames": frames.get(ptr, []) if state == "active_allocated" else []}
+                  for ptr, size, requested, state, _stream, _small in chain]
         head = chain[0]
         segments.append({
-            "device": index, "address": head.ptr, "total_size": sum(b.size for b in chain),
+            "device": index, "address": head[0], "total_size": sum(b["size"] for b in blocks),
             "allocated_size": sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
             "active_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
             "requested_size": sum(b["requested_size"] for b in blocks),
-            "stream": head.stream, "segment_type": "small" if head.pool.is_small else "large",
+            "stream": head[4], "segment_type": "small" if head[5] else "large",
             "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks,
         })
     return segments

@@ -73,6 +73,21 @@ class DeviceStats:
         self._bytes = {pool: (*self._pairs["allocated_bytes"][pool], *self._pairs["active_bytes"][pool])
                        for pool in POOL_TYPES[1:]}
 
+    @classmethod
+    def from_table(cls, max_split_size: int, table: tuple) -> DeviceStats:
+        """The statistics as allocator.cpp's stats_table() lists them: the core stats by CORE_STATS and POOL_TYPES
+        as (current, peak, allocated, freed), the two oversize stats, then the five counters."""
+        stats = cls(max_split_size)
+        core, oversize_allocations, oversize_segments, *counters = table
+        for name, row in zip(CORE_STATS, core, strict=True):
+            for pool, values in zip(POOL_TYPES, row, strict=True):
+                stats.core[name][pool] = Stat(*values)
+        stats.oversize_allocations = Stat(*oversize_allocations)
+        stats.oversize_segments = Stat(*oversize_segments)
+        (stats.num_alloc_retries, stats.num_ooms, stats.num_sync_all_streams, stats.num_device_alloc,
+         stats.num_device_free) = counters
+        return stats
+
     def increase(self, name: str, pool: str, amount: int) -> None:
         """Adds to the aggregate and to one pool, as PyTorch's per-pool stat types do."""
         for stat in self._pairs[name][pool]:

@@ -122,9 +122,13 @@ def test_blocks_come_from_the_current_streams_pool(fakecuda):
     del a  # its block is cached in the side stream's pool
     b = torch.empty(1000, device="cuda")  # the default stream cannot reuse it: a second 2 MiB segment
     assert torch.cuda.memory_reserved() == 2 * (2 * 2**20)
-    segments = {blk.stream for seg in rt.devices[0].allocator.segments() for blk in seg}
+    segments = {blk[4] for seg in rt.devices[0].allocator.segment_table() for blk in seg}
     assert segments == {0, side.stream_id}
     del b
+
+
+def _states(allocator) -> list[str]:
+    return [blk[3] for seg in allocator.segment_table() for blk in seg]
 
 
 def test_record_stream_keeps_the_block_until_the_next_allocation(fakecuda):
@@ -135,9 +139,10 @@ def test_record_stream_keeps_the_block_until_the_next_allocation(fakecuda):
     x.record_stream(torch.cuda.current_stream())  # its own stream: nothing to track
     x.record_stream(side)
     del x
-    assert torch.cuda.memory_allocated() == 0 and len(alloc._pending_frees) == 1
-    torch.empty(256, device="cuda")  # the host-run fake's side stream is idle: reclaimed, then reused
-    assert not alloc._pending_frees and torch.cuda.memory_reserved() == 2 * 2**20
+    assert torch.cuda.memory_allocated() == 0 and _states(alloc) == ["active_awaiting_free", "inactive"]
+    y = torch.empty(256, device="cuda")  # the host-run fake's side stream is idle: reclaimed, then reused
+    assert _states(alloc) == ["active_allocated", "inactive"] and torch.cuda.memory_reserved() == 2 * 2**20
+    del y
     with pytest.raises(RuntimeError, match="unknown parameter type"):  # torch's parser: a torch.Stream only
         torch.empty(1, device="cuda").record_stream(object())
 

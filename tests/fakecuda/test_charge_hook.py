@@ -1,4 +1,5 @@
-"""The C++ charging hook (charge_hook.cpp, extension.py) against the Python one (dispatch.ChargeMode).
+"""The C++ charging hook (charge_hook.cpp, extension.py) and allocator model (allocator.cpp) against the Python ones
+(dispatch.ChargeMode, allocator.py).
 
 Both call the same rules (dispatch.ChargeRules); what the C++ hook changes is who runs the op and how its
 arguments reach Python. So the allocator model must see the same events in the same order under either.
@@ -46,6 +47,8 @@ def _workloads(hook: str) -> dict:
 def test_the_allocator_sees_the_same_events_under_either_hook(extension):
     cxx, python = _workloads("cxx"), _workloads("python")
     assert (cxx["hook"], python["hook"]) == ("ChargeHook", "ChargeMode")
+    # and the allocator model with each: C++ with the C++ hook, so both are compared here on real workloads
+    assert (cxx["allocator"], python["allocator"]) == ("CxxDeviceAllocator", "DeviceAllocator")
     assert cxx["workloads"].keys() == python["workloads"].keys()
     for name, expected in python["workloads"].items():
         got = cxx["workloads"][name]

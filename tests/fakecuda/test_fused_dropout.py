@@ -77,7 +77,8 @@ def _stats_through_a_step(torch, dtype):
     allocator = _active["runtime"].devices[0].allocator
 
     def point():
-        blocks = [[(b.size, b.allocated) for b in seg] for seg in allocator.segments()]
+        blocks = [[(size, state == "active_allocated") for _ptr, size, _req, state, *_ in seg]
+                  for seg in allocator.segment_table()]
         return torch.cuda.memory_stats(), blocks
 
     torch.manual_seed(0)

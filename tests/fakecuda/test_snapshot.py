@@ -73,6 +73,21 @@ def test_history_records_the_allocators_actions_with_the_programs_frames(fakecud
     assert _actions(torch.cuda.memory._snapshot()["device_traces"][0]) == [] and after.is_cuda
 
 
+def test_the_trace_gives_requested_sizes_for_blocks_and_rounded_ones_for_segments(fakecuda):
+    """As CUDACachingAllocator records them: alloc, free_requested and free_completed carry the request (the
+    block's requested_size), segment actions the segment's size."""
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    torch.cuda.memory._record_memory_history(max_entries=1000)
+    x = torch.empty(100, device="cuda")  # 400 bytes asked, a 512-byte block
+    del x
+    torch.cuda.empty_cache()
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    assert _actions(trace) == [("segment_alloc", 2 * MiB), ("alloc", 400), ("free_requested", 400),
+                               ("free_completed", 400), ("segment_free", 2 * MiB)]
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+
 def test_history_options_state_context_limits_and_oom(fakecuda):
     torch = pytest.importorskip("torch")
     fakecuda("t4")

@@ -115,39 +115,27 @@ class Trace:
         return ""
 
     def _patch_model(self) -> None:
-        from fakegpu.fakecuda import allocator
+        # the model's own event callback (allocator.py's, and allocator.cpp's under the C++ hook): the request's
+        # size for alloc and free, the segment's for segment_alloc / segment_free, as PyTorch's history records
+        import fakegpu.fakecuda as fc
 
-        cls, events, where = allocator.DeviceAllocator, self.events, self._where
-        self._saved = {n: getattr(cls, n) for n in ("_alloc_found_block", "free", "_alloc_block", "_release_block")}
-        saved = self._saved
+        events, where = self.events, self._where
+        names = {"alloc": "alloc", "free_requested": "free", "segment_alloc": "segment_alloc",
+                 "segment_free": "segment_free"}
 
-        def found(alloc, block, pool, stream, size, orig_size):
-            out = saved["_alloc_found_block"](alloc, block, pool, stream, size, orig_size)
-            events.append(["alloc", _block(orig_size), where(), out.ptr])
-            return out
+        def on_event(action: str, address: int, size: int, stream: int, extra: dict) -> None:
+            name = names.get(action)
+            if name is not None:
+                events.append([name, size if name.startswith("segment") else _block(size), where(), address])
 
-        def free(alloc, block):
-            events.append(["free", _block(block.requested_size), where(), block.ptr])
-            saved["free"](alloc, block)
-
-        def segment(alloc, pool, stream, size, is_retry):
-            out = saved["_alloc_block"](alloc, pool, stream, size, is_retry)
-            if out is not None:
-                events.append(["segment_alloc", size, where(), out.ptr])
-            return out
-
-        def release(alloc, block):
-            events.append(["segment_free", block.size, where(), block.ptr])
-            saved["_release_block"](alloc, block)
-
-        cls._alloc_found_block, cls.free, cls._alloc_block, cls._release_block = found, free, segment, release
+        self._devices = fc.active_runtime().devices
+        for device in self._devices:
+            device.allocator.on_event = on_event
 
     def stop(self) -> list[list]:
         if self.fake:
-            from fakegpu.fakecuda import allocator
-
-            for name, fn in self._saved.items():
-                setattr(allocator.DeviceAllocator, name, fn)
+            for device in self._devices:
+                device.allocator.on_event = None
             return _locate(self.events)
         snap = torch.cuda.memory._snapshot()
         torch.cuda.memory._record_memory_history(enabled=None)

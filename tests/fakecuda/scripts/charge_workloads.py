@@ -1,7 +1,8 @@
 """Workloads whose allocator events test_charge_hook.py compares between the C++ and the Python charging hook.
 
-Prints one JSON document: per workload, every malloc and free the allocator model saw (device, bytes, address),
-in order, and memory_stats() of each device after it. The hook is FAKEGPU_FAKECUDA_HOOK's.
+Prints one JSON document: per workload, every allocation and free the allocator model saw (device, requested bytes,
+address), in order, and memory_stats() of each device after it. The hook is FAKEGPU_FAKECUDA_HOOK's, and with it
+the model: C++ under the C++ hook, Python under the Python one.
 """
 
 from __future__ import annotations
@@ -16,21 +17,17 @@ import fakegpu.fakecuda as fc
 
 runtime = fc.activate("a100:2")
 events: list[tuple] = []
-_malloc, _free = runtime.malloc, runtime.free
 
 
-def malloc(index, nbytes, stream=None):
-    block = _malloc(index, nbytes, stream)
-    events.append(("malloc", index, nbytes, block.ptr))
-    return block
+def _listen(index: int):
+    def on_event(action: str, address: int, size: int, stream: int, extra: dict) -> None:
+        if action in ("alloc", "free_requested"):
+            events.append((action, index, size, address))
+    return on_event
 
 
-def free(index, block):
-    events.append(("free", index, block.size, block.ptr))
-    _free(index, block)
-
-
-runtime.malloc, runtime.free = malloc, free
+for device in runtime.devices:
+    device.allocator.on_event = _listen(device.index)
 
 
 def train(model: nn.Module, x: torch.Tensor, steps: int = 2, amp: bool = False) -> None:
@@ -89,7 +86,8 @@ def copies_and_factories() -> None:
 
 WORKLOADS = [transformer, convnet, mlp_amp, products_and_reductions, copies_and_factories]
 
-report = {"hook": type(fc._active["charges"]).__name__, "workloads": {}}
+report = {"hook": type(fc._active["charges"]).__name__, "allocator": type(runtime.devices[0].allocator).__name__,
+          "workloads": {}}
 for workload in WORKLOADS:
     torch.manual_seed(0)
     events.clear()
