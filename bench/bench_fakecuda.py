@@ -12,9 +12,10 @@ number of ops a step dispatches). The CPU side runs with no mode on either stack
 Target (issue 22): fake/cpu <= 1.05 on the transformer and the conv net. On a machine other work shares, use
 --threads 1 --clock cpu: the process's CPU time, which others' load moves far less than wall time. Measured
 figures, and why the MLP stays several times slower: fakegpu/fakecuda/README.md, "Cost per op".
-The charging hook is the C++ one where built (FAKEGPU_FAKECUDA_HOOK picks); --both-hooks times the Python one too.
+The charging hook and the allocator model are the C++ ones where built (FAKEGPU_FAKECUDA_HOOK picks); --both-hooks
+times the Python path too, --python-allocator the C++ hook with the Python model, both on a second fake device.
 Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu]
-     [--both-hooks] [--json]
+     [--both-hooks] [--python-allocator] [--json]
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 import fakegpu.fakecuda as fc
+from fakegpu.fakecuda.allocator import DeviceAllocator
 from fakegpu.fakecuda.dispatch import ChargeHook, ChargeMode, suspended
 
 TARGET = 1.05
@@ -138,34 +140,48 @@ def python_hook() -> Iterator[None]:
         hook.__enter__()
 
 
-def measure(workload: str, steps: int, both_hooks: bool) -> dict:
+# Side-by-side variants, on cuda:1, whose allocator model is put back to the Python one (main): the C++ hook with
+# the Python model, and the whole Python path (hook and model, what FAKEGPU_FAKECUDA_HOOK=python runs).
+VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
+    "python_allocator": contextlib.nullcontext, "python": python_hook}
+
+
+def measure(workload: str, steps: int, variants: list[str]) -> dict:
     with plain():
         cpu = make(workload, "cpu")
     ops = ops_per_step(cpu)
-    fake = make(workload, "cuda")
-    times: dict[str, list[float]] = {"cpu": [], "fake": [], "python": []}
+    fake = make(workload, "cuda:0")
+    other = make(workload, "cuda:1") if variants else None
+    times: dict[str, list[float]] = {"cpu": [], "fake": [], **{v: [] for v in variants}}
     for i in range(steps + 2):  # the first two rounds warm both up
         with plain():
             c = step(*cpu)
         f = step(*fake)
-        if both_hooks:
-            with python_hook():
-                p = step(*fake)
+        more = {}
+        for v in variants:
+            with VARIANTS[v]():
+                more[v] = step(*other)
         if i >= 2:
             times["cpu"].append(c)
             times["fake"].append(f)
-            if both_hooks:
-                times["python"].append(p)
+            for v in variants:
+                times[v].append(more[v])
     cpu_med, fake_med = statistics.median(times["cpu"]), statistics.median(times["fake"])
     result = {"workload": workload, "steps": steps, "aten_ops_per_step": ops,
               "cpu_median_ms": round(cpu_med * 1e3, 3), "fakecuda_median_ms": round(fake_med * 1e3, 3),
               "ratio": round(fake_med / cpu_med, 4),
               "fakecuda_us_per_op": round((fake_med - cpu_med) / max(ops, 1) * 1e6, 2)}
-    if both_hooks:
-        python_med = statistics.median(times["python"])
-        result.update(python_hook_median_ms=round(python_med * 1e3, 3),
-                      python_hook_ratio=round(python_med / cpu_med, 4))
+    for v in variants:
+        med = statistics.median(times[v])
+        result.update({f"{v}_median_ms": round(med * 1e3, 3), f"{v}_ratio": round(med / cpu_med, 4)})
     return result
+
+
+def python_model_on(index: int) -> None:
+    """Device `index` back on the Python allocator model (nothing allocated on it yet)."""
+    device = fc.active_runtime().devices[index]
+    old = device.allocator
+    device.allocator = DeviceAllocator(old.device, old.device_total, old.config, old.non_pytorch_bytes)
 
 
 def main() -> None:
@@ -179,8 +195,11 @@ def main() -> None:
                         help="cpu: the process's CPU time, which other processes' load barely moves (use with "
                              "--threads 1, where no intra-op thread spins)")
     parser.add_argument("--both-hooks", action="store_true",
-                        help="also time each fake step with the Python charging hook in place of the C++ one, in "
-                             "the same interleaved rounds (needs the C++ hook built)")
+                        help="also time each fake step on the Python path (charging hook and allocator model) in "
+                             "place of the C++ one, in the same interleaved rounds (needs the C++ hook built)")
+    parser.add_argument("--python-allocator", action="store_true",
+                        help="also time each fake step with the C++ hook and the Python allocator model, in the "
+                             "same rounds: the C++ model's share")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     global clock
@@ -188,13 +207,16 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     # The CPU side runs under plain(): no fakecuda mode on either stack.
-    fc.activate("a100")
+    fc.activate("a100:2")
     hook = "cxx" if isinstance(fc._active["charges"], ChargeHook) else "python"  # (FAKEGPU_FAKECUDA_HOOK's choice)
+    variants = [v for v, on in (("python_allocator", args.python_allocator), ("python", args.both_hooks)) if on]
     try:
-        if args.both_hooks and hook != "cxx":
-            parser.error("--both-hooks compares the C++ hook with the Python one, and the C++ hook is not in use "
+        if variants and hook != "cxx":
+            parser.error("--both-hooks and --python-allocator compare with the C++ path, which is not in use "
                          "(build it: python -m fakegpu.fakecuda.extension; FAKEGPU_FAKECUDA_HOOK not 'python')")
-        results = [measure(w, args.steps, args.both_hooks) for w in args.workload or list(WORKLOADS)]
+        if variants:
+            python_model_on(1)
+        results = [measure(w, args.steps, variants) for w in args.workload or list(WORKLOADS)]
     finally:
         fc.deactivate()
     doc = {"benchmark": "fakecuda_step", "torch": torch.__version__, "threads": torch.get_num_threads(),
@@ -209,9 +231,12 @@ def main() -> None:
         print(f"{r['workload']:>11} step: cpu {r['cpu_median_ms']:8.3f} ms, fakecuda "
               f"{r['fakecuda_median_ms']:8.3f} ms, ratio {r['ratio']:.3f}, {r['aten_ops_per_step']} ATen ops/step, "
               f"fakecuda +{r['fakecuda_us_per_op']} us/op (target <= {TARGET} on transformer and convnet)")
-        if "python_hook_ratio" in r:
-            print(f"{'':>11}       with the Python charging hook instead: {r['python_hook_median_ms']:8.3f} ms, "
-                  f"ratio {r['python_hook_ratio']:.3f}")
+        if "python_allocator_ratio" in r:
+            print(f"{'':>11}       C++ hook, Python allocator model: {r['python_allocator_median_ms']:8.3f} ms, "
+                  f"ratio {r['python_allocator_ratio']:.3f}")
+        if "python_ratio" in r:
+            print(f"{'':>11}       Python hook and allocator model: {r['python_median_ms']:8.3f} ms, "
+                  f"ratio {r['python_ratio']:.3f}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,18 @@ rm -rf "$CTX/site-rest" "$CTX/fakegpu-wheel" "$WHEELS"/fakegpu-*.whl
 "$PIP" download -q "${TARGET[@]}" -d "$WHEELS" "$CTX"/fakegpu-wheel/*.whl "${TORCH_PURE_DEPS[@]}"
 "$PIP" install -q --no-index --find-links "$WHEELS" "${TARGET[@]}" --target "$CTX/site-rest" \
   "$CTX"/fakegpu-wheel/*.whl "${TORCH_PURE_DEPS[@]}"
+# fakecuda's C++ extension (charging hook and allocator model) for this torch: the image has no compiler, and the
+# host's venv runs the same torch wheel, so the file built here loads there (extension.py looks in prebuilt/ when
+# its cache has none). Without a compiler on the host the image charges through the slower Python path.
+HOST_TORCH=$(.venv/bin/python -c "import torch; print(torch.__version__.split('+')[0])" 2>/dev/null || true)
+if [ "$HOST_TORCH" = "$TORCH_VERSION" ] && EXT=$(.venv/bin/python -m fakegpu.fakecuda.extension 2>&1 | tail -n1) \
+     && [ -f "$EXT" ]; then
+  mkdir -p "$CTX/site-rest/fakegpu/fakecuda/prebuilt"
+  cp "$EXT" "$CTX/site-rest/fakegpu/fakecuda/prebuilt/"
+else
+  echo "build-pytorch: fakecuda's C++ extension not built for torch $TORCH_VERSION (host torch '$HOST_TORCH');" \
+       "the image charges through the Python path" >&2
+fi
 cp images/pytorch/Dockerfile "$CTX/Dockerfile"
 printf 'fakegpu-wheel\n' > "$CTX/.dockerignore"
 

@@ -158,6 +158,8 @@ class Allocator {
   Stat oversize_allocations, oversize_segments;
   int64_t num_alloc_retries = 0, num_ooms = 0, num_sync_all_streams = 0, num_device_alloc = 0, num_device_free = 0;
 
+  // (others() is Python too; it is called only where the model is whole: before a segment is taken, and for
+  // an OOM's event)
   int64_t device_free() {
     int64_t held = 0;
     if (!others.is_none()) {
@@ -170,6 +172,7 @@ class Allocator {
   // cudaMalloc was asked for
   std::optional<uint64_t> malloc(int64_t orig, int64_t stream, uint64_t& alloc_size_out) {
     if (orig < 0) throw py::value_error("allocation size must be >= 0");
+    events_.clear();
     if (!pending_.empty()) drain_pending();
     uint64_t orig_size = static_cast<uint64_t>(orig);
     uint64_t size = round_size(orig_size);
@@ -183,20 +186,19 @@ class Allocator {
       if (block == nullptr && release_available_cached_blocks(pool, stream, size))
         block = alloc_block(small, stream, alloc_size, false);
       if (block == nullptr) {
-        release_cached_blocks();
+        release_cached();
         block = alloc_block(small, stream, alloc_size, true);
       }
     }
     if (block == nullptr) {
       num_ooms += 1;
-      if (!on_event.is_none()) {
-        py::dict extra;
-        extra["device_free"] = device_free();
-        event("oom", 0, size, stream, extra);
-      }
+      if (!on_event.is_none()) event("oom", 0, size, stream, device_free());
+      flush_events();
       return std::nullopt;
     }
-    return alloc_found_block(block, pool, small, stream, size, orig_size);
+    uint64_t ptr = alloc_found_block(block, pool, small, stream, size, orig_size);
+    flush_events();
+    return ptr;
   }
 
   void free(uint64_t ptr) {
@@ -204,6 +206,7 @@ class Allocator {
     if (it == active_.end() || !it->second->allocated) {
       assertion("double free of the block at " + hex(ptr) + " on device " + std::to_string(device));
     }
+    events_.clear();
     Block* block = it->second;
     block->allocated = false;
     event("free_requested", block->ptr, block->requested_size, block->stream);
@@ -218,6 +221,7 @@ class Allocator {
     } else {
       free_block(block);
     }
+    flush_events();
   }
 
   void record_stream(uint64_t ptr, int64_t stream) {
@@ -226,14 +230,9 @@ class Allocator {
   }
 
   void release_cached_blocks() {
-    num_sync_all_streams += 1;
-    drain_pending();
-    for (Pool* pool : {&large_, &small_}) {
-      std::vector<Block*> unsplit;
-      for (Block* b : *pool)
-        if (!b->is_split()) unsplit.push_back(b);
-      for (Block* b : unsplit) release_block(b);
-    }
+    events_.clear();
+    release_cached();
+    flush_events();
   }
 
   void reset_peak() {
@@ -297,11 +296,40 @@ class Allocator {
     return buf;
   }
 
-  void event(const char* action, uint64_t ptr, uint64_t size, int64_t stream) {
-    if (!on_event.is_none()) on_event(action, ptr, size, stream, py::dict());
+  // Events are collected while a public operation changes the model and handed to on_event once it is done: the
+  // callback is Python, which may let another thread in, and that thread must find no half-made change.
+  struct Event {
+    const char* action;
+    uint64_t ptr, size;
+    int64_t stream;
+    int64_t device_free;  // oom only
+  };
+  std::vector<Event> events_;
+
+  void event(const char* action, uint64_t ptr, uint64_t size, int64_t stream, int64_t device_free = -1) {
+    if (!on_event.is_none()) events_.push_back({action, ptr, size, stream, device_free});
   }
-  void event(const char* action, uint64_t ptr, uint64_t size, int64_t stream, py::dict extra) {
-    on_event(action, ptr, size, stream, extra);
+
+  void flush_events() {
+    if (events_.empty()) return;
+    std::vector<Event> events;
+    events.swap(events_);
+    for (const Event& e : events) {
+      py::dict extra;
+      if (e.device_free >= 0) extra["device_free"] = e.device_free;
+      on_event(e.action, e.ptr, e.size, e.stream, extra);
+    }
+  }
+
+  void release_cached() {
+    num_sync_all_streams += 1;
+    drain_pending();
+    for (Pool* pool : {&large_, &small_}) {
+      std::vector<Block*> unsplit;
+      for (Block* b : *pool)
+        if (!b->is_split()) unsplit.push_back(b);
+      for (Block* b : unsplit) release_block(b);
+    }
   }
 
   void rise(int name, int pool, int64_t amount) {

@@ -4,8 +4,10 @@ A torch C++ extension is bound to one torch build (its C++ ABI, its headers), an
 several (2.10, 2.11, 2.15). So it is compiled per torch, into `$XDG_CACHE_HOME/fakegpu/fakecuda-ext/`, under a name
 that is a digest of the sources, torch's version and git revision, Python's ABI tag and the C++ ABI flag; a process
 loads the file whose name matches and never compiles on its own (g++ takes ~40 s). `make fakecuda-ext`, which
-`make test` runs, builds it for each venv: `python -m fakegpu.fakecuda.extension`. Where it is not built, fakecuda
-charges through its Python TorchDispatchMode (dispatch.ChargeMode), the same rules at a higher cost per op.
+`make test` runs, builds it for each venv: `python -m fakegpu.fakecuda.extension`. An image without a compiler
+carries the file its host built for the same torch wheel in the package's `prebuilt/` folder (fakegpu/pytorch:
+images/build-pytorch.sh). Where it is not built, fakecuda charges through its Python TorchDispatchMode
+(dispatch.ChargeMode) and allocator model (allocator.py): the same rules at a higher cost per op.
 """
 
 from __future__ import annotations
@@ -38,8 +40,14 @@ def cache_folder() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fakegpu" / "fakecuda-ext"
 
 
+def prebuilt_folder() -> Path:
+    """Where an image ships the extension built on its host for the image's torch (images/build-pytorch.sh): the
+    same file name, looked up when the cache has none."""
+    return Path(__file__).resolve().parent / "prebuilt"
+
+
 def built_path() -> Path:
-    """Where the extension for the running torch lives once built."""
+    """Where the extension for the running torch lives once built (in the cache)."""
     import torch
 
     key = "\0".join([*(s.read_text() for s in SOURCES), torch.__version__, str(torch.version.git_version),
@@ -103,6 +111,8 @@ def load() -> ModuleType:
     if _loaded is not None:
         return _loaded
     path = built_path()
+    if not path.exists() and (prebuilt_folder() / path.name).exists():
+        path = prebuilt_folder() / path.name
     if not path.exists():
         raise ExtensionUnavailable(f"fakecuda's C++ hook is not built for this torch (no {path}); build it with "
                                    f"{Path(sys.executable).name} -m fakegpu.fakecuda.extension")

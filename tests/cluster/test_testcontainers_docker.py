@@ -23,6 +23,17 @@ def test_fixture_gives_a_container_whose_torch_sees_the_fake_gpus(docker_client,
     assert docker_client.containers.get(container_id).labels[tc.LABEL] == tc.SESSION
 
 
+def test_the_node_image_charges_through_fakecudas_cxx_extension(node_image, fakegpu_container):
+    """The image has no compiler: it carries the extension its host built for the same torch wheel
+    (images/build-pytorch.sh), so a node runs the C++ hook and allocator model, not the slower Python path."""
+    c = fakegpu_container(node_image, devices="a100")
+    result = c.python("import torch, fakegpu.fakecuda as fc; x = torch.ones(8, device='cuda'); "
+                      "print(type(fc._active['charges']).__name__, "
+                      "type(fc.active_runtime().devices[0].allocator).__name__, torch.cuda.memory_allocated())")
+    assert result.exit_code == 0, result.output
+    assert result.output.split()[-3:] == ["ChargeHook", "CxxDeviceAllocator", "512"]
+
+
 def test_context_manager_and_cleanup_by_label(docker_client, node_image):
     with tc.FakeGPUContainer(node_image, devices="t4") as c:
         assert "Tesla T4" in c.nvidia_smi("-L")

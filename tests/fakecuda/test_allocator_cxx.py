@@ -169,3 +169,27 @@ def test_a_python_model_in_use_is_not_replaced(cxx_class):
     fresh.malloc(10)
     with pytest.raises(RuntimeError, match="device 2: the allocator model is in use"):
         allocator_cxx.replace(fresh, cxx_class)
+
+
+def test_event_callbacks_run_once_the_operation_is_done(cxx_class):
+    """on_event is Python and may let another thread in (or allocate itself): it runs after the malloc, free or
+    release that caused it has finished, so it never meets a half-released pool."""
+    cxx = cxx_class(0, 10 * GiB)
+    for handle in [cxx.malloc(30 * MiB) for _ in range(3)]:
+        cxx.free(handle)
+    seen: list = []
+
+    def on_event(action, address, size, stream, extra):
+        seen.append((action, len(cxx.segment_table())))
+        if len(seen) == 1:
+            kept.append(cxx.malloc(1))  # re-entered: the three segments are gone already, a small one is made
+
+    kept: list[int] = []
+    cxx.on_event = on_event
+    cxx.empty_cache()
+    # all three segments were released before the first callback; the re-entrant malloc's own events come as it
+    # returns, before the release's other two
+    assert seen == [("segment_free", 0), ("segment_alloc", 1), ("alloc", 1), ("segment_free", 1),
+                    ("segment_free", 1)]
+    assert [[b[3] for b in segment] for segment in cxx.segment_table()] == [["active_allocated", "inactive"]]
+    cxx.free(kept[0])
