@@ -172,7 +172,7 @@ class Allocator {
   // cudaMalloc was asked for
   std::optional<uint64_t> malloc(int64_t orig, int64_t stream, uint64_t& alloc_size_out) {
     if (orig < 0) throw py::value_error("allocation size must be >= 0");
-    events_.clear();
+    Events events(events_);
     if (!pending_.empty()) drain_pending();
     uint64_t orig_size = static_cast<uint64_t>(orig);
     uint64_t size = round_size(orig_size);
@@ -193,11 +193,11 @@ class Allocator {
     if (block == nullptr) {
       num_ooms += 1;
       if (!on_event.is_none()) event("oom", 0, size, stream, device_free());
-      flush_events();
+      flush_events(events);
       return std::nullopt;
     }
     uint64_t ptr = alloc_found_block(block, pool, small, stream, size, orig_size);
-    flush_events();
+    flush_events(events);
     return ptr;
   }
 
@@ -206,7 +206,7 @@ class Allocator {
     if (it == active_.end() || !it->second->allocated) {
       assertion("double free of the block at " + hex(ptr) + " on device " + std::to_string(device));
     }
-    events_.clear();
+    Events events(events_);
     Block* block = it->second;
     block->allocated = false;
     event("free_requested", block->ptr, block->requested_size, block->stream);
@@ -221,7 +221,7 @@ class Allocator {
     } else {
       free_block(block);
     }
-    flush_events();
+    flush_events(events);
   }
 
   void record_stream(uint64_t ptr, int64_t stream) {
@@ -230,9 +230,9 @@ class Allocator {
   }
 
   void release_cached_blocks() {
-    events_.clear();
+    Events events(events_);
     release_cached();
-    flush_events();
+    flush_events(events);
   }
 
   void reset_peak() {
@@ -297,7 +297,9 @@ class Allocator {
   }
 
   // Events are collected while a public operation changes the model and handed to on_event once it is done: the
-  // callback is Python, which may let another thread in, and that thread must find no half-made change.
+  // callback is Python, which may let another thread in, and that thread must find no half-made change. An
+  // operation that another one enters (through others(), also Python) owns the events from its start on; one that
+  // raises drops its own.
   struct Event {
     const char* action;
     uint64_t ptr, size;
@@ -306,14 +308,25 @@ class Allocator {
   };
   std::vector<Event> events_;
 
+  struct Events {
+    std::vector<Event>& buffer;
+    size_t start;
+    bool done = false;
+    explicit Events(std::vector<Event>& buffer) : buffer(buffer), start(buffer.size()) {}
+    ~Events() {
+      if (!done && buffer.size() > start) buffer.resize(start);
+    }
+  };
+
   void event(const char* action, uint64_t ptr, uint64_t size, int64_t stream, int64_t device_free = -1) {
     if (!on_event.is_none()) events_.push_back({action, ptr, size, stream, device_free});
   }
 
-  void flush_events() {
-    if (events_.empty()) return;
-    std::vector<Event> events;
-    events.swap(events_);
+  void flush_events(Events& mine) {
+    mine.done = true;
+    if (events_.size() <= mine.start) return;
+    std::vector<Event> events(events_.begin() + static_cast<std::ptrdiff_t>(mine.start), events_.end());
+    events_.resize(mine.start);
     for (const Event& e : events) {
       py::dict extra;
       if (e.device_free >= 0) extra["device_free"] = e.device_free;

@@ -3,7 +3,8 @@
 It decides, for every tensor allocation and free, which cached block is reused, when a block is split, when a
 new segment is "cudaMalloc'ed", and what is released before an out-of-memory error, by the same rules as the
 real allocator, so memory_allocated / memory_reserved / memory_stats() report what a real board would.
-Pure Python: no torch needed; the fakecuda mode feeds it storage sizes.
+Pure Python: no torch needed; the fakecuda mode feeds it storage sizes. allocator.cpp runs the same rules in C++
+under fakecuda's C++ hook (allocator_cxx.py); this module is the reference both are tested against.
 
 The rules, in PyTorch's words and constants:
 - sizes round up to 512 bytes (or to power-of-two divisions when roundup_power2_divisions asks);

@@ -193,3 +193,26 @@ def test_event_callbacks_run_once_the_operation_is_done(cxx_class):
                     ("segment_free", 1)]
     assert [[b[3] for b in segment] for segment in cxx.segment_table()] == [["active_allocated", "inactive"]]
     cxx.free(kept[0])
+
+
+def test_an_operation_entered_through_others_keeps_both_operations_events(cxx_class):
+    """others() is Python as well (the shared state's reader): another thread may allocate while it runs. Each
+    operation hands over its own events; none is lost."""
+    cxx = cxx_class(0, 10 * GiB)
+    handle = cxx.malloc(1000)
+    cxx.record_stream(handle, 7)
+    cxx.free(handle)  # awaits stream 7: completed at the next malloc
+    seen: list[tuple[str, int]] = []
+    cxx.on_event = lambda action, address, size, stream, extra: seen.append((action, size))
+    inner: list[int] = []
+
+    def others():
+        if not inner:
+            inner.append(cxx.malloc(100))  # as another thread would, in the middle of the outer malloc
+        return []
+
+    cxx.others = others
+    outer = cxx.malloc(30 * MiB)  # drains the pending free, then needs a segment: asks others()
+    assert seen == [("alloc", 100), ("free_completed", 1000), ("segment_alloc", 30 * MiB), ("alloc", 30 * MiB)]
+    cxx.free(outer)
+    cxx.free(inner[0])
