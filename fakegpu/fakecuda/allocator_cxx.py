@@ -3,7 +3,7 @@
 fakecuda takes a block from the model for every storage an op creates and returns it when the storage dies; in
 Python that bookkeeping was most of the charging rules' cost per op (bench/bench_fakecuda.py). The C++ model makes
 the same decisions (tests/fakecuda/test_allocator_cxx.py replays random workloads through both and compares every
-address, statistic, segment and event); it is used wherever the C++ charging hook is (dispatch.charging), so
+address, statistic, segment and event); activate() puts it in wherever the C++ charging hook is used, so
 FAKEGPU_FAKECUDA_HOOK=python runs the Python model, the reference.
 
 A block handle here is the block's device address (an int); statistics are read through a view that builds
