@@ -125,7 +125,7 @@ class AddressSpace {
 class Allocator {
  public:
   Allocator(int device, int64_t device_total, uint64_t max_split_size, uint64_t max_non_split_rounding_size,
-            std::vector<int64_t> divisions, int64_t non_pytorch_bytes)
+            std::vector<uint64_t> divisions, int64_t non_pytorch_bytes)
       : device(device), device_total(device_total), non_pytorch_bytes(non_pytorch_bytes),
         max_split_size(max_split_size), max_non_split_rounding_size(max_non_split_rounding_size),
         divisions_(std::move(divisions)),
@@ -287,7 +287,7 @@ class Allocator {
   Pool small_, large_;
   std::unordered_map<uint64_t, Block*> active_;  // allocated blocks by address
   std::vector<Block*> pending_;
-  std::vector<int64_t> divisions_;
+  std::vector<uint64_t> divisions_;
   AddressSpace addresses_;
 
   static std::string hex(uint64_t v) {
@@ -358,8 +358,9 @@ class Allocator {
     if (size < kMinBlockSize) return kMinBlockSize;
     int interval = 63 - __builtin_clzll(size) - 20;
     interval = std::clamp(interval, 0, static_cast<int>(divisions_.size()) - 1);
-    uint64_t divisions = static_cast<uint64_t>(divisions_[interval]);
-    if (divisions > 1 && size > kMinBlockSize * divisions) return roundup_power2_next_division(size, divisions);
+    uint64_t divisions = divisions_[interval];
+    // size > 512 * divisions, without the product (a huge division count would overflow it)
+    if (divisions > 1 && (size - 1) / kMinBlockSize >= divisions) return roundup_power2_next_division(size, divisions);
     return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
   }
 
@@ -543,7 +544,7 @@ class Allocator {
 
 void register_allocator(py::module_& m) {
   py::class_<Allocator>(m, "Allocator", py::dynamic_attr())
-      .def(py::init<int, int64_t, uint64_t, uint64_t, std::vector<int64_t>, int64_t>(), py::arg("device"),
+      .def(py::init<int, int64_t, uint64_t, uint64_t, std::vector<uint64_t>, int64_t>(), py::arg("device"),
            py::arg("device_total"), py::arg("max_split_size"), py::arg("max_non_split_rounding_size"),
            py::arg("divisions"), py::arg("non_pytorch_bytes"))
       // the block's address; out of memory calls self._out_of_memory(alloc_size, orig_size), which raises

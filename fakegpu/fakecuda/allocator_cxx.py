@@ -64,8 +64,11 @@ def allocator_class(ext: ModuleType) -> type:
         def __init__(self, device: int, device_total: int, config: AllocatorConfig | None = None,
                      non_pytorch_bytes: int = 0) -> None:
             config = config or AllocatorConfig()
+            # a division count past 2**63 (any power of two the config accepts) acts as 2**63 does: no size reaches
+            # 512 times it, so it never rounds; C++ takes 64-bit counts
+            divisions = [min(d, 1 << 63) for d in config.roundup_power2_divisions]
             super().__init__(device, device_total, config.max_split_size, config.max_non_split_rounding_size,
-                             list(config.roundup_power2_divisions), non_pytorch_bytes)
+                             divisions, non_pytorch_bytes)
             self.config = config
             self.others = tuple
             self.stats = StatsView(self)

@@ -194,7 +194,8 @@ class Runtime:
         if faults is not None and not faults.quiet() and faults.lost(self.devices[index].board):
             raise ModelGPULost(index)
 
-    def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block:
+    def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block | int:
+        """A block handle from the device's model: a Block (allocator.py) or its address (the C++ model)."""
         if stream is None:
             stream = self.current_stream[index] if self.current_stream else 0
         dev = self.devices[index]
@@ -223,7 +224,7 @@ class Runtime:
         for dev in self.devices:
             dev.allocator = make(dev.allocator)
 
-    def free(self, index: int, block: Block) -> None:
+    def free(self, index: int, block: Block | int) -> None:
         self.devices[index].allocator.free(block)
 
     def mem_get_info(self, index: int) -> tuple[int, int]:

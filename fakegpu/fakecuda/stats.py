@@ -79,11 +79,12 @@ class DeviceStats:
         as (current, peak, allocated, freed), the two oversize stats, then the five counters."""
         stats = cls(max_split_size)
         core, oversize_allocations, oversize_segments, *counters = table
-        for name, row in zip(CORE_STATS, core, strict=True):
-            for pool, values in zip(POOL_TYPES, row, strict=True):
-                stats.core[name][pool] = Stat(*values)
-        stats.oversize_allocations = Stat(*oversize_allocations)
-        stats.oversize_segments = Stat(*oversize_segments)
+        # filled in place: the per-pool pairs made in __init__ keep pointing at these Stats
+        targets = [stats.core[name][pool] for name in CORE_STATS for pool in POOL_TYPES]
+        targets += [stats.oversize_allocations, stats.oversize_segments]
+        values = [v for row in core for v in row] + [oversize_allocations, oversize_segments]
+        for stat, (current, peak, allocated, freed) in zip(targets, values, strict=True):
+            stat.current, stat.peak, stat.allocated, stat.freed = current, peak, allocated, freed
         (stats.num_alloc_retries, stats.num_ooms, stats.num_sync_all_streams, stats.num_device_alloc,
          stats.num_device_free) = counters
         return stats

@@ -68,6 +68,8 @@ CONFIGS = [
     (80 * GiB, "max_split_size_mb:40,max_non_split_rounding_mb:24"),
     (80 * GiB, "roundup_power2_divisions:4"),
     (80 * GiB, "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]"),
+    # division counts whose 512-fold overflows 64 bits, and one past 64 bits: never round, as in Python
+    (80 * GiB, "roundup_power2_divisions:[1:36028797018963968,256:36893488147419103232,>:4]"),
     (2 * GiB, ""),  # runs out: OOMs, frees of cached blocks before them, retries
     (2 * GiB, "max_split_size_mb:64"),  # releases oversize cached blocks first
     (16 * GiB, "per_process_memory_fraction:0.1"),
