@@ -13,9 +13,10 @@ Target (issue 22): fake/cpu <= 1.05 on the transformer and the conv net. On a ma
 --threads 1 --clock cpu: the process's CPU time, which others' load moves far less than wall time. Measured
 figures, and why the MLP stays several times slower: fakegpu/fakecuda/README.md, "Cost per op".
 The charging hook and the allocator model are the C++ ones where built (FAKEGPU_FAKECUDA_HOOK picks); --both-hooks
-times the Python path too, --python-allocator the C++ hook with the Python model, both on a second fake device.
+times the Python path too, --python-allocator the C++ hook with the Python model, both on a second fake device;
+--no-fast-path the C++ hook and model with every op through the Python rules.
 Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu]
-     [--both-hooks] [--python-allocator] [--json]
+     [--both-hooks] [--python-allocator] [--no-fast-path] [--json]
 """
 
 from __future__ import annotations
@@ -140,10 +141,22 @@ def python_hook() -> Iterator[None]:
         hook.__enter__()
 
 
-# Side-by-side variants, on cuda:1, whose allocator model is put back to the Python one (main): the C++ hook with
-# the Python model, and the whole Python path (hook and model, what FAKEGPU_FAKECUDA_HOOK=python runs).
+@contextlib.contextmanager
+def no_fast_path() -> Iterator[None]:
+    """The C++ hook and model with every op through the Python rules (charge_fast.cpp's fast path off)."""
+    was = fc._active["charges"].set_fast(False)
+    try:
+        yield
+    finally:
+        fc._active["charges"].set_fast(was)
+
+
+# Side-by-side variants: on cuda:1, whose allocator model is put back to the Python one (main), the C++ hook with
+# the Python model and the whole Python path (hook and model, what FAKEGPU_FAKECUDA_HOOK=python runs); on cuda:0,
+# the C++ path without its fast path (a model of its own).
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
-    "python_allocator": contextlib.nullcontext, "python": python_hook}
+    "python_allocator": contextlib.nullcontext, "python": python_hook, "no_fast_path": no_fast_path}
+VARIANT_DEVICE = {"python_allocator": "cuda:1", "python": "cuda:1", "no_fast_path": "cuda:0"}
 
 
 def measure(workload: str, steps: int, variants: list[str]) -> dict:
@@ -151,7 +164,7 @@ def measure(workload: str, steps: int, variants: list[str]) -> dict:
         cpu = make(workload, "cpu")
     ops = ops_per_step(cpu)
     fake = make(workload, "cuda:0")
-    other = make(workload, "cuda:1") if variants else None
+    models = {v: make(workload, VARIANT_DEVICE[v]) for v in variants}
     times: dict[str, list[float]] = {"cpu": [], "fake": [], **{v: [] for v in variants}}
     for i in range(steps + 2):  # the first two rounds warm both up
         with plain():
@@ -160,7 +173,7 @@ def measure(workload: str, steps: int, variants: list[str]) -> dict:
         more = {}
         for v in variants:
             with VARIANTS[v]():
-                more[v] = step(*other)
+                more[v] = step(*models[v])
         if i >= 2:
             times["cpu"].append(c)
             times["fake"].append(f)
@@ -200,6 +213,9 @@ def main() -> None:
     parser.add_argument("--python-allocator", action="store_true",
                         help="also time each fake step with the C++ hook and the Python allocator model, in the "
                              "same rounds: the C++ model's share")
+    parser.add_argument("--no-fast-path", action="store_true",
+                        help="also time each fake step with the C++ hook and model but every op through the Python "
+                             "rules, in the same rounds: the fast path's share (charge_fast.cpp)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     global clock
@@ -209,12 +225,13 @@ def main() -> None:
     # The CPU side runs under plain(): no fakecuda mode on either stack.
     fc.activate("a100:2")
     hook = "cxx" if isinstance(fc._active["charges"], ChargeHook) else "python"  # (FAKEGPU_FAKECUDA_HOOK's choice)
-    variants = [v for v, on in (("python_allocator", args.python_allocator), ("python", args.both_hooks)) if on]
+    variants = [v for v, on in (("python_allocator", args.python_allocator), ("python", args.both_hooks),
+                                ("no_fast_path", args.no_fast_path)) if on]
     try:
         if variants and hook != "cxx":
-            parser.error("--both-hooks and --python-allocator compare with the C++ path, which is not in use "
-                         "(build it: python -m fakegpu.fakecuda.extension; FAKEGPU_FAKECUDA_HOOK not 'python')")
-        if variants:
+            parser.error("--both-hooks, --python-allocator and --no-fast-path compare with the C++ path, which is not "
+                         "in use (build it: python -m fakegpu.fakecuda.extension; FAKEGPU_FAKECUDA_HOOK not 'python')")
+        if {"python", "python_allocator"} & set(variants):
             python_model_on(1)
         results = [measure(w, args.steps, variants) for w in args.workload or list(WORKLOADS)]
     finally:
@@ -237,6 +254,9 @@ def main() -> None:
         if "python_ratio" in r:
             print(f"{'':>11}       Python hook and allocator model: {r['python_median_ms']:8.3f} ms, "
                   f"ratio {r['python_ratio']:.3f}")
+        if "no_fast_path_ratio" in r:
+            print(f"{'':>11}       C++ hook and model, no fast path: {r['no_fast_path_median_ms']:8.3f} ms, "
+                  f"ratio {r['no_fast_path_ratio']:.3f}")
 
 
 if __name__ == "__main__":

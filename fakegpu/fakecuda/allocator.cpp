@@ -578,3 +578,23 @@ void register_allocator(py::module_& m) {
       .def_readwrite("others", &Allocator::others)
       .def_readwrite("on_event", &Allocator::on_event);
 }
+
+// The model as the charging hook's C++ fast path (charge_fast.cpp) calls it, without Python in between.
+void* cxx_allocator(py::handle obj) {
+  if (!py::isinstance<Allocator>(obj)) return nullptr;
+  return &obj.cast<Allocator&>();
+}
+
+bool cxx_malloc(void* allocator, int64_t size, int64_t stream, uint64_t* ptr, uint64_t* alloc_size) {
+  std::optional<uint64_t> got = static_cast<Allocator*>(allocator)->malloc(size, stream, *alloc_size);
+  if (got) *ptr = *got;
+  return got.has_value();
+}
+
+void cxx_free(void* allocator, uint64_t ptr) { static_cast<Allocator*>(allocator)->free(ptr); }
+
+// (reserved bytes, cudaMalloc count): what Runtime.malloc compares before and after
+std::pair<int64_t, int64_t> cxx_usage(void* allocator) {
+  auto* a = static_cast<Allocator*>(allocator);
+  return {a->total_allocated_memory, a->num_device_alloc};
+}

@@ -25,6 +25,9 @@
 #include <atomic>
 #include <utility>
 
+bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
+                 const c10::IValue* outputs, size_t n_outputs, int64_t started);  // charge_fast.cpp
+
 namespace {
 
 // ChargeRules.hook_after(func, args, kwargs, out, started_ns) and .hook_factory(func, args, kwargs, started_ns);
@@ -219,8 +222,12 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   if (!after) {
     return;
   }
+  const size_t n_returns = schema.returns().size();
+  if (charge_fast(op, arguments, stack->data() + stack->size() - n_returns, n_returns, started)) {
+    return;
+  }
   auto [args, kwargs] = to_python_call(schema, arguments.data());
-  py::object out = outputs_to_python(schema, stack->data() + stack->size() - schema.returns().size());
+  py::object out = outputs_to_python(schema, stack->data() + stack->size() - n_returns);
   after(torch::detail::getTorchApiFunction(op), args, kwargs, out, started);
 }
 
@@ -252,9 +259,11 @@ bool set_excluded(bool off) {
 TORCH_LIBRARY_IMPL(_, Fake, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>()); }
 
 void register_allocator(pybind11::module_& m);  // allocator.cpp
+void register_fast(pybind11::module_& m);       // charge_fast.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_allocator(m);
+  register_fast(m);
   m.def("install", &install, "Route every op's bookkeeping to after(func, args, kwargs, out, started_ns) and "
                              "CUDA creation ops to factory(func, args, kwargs, started_ns) -> out.");
   m.def("uninstall", &uninstall);

@@ -27,6 +27,7 @@ charged as before, by FakeCudaMode.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import difflib
 import functools
@@ -41,8 +42,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fakegpu.fakecuda import copies, fidelity, reduce
 from fakegpu.fakecuda.backward import accumulated_in_place, in_backward
-from fakegpu.fakecuda.errors import ModelGPULost
-from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, gpu_lost_error
+from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
+from fakegpu.fakecuda.tensor import FAKE_TYPES, FakeCudaParameter, FakeCudaTensor, StorageTracker, gpu_lost_error
 
 aten = torch.ops.aten
 _local = threading.local()
@@ -77,6 +78,7 @@ _now_ns = time.monotonic_ns
 _STRIDED = torch.strided
 _no_torch_function = torch._C.DisableTorchFunction
 _hook_ext: Any = None  # the C++ extension while a ChargeHook is installed
+_FOREVER_NS = (1 << 63) - 1
 
 
 def _write_spots(func) -> tuple[tuple[int, str], ...]:
@@ -174,6 +176,50 @@ class ChargeRules:
             return self.factory(func, args, kwargs, kwargs["device"], started)
         except ModelGPULost as lost:
             raise gpu_lost_error(lost) from None
+
+    # -- the C++ hook's fast path (charge_fast.cpp): the common op's charge in C++, these answer what it cannot know
+
+    def fast_kind(self, func) -> int:
+        """0 when `func` needs these rules (a rule of its own, outputs in another order), else 1 (memory work) or
+        2 (tensor-core work): after() then only marks the device busy and charges the fresh outputs."""
+        plan = _PLANS.get(id(func)) or _plan(func)
+        if plan.special or plan.order is not None:
+            return 0
+        return 2 if plan.compute else 1
+
+    def fast_window(self, index: int) -> tuple[int, int]:
+        """(until when, CLOCK_MONOTONIC ns, the fast path may charge the device's ops without asking; its board).
+        Runtime.ran and malloc owe nothing beyond busy time and the block while the device is initialized and
+        launched and no fault board can speak (its quiet() answers without looking until it looks again)."""
+        runtime = self.runtime
+        dev = runtime.devices[index]
+        if not dev.initialized or "first_launch" not in dev.context_parts:
+            return 0, dev.board
+        faults = runtime.faults
+        if faults is None:
+            return _FOREVER_NS, dev.board
+        return (faults.quiet_until_ns() if faults.quiet() else 0), dev.board
+
+    def fast_allocated(self, index: int, reserved: int, segments: int, oom: tuple[int, int] | None) -> None:
+        """The fast path's malloc took a segment, released cached ones, or ran out (oom: the cudaMalloc size and
+        the request): what Runtime.malloc and tensor.malloc do then; raises torch's OOM."""
+        runtime = self.runtime
+        try:
+            if oom is not None:
+                try:
+                    runtime.devices[index].allocator._out_of_memory(*oom)
+                except ModelOutOfMemory as error:
+                    runtime.ooms.append(error)
+                    raise torch.cuda.OutOfMemoryError(error.message) from None
+        finally:
+            runtime.allocated(index, reserved, segments)
+
+    def fast_busy(self, records: list[tuple[int, bool, int, int]]) -> None:
+        """Busy time the fast path kept: (board, compute, started, ended) per op, in order."""
+        on_busy = self.runtime.on_busy
+        if on_busy is not None:
+            for board, compute, started, ended in records:
+                on_busy(board, compute, started, ended)
 
     # -- the rules
 
@@ -394,11 +440,12 @@ class ChargeHook:
 
     _installed: ChargeHook | None = None
 
-    def __init__(self, tracker: StorageTracker) -> None:
+    def __init__(self, tracker: StorageTracker, fast: bool = True) -> None:
         from fakegpu.fakecuda import extension
 
         self.rules = ChargeRules(tracker)
         self.ext = extension.load()
+        self.fast = fast  # the common op charged in C++ (charge_fast.cpp); off: every op through the Python rules
         self._was_enabled = False
 
     def __enter__(self) -> ChargeHook:
@@ -406,6 +453,8 @@ class ChargeHook:
             raise RuntimeError("fakecuda's C++ charging hook is already installed")
         global _hook_ext
         self.ext.install(self.rules.hook_after, self.rules.hook_factory)
+        if self.fast:
+            self._install_fast()
         ChargeHook._installed = self
         _hook_ext = self.ext
         self._was_enabled = self.ext.enabled()
@@ -415,9 +464,34 @@ class ChargeHook:
     def __exit__(self, *exc: object) -> None:
         global _hook_ext
         self.ext.set_enabled(self._was_enabled)
+        self._uninstall_fast()
         self.ext.uninstall()
         ChargeHook._installed = None
         _hook_ext = None
+
+    def set_fast(self, on: bool) -> bool:
+        """The fast path on or off while installed (a bench's or a test's comparison); the previous setting."""
+        was, self.fast = self.fast, on
+        if ChargeHook._installed is self and on != was:
+            if on:
+                self._install_fast()
+            else:
+                self._uninstall_fast()
+        return was
+
+    def _install_fast(self) -> None:
+        runtime = self.rules.runtime
+        self.ext.fast_install(self.rules, self.rules.live, runtime.devices, runtime.current_stream,
+                              (FakeCudaTensor, FakeCudaParameter))
+        runtime.busy_backlog = self.ext.fast_drain
+        # a program that ends without deactivating: its last busy time reaches the state file before the publisher
+        # closes it (registered after the publisher's close, so run before it)
+        atexit.register(self.ext.fast_drain)
+
+    def _uninstall_fast(self) -> None:
+        atexit.unregister(self.ext.fast_drain)
+        self.ext.fast_uninstall()  # (its busy time handed over first)
+        self.rules.runtime.busy_backlog = None
 
 
 HOOKS = ("auto", "cxx", "python")

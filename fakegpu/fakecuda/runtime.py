@@ -60,9 +60,13 @@ class Runtime:
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
     workspaces: Workspaces | None = None  # cuBLAS workspaces; set up by the torch layer (it raises torch's OOM)
     on_usage: Callable[[], None] | None = None  # called when a segment or a context comes or goes (state.py)
-    # called with the board an op ran on, whether it was compute work, and when it began (state.py: utilization)
-    on_busy: Callable[[int, bool, int | None], None] | None = None
+    # called with the board an op ran on, whether it was compute work, when it began, and when it ended where that
+    # was not just now (state.py: utilization)
+    on_busy: Callable[..., None] | None = None
     on_sync: Callable[[], None] | None = None  # a sync point: busy time reported so far is written out (state.py)
+    # busy time kept elsewhere (the C++ hook's fast path, charge_fast.cpp), handed to on_busy when called: before
+    # busy time reported here and at sync points, so on_busy sees it in order
+    busy_backlog: Callable[[], None] | None = None
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
@@ -181,10 +185,14 @@ class Runtime:
         elif "first_launch" not in dev.context_parts:
             self.loaded(index, "first_launch")
         if self.on_busy is not None:
+            if self.busy_backlog is not None:
+                self.busy_backlog()
             self.on_busy(dev.board, compute, started_ns)
 
     def synced(self) -> None:
         """The host waited for the devices (torch.cuda.synchronize): what they were busy with is published now."""
+        if self.busy_backlog is not None:
+            self.busy_backlog()
         if self.on_sync is not None:
             self.on_sync()
 
@@ -212,12 +220,18 @@ class Runtime:
             self.ooms.append(oom)
             raise
         finally:
-            # segments change on new cudaMalloc and on the free-and-retry before an OOM, never on a cache hit
-            if alloc.total_allocated_memory != reserved and self.on_usage is not None:
-                self.on_usage()
-            if self.faults is not None:  # a plan's "after N allocations" counts cudaMallocs, as native mode does
-                for _ in range(alloc.num_device_alloc - segments):
-                    self.faults.allocated(self.devices[index].board)
+            self.allocated(index, reserved, segments)
+
+    def allocated(self, index: int, reserved: int, segments: int) -> None:
+        """After a malloc on the device's model that held `reserved` bytes in `segments` cudaMallocs before: usage
+        listeners hear of a change in reserved memory, the fault board of each new cudaMalloc. (Segments change on
+        a new cudaMalloc and on the free-and-retry before an OOM, never on a cache hit.)"""
+        alloc = self.devices[index].allocator
+        if alloc.total_allocated_memory != reserved and self.on_usage is not None:
+            self.on_usage()
+        if self.faults is not None:  # a plan's "after N allocations" counts cudaMallocs, as native mode does
+            for _ in range(alloc.num_device_alloc - segments):
+                self.faults.allocated(self.devices[index].board)
 
     def replace_allocators(self, make: Callable[[DeviceAllocator], Any]) -> None:
         """Each device's allocator model swapped for make(old), before any block is taken (the C++ model)."""

@@ -313,6 +313,13 @@ class Watch:
                 return True
         return not _COUNT.unpack_from(m, OFF_COUNT)[0]
 
+    def quiet_until_ns(self) -> int:
+        """Until when (CLOCK_MONOTONIC ns) quiet() answers True without looking at anything: while no board is
+        mapped, until it looks for one again. 0 where it must be asked (a board is mapped, or it never looked)."""
+        if self._map is not None or self._looked < 0:
+            return 0
+        return int((self._looked + self.RETRY_S) * 1e9)
+
     def lost(self, device: int) -> bool:
         """The GPU (its table index) fell off the bus by now."""
         m = self._board()

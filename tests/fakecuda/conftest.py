@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -17,3 +20,31 @@ def fakecuda():
     fc.deactivate()
     # torch's own functions are back (ours are bound methods of FakeCudaApi)
     assert torch.cuda.is_available.__module__ == "torch.cuda" and not fc.is_active()
+
+
+@pytest.fixture
+def requested():
+    """`with requested() as sizes:` the bytes of each block the active runtime's allocator models hand out meanwhile,
+    in order: their "alloc" events, whoever asks (the Python rules, or the C++ hook's fast path, which calls the
+    model without passing through Runtime.malloc)."""
+    from fakegpu.fakecuda import _active
+
+    @contextlib.contextmanager
+    def record() -> Iterator[list[int]]:
+        sizes: list[int] = []
+        models = [device.allocator for device in _active["runtime"].devices]
+        previous = [model.on_event for model in models]
+
+        def on_event(action: str, address: int, size: int, stream: int, extra: dict) -> None:
+            if action == "alloc":
+                sizes.append(size)
+
+        for model in models:
+            model.on_event = on_event
+        try:
+            yield sizes
+        finally:
+            for model, old in zip(models, previous, strict=True):
+                model.on_event = old
+
+    return record

@@ -155,23 +155,13 @@ def test_accelerator_queries_say_cuda(fakecuda):
     assert isinstance(torch.accelerator.current_stream(), torch.Stream)
 
 
-def _weight_sized_allocations(fakecuda, monkeypatch, run) -> list[int]:
-    from fakegpu.fakecuda import _active
-
-    rt = _active["runtime"]
-    sizes: list[int] = []
-    malloc = rt.malloc
-
-    def recording(index, nbytes, stream=None):
-        sizes.append(nbytes)
-        return malloc(index, nbytes, stream)
-
-    monkeypatch.setattr(rt, "malloc", recording)
-    run()
+def _weight_sized_allocations(requested, run) -> list[int]:
+    with requested() as sizes:
+        run()
     return sizes
 
 
-def test_engine_adds_into_the_held_gradient_only(fakecuda, monkeypatch):
+def test_engine_adds_into_the_held_gradient_only(fakecuda, requested):
     # InputBuffer::accumulate adds in place into the gradient it already holds (the first to arrive) when it
     # holds the only reference, never into the arriving one. A real H200 (torch 2.11, GPT-2's tied embedding and
     # LM head) shows it: the head's gradient arrives first as a transposed view, so the embedding's is added to it
@@ -185,7 +175,7 @@ def test_engine_adds_into_the_held_gradient_only(fakecuda, monkeypatch):
         hidden = nn.functional.embedding(tokens, weight)
         nn.functional.linear(hidden, weight).sum().backward()
 
-    assert _weight_sized_allocations(fakecuda, monkeypatch, tied).count(nbytes) == 3
+    assert _weight_sized_allocations(requested, tied).count(nbytes) == 3
     weight.grad = None
     x = torch.randn(2048, 256, device="cuda", requires_grad=True)
 
@@ -194,4 +184,4 @@ def test_engine_adds_into_the_held_gradient_only(fakecuda, monkeypatch):
     def two_branches():  # the first gradient qualifies: summed in place, no third tensor
         loss.backward()
 
-    assert _weight_sized_allocations(fakecuda, monkeypatch, two_branches).count(2048 * 256 * 4) == 2
+    assert _weight_sized_allocations(requested, two_branches).count(2048 * 256 * 4) == 2

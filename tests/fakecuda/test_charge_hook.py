@@ -37,11 +37,24 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _workloads(hook: str) -> dict:
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "charge_workloads.py")], capture_output=True, text=True,
-                          timeout=600, env=_env(FAKEGPU_FAKECUDA_HOOK=hook))
+def _workloads(hook: str, *options: str) -> dict:
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "charge_workloads.py"), *options], capture_output=True,
+                          text=True, timeout=600, env=_env(FAKEGPU_FAKECUDA_HOOK=hook))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+def _same_events(got: dict, wanted: dict) -> None:
+    assert got["workloads"].keys() == wanted["workloads"].keys()
+    for name, expected in wanted["workloads"].items():
+        got_one = got["workloads"][name]
+        assert len(expected["events"]) > 10, name  # the workload reached the allocator at all
+        events, want = got_one["events"], expected["events"]
+        first = next((i for i, (e, w) in enumerate(zip(events, want, strict=False)) if e != w),
+                     min(len(events), len(want)))
+        assert events == want, (f"{name}: event {first} of {len(want)} differs: got {events[first:first + 3]}, "
+                                f"expected {want[first:first + 3]}")
+        assert got_one["stats"] == expected["stats"], name
 
 
 def test_the_allocator_sees_the_same_events_under_either_hook(extension):
@@ -49,16 +62,16 @@ def test_the_allocator_sees_the_same_events_under_either_hook(extension):
     assert (cxx["hook"], python["hook"]) == ("ChargeHook", "ChargeMode")
     # and the allocator model with each: C++ with the C++ hook, so both are compared here on real workloads
     assert (cxx["allocator"], python["allocator"]) == ("CxxDeviceAllocator", "DeviceAllocator")
-    assert cxx["workloads"].keys() == python["workloads"].keys()
-    for name, expected in python["workloads"].items():
-        got = cxx["workloads"][name]
-        assert len(expected["events"]) > 10, name  # the workload reached the allocator at all
-        events, want = got["events"], expected["events"]
-        first = next((i for i, (e, w) in enumerate(zip(events, want, strict=False)) if e != w),
-                     min(len(events), len(want)))
-        assert events == want, (f"{name}: event {first} of {len(want)} differs: C++ {events[first:first + 3]}, "
-                                f"Python {want[first:first + 3]}")
-        assert got["stats"] == expected["stats"], name
+    assert cxx["fast_ops"] > 300 and python["fast_ops"] is None  # the C++ side's common ops charged in C++
+    _same_events(cxx, python)
+
+
+def test_the_fast_path_charges_what_the_python_rules_charge(extension):
+    """charge_fast.cpp against the same C++ hook with every op through ChargeRules.after: same model, so the
+    addresses must agree too."""
+    fast, rules = _workloads("cxx"), _workloads("cxx", "--no-fast-path")
+    assert fast["fast_ops"] > 300 and rules["fast_ops"] is None
+    _same_events(fast, rules)
 
 
 def test_the_cxx_hook_is_the_default_where_built_and_python_on_request(extension, fakecuda, monkeypatch):
@@ -176,3 +189,50 @@ def test_a_built_file_that_does_not_load_is_reported_and_auto_takes_the_python_h
     refused, hook = proc.stdout.strip().splitlines()
     assert refused.startswith("refused: cannot load") and "--force" in refused
     assert hook == "ChargeMode"
+
+
+def test_busy_time_kept_by_the_fast_path_reaches_the_telemetry_in_order(extension, fakecuda):
+    """charge_fast.cpp keeps each op's busy time and hands it over in batches: before busy time that Python reports
+    itself (a matrix product's rules), and at a sync point. Every op's, in the order the ops ran."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    runtime = fakecuda("a100")
+    x = torch.randn(64, 64, device="cuda")  # the first launch
+    time.sleep(0.15)  # past any "not yet" the fast path heard before it (it asks again 100 ms later)
+    seen: list[tuple[int, str]] = []
+    runtime.on_busy = lambda board, compute, started, ended=None: seen.append((started, "mm" if compute else "exp"))
+    before = extension.fast_handled()
+    for _ in range(5):
+        x.exp().sin()  # two ops charged in C++
+        x @ x  # the GEMM rules, in Python: what the fast path kept goes first
+    assert [kind for _, kind in seen] == ["exp", "exp", "mm"] * 5
+    x.exp()
+    assert extension.fast_handled() - before == 11 and len(seen) == 15  # kept, for now
+    torch.cuda.synchronize()
+    assert [kind for _, kind in seen] == ["exp", "exp", "mm"] * 5 + ["exp"]
+    assert [started for started, _ in seen] == sorted(started for started, _ in seen)
+
+
+def test_the_fast_path_hands_a_device_back_once_a_fault_board_appears(extension, fakecuda, tmp_path):
+    """The fast path runs only while the run's fault board cannot speak: it asks again when faults/board.py would look
+    for a board again (RETRY_S), and from then the Python rules raise for a GPU that fell off the bus."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    from fakegpu.faults import board
+    from fakegpu.faults.plan import parse_flag, records
+
+    runtime = fakecuda("a100")
+    runtime.faults = board.Watch(str(tmp_path))
+    x = torch.randn(64, 64, device="cuda")
+    time.sleep(0.15)
+    before = extension.fast_handled()
+    x.exp()
+    assert extension.fast_handled() == before + 1
+    board.append(str(tmp_path), records([parse_flag("xid=79,device=0")], ["GPU-4d848940-5f8d-7a56-4be6-e569ff6f9f01"],
+                                        time.time_ns()))
+    time.sleep(board.Watch.RETRY_S + 0.05)
+    with pytest.raises(getattr(torch, "AcceleratorError", RuntimeError), match="unknown error"):
+        x.exp()
+    assert extension.fast_handled() == before + 1

@@ -185,28 +185,22 @@ def test_attention_backend_follows_cuda_rules(fakecuda):
         assert pick(0, torch.bfloat16) == "math"
 
 
-def test_efficient_attention_backward_copies_the_output_gradient_only_when_needed(fakecuda, monkeypatch):
+def test_efficient_attention_backward_copies_the_output_gradient_only_when_needed(fakecuda, requested):
     # the kernel reads the output's gradient as a contiguous (B, L, H, D) tensor: another layout (a (B, H, L, D)
     # one; the H200's sdpa_causal_fp32, whose gradient is a sum's expanded one) is copied, one that already is
     # (GPT-2's, its heads merged by transpose + reshape before the projection) is not: the H200's GPT-2 backward
     # (torch 2.11) has one q-sized buffer fewer
     torch = pytest.importorskip("torch")
-    from fakegpu.fakecuda import _active
 
     fakecuda("a100")
-    rt = _active["runtime"]
     b, h, n, d = 4, 4, 128, 64
     size = b * h * n * d * 4
 
     def q_sized_in_backward(weights) -> int:
         q, k, v = (torch.randn(b, h, n, d, device="cuda", requires_grad=True) for _ in range(3))
         loss = (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * weights).sum()
-        sizes: list[int] = []
-        malloc = rt.malloc
-        monkeypatch.setattr(rt, "malloc", lambda i, nbytes, stream=None: sizes.append(nbytes) or malloc(i, nbytes,
-                                                                                                          stream))
-        loss.backward()  # the product's gradient (q-sized, in the weights' layout), then the kernel's buffers
-        monkeypatch.setattr(rt, "malloc", malloc)
+        with requested() as sizes:
+            loss.backward()  # the product's gradient (q-sized, in the weights' layout), then the kernel's buffers
         return sizes.count(size)
 
     # dq, dk, dv (written (B, L, H, D), so AccumulateGrad copies each into its leaf's layout: 3 more) and the

@@ -2,7 +2,7 @@
 
 Prints one JSON document: per workload, every allocation and free the allocator model saw (device, requested bytes,
 address), in order, and memory_stats() of each device after it. The hook is FAKEGPU_FAKECUDA_HOOK's, and with it
-the model: C++ under the C++ hook, Python under the Python one.
+the model: C++ under the C++ hook, Python under the Python one; --no-fast-path: the C++ hook without its fast path.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import fakegpu.fakecuda as fc
 
 runtime = fc.activate("a100:2")
 events: list[tuple] = []
+if "--no-fast-path" in sys.argv[1:]:  # the C++ hook with every op through the Python rules
+    fc._active["charges"].set_fast(False)
 
 
 def _listen(index: int):
@@ -86,8 +88,8 @@ def copies_and_factories() -> None:
 
 WORKLOADS = [transformer, convnet, mlp_amp, products_and_reductions, copies_and_factories]
 
-report = {"hook": type(fc._active["charges"]).__name__, "allocator": type(runtime.devices[0].allocator).__name__,
-          "workloads": {}}
+hook = fc._active["charges"]
+report = {"hook": type(hook).__name__, "allocator": type(runtime.devices[0].allocator).__name__, "workloads": {}}
 for workload in WORKLOADS:
     torch.manual_seed(0)
     events.clear()
@@ -96,4 +98,6 @@ for workload in WORKLOADS:
         "events": list(events),
         "stats": [torch.cuda.memory_stats(i) for i in range(torch.cuda.device_count())],
     }
+# how many ops the C++ fast path charged (charge_fast.cpp; None: not installed)
+report["fast_ops"] = hook.ext.fast_handled() if hasattr(hook, "ext") else None
 json.dump(report, sys.stdout)

@@ -1,0 +1,324 @@
+// The charging rules' common case in C++: an op whose fresh outputs are charged to its inputs' fake device, and
+// nothing around them (dispatch.py's ChargeRules.after for an op without a rule of its own).
+//
+// Why not Python: between two ops the CPU kernels stream megabytes through the caches, so the rules' Python
+// (a dozen calls, their dicts and frames) runs cold at every op: ~50 us an op on a transformer step where the
+// same code takes ~5 us in a loop. Here it is a few dictionary operations, the C++ allocator model's malloc, and
+// the weak reference that frees the block when the storage dies, with Python's own objects: tracker.live stays
+// the one map of charged storages, read and written by Python as before.
+//
+// The op's fake device is found as ChargeRules._device finds it (a badge, else tracker.live); an op on none is
+// left alone, as the rules leave it. Otherwise the fast path is taken only where the rules would do exactly this:
+// - the op is one ChargeRules.fast_kind() says has no rule of its own (asked once per op);
+// - the device's model is the C++ one, and ChargeRules.fast_window() says until when nothing else is owed at an
+//   op: the device is initialized and launched, and no fault board can speak before then (faults/board.py's
+//   quiet(), which looks for a board again only after RETRY_S).
+// Anything else goes to the Python rules, as before. Busy time (Runtime.ran's telemetry) is kept here and handed
+// to ChargeRules.fast_busy in batches, at the latest half a telemetry slot after the op and before any busy time
+// Python reports itself (Runtime.ran and synced() drain this first), so the order is kept.
+#include <torch/extension.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/Storage.h>
+#include <torch/csrc/PyInterpreter.h>
+
+#include <time.h>
+
+#include <array>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+// allocator.cpp
+void* cxx_allocator(py::handle obj);
+bool cxx_malloc(void* allocator, int64_t size, int64_t stream, uint64_t* ptr, uint64_t* alloc_size);
+void cxx_free(void* allocator, uint64_t ptr);
+std::pair<int64_t, int64_t> cxx_usage(void* allocator);
+
+namespace {
+
+constexpr int64_t kRetryNs = 100'000'000;             // after fast_window says "not now": ask again this much later
+constexpr size_t kBusyBatch = 64;                       // busy records handed to Python at once
+constexpr int64_t kBusyDelayNs = 1'000'000'000 / 128;   // half of shared_state.SLOT_NS: readers see it as soon
+
+int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+struct Slot {  // one fake device
+  py::object allocator_object;  // the device's model when last looked at (held: its address is compared)
+  void* allocator = nullptr;    // the same, when it is the C++ model
+  int64_t until_ns = 0;         // the fast path may run until then
+  int64_t retry_ns = 0;         // fast_window is not asked again before then
+  int64_t board = 0;
+};
+
+struct Fast {
+  py::object rules, live, devices, streams;  // ChargeRules, tracker.live, runtime.devices, runtime.current_stream
+  py::object fake_tensor, fake_parameter, plain_tensor, plain_parameter;  // the badged classes, torch's own
+  py::object index_name = py::str("_fc_index");
+  std::vector<Slot> slots;  // one per device, never resized: a Slot is referred to across calls into Python
+  // 0: Python's rules; 1: memory work; 2: tensor-core work. Keyed by schema: the dispatcher keeps an op's schema
+  // where it is for as long as the op is registered (ATen's, which alone have rules, for the process's life).
+  std::unordered_map<const c10::FunctionSchema*, int8_t> kinds;
+  std::vector<std::array<int64_t, 4>> busy;  // (board, compute, started, ended)
+  int64_t handled = 0;                       // ops charged here
+};
+
+// Changed and read under the GIL; held by each call for its length, as a call into Python can let another thread
+// uninstall it. Never destroyed: at exit the interpreter may be gone before static destructors run.
+std::shared_ptr<Fast>& fast = *new std::shared_ptr<Fast>();
+
+void drain_busy(Fast& state) {
+  if (state.busy.empty()) return;
+  py::list records;
+  for (const auto& r : state.busy) records.append(py::make_tuple(r[0], r[1] != 0, r[2], r[3]));
+  state.busy.clear();
+  state.rules.attr("fast_busy")(records);
+}
+
+int8_t kind_of(Fast& fast, const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* schema = &op.schema();
+  auto found = fast.kinds.find(schema);
+  if (found != fast.kinds.end()) return found->second;
+  const int8_t kind = fast.rules.attr("fast_kind")(torch::detail::getTorchApiFunction(op)).cast<int8_t>();
+  fast.kinds.emplace(schema, kind);
+  return kind;
+}
+
+// The storage's key in tracker.live: the StorageImpl's address, as UntypedStorage._cdata gives it.
+py::object key_of(const c10::StorageImpl* impl) {
+  return py::reinterpret_steal<py::object>(PyLong_FromVoidPtr(const_cast<c10::StorageImpl*>(impl)));
+}
+
+bool chargeable(const at::Tensor& t) {
+  return t.defined() && t.layout() == at::kStrided && t.is_cpu() && t.has_storage();
+}
+
+template <typename F>
+void each_tensor(const c10::IValue& value, F&& f) {
+  if (value.isTensor()) {
+    f(value.toTensor());
+  } else if (value.isTensorList()) {
+    for (const auto& t : value.toTensorList()) f(static_cast<at::Tensor>(t));
+  } else if (value.isList()) {  // Tensor?[]
+    for (const auto& item : value.toListRef())
+      if (item.isTensor()) f(item.toTensor());
+  }
+}
+
+// A tensor's fake device as ChargeRules._index_of finds it: a badge (a Python object of a fake type: its
+// _fc_index), else, for a strided CPU tensor whose Python object is a plain tensor or parameter (or that has
+// none yet, which Python would see as a plain tensor), the device tracker.live charges its storage to; -1 for none.
+int64_t index_of(Fast& fast, const at::Tensor& t) {
+  PyObject* object = t.unsafeGetTensorImpl()->pyobj_slot()->load_pyobj();
+  if (object != nullptr) {
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(object));
+    if (type == fast.fake_tensor.ptr() || type == fast.fake_parameter.ptr()) {
+      auto index = py::reinterpret_steal<py::object>(PyObject_GetAttr(object, fast.index_name.ptr()));
+      if (!index) throw py::error_already_set();
+      return PyLong_AsLongLong(index.ptr());
+    }
+    if (type != fast.plain_tensor.ptr() && type != fast.plain_parameter.ptr()) return -1;  // a subclass's own
+  }
+  if (t.layout() != at::kStrided || !t.is_cpu() || !t.has_storage()) return -1;
+  py::object key = key_of(t.storage().unsafeGetStorageImpl());
+  PyObject* entry = PyDict_GetItemWithError(fast.live.ptr(), key.ptr());
+  if (entry == nullptr) {
+    if (PyErr_Occurred()) throw py::error_already_set();
+    return -1;
+  }
+  return PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+}
+
+// The op's fake device as ChargeRules._device finds it: its first tensor argument's that has one (arguments in
+// the schema's order, which is Python's: positional ones, then keyword-only ones); -1 for none.
+int64_t device_of(Fast& fast, const std::vector<c10::IValue>& arguments) {
+  int64_t index = -1;
+  for (const auto& value : arguments) {
+    each_tensor(value, [&](const at::Tensor& t) {
+      if (index == -1 && t.defined()) index = index_of(fast, t);
+    });
+    if (index != -1) break;
+  }
+  return index;
+}
+
+// The device's slot while the fast path may charge its ops now, else null.
+Slot* open_slot(Fast& fast, int64_t index, int64_t now) {
+  PyObject* devices = fast.devices.ptr();
+  if (index < 0 || index >= PyList_GET_SIZE(devices) || static_cast<size_t>(index) >= fast.slots.size()) return nullptr;
+  Slot& slot = fast.slots[index];
+  py::object model = py::handle(PyList_GET_ITEM(devices, index)).attr("allocator");
+  if (model.ptr() != slot.allocator_object.ptr()) {  // a new model (replace_allocators, a bench's swap)
+    slot.allocator = cxx_allocator(model);
+    slot.allocator_object = std::move(model);
+    slot.until_ns = slot.retry_ns = 0;
+  }
+  if (slot.allocator == nullptr) return nullptr;
+  if (now < slot.until_ns) return &slot;
+  if (now < slot.retry_ns) return nullptr;
+  auto window = fast.rules.attr("fast_window")(index).cast<std::pair<int64_t, int64_t>>();
+  slot.until_ns = window.first;
+  slot.board = window.second;
+  if (now < slot.until_ns) return &slot;
+  slot.retry_ns = now + kRetryNs;
+  return nullptr;
+}
+
+// The weak reference's callback when a storage charged here dies: tracker._release's work (the entry out of
+// tracker.live, its block back to the device's model). `self` is (key, live, devices). The entry may have been
+// rewritten by Python meanwhile (a resize's new block), so it is read now, as _release reads it.
+PyObject* release(PyObject* self, PyObject* /*ref*/) {
+  PyObject* key = PyTuple_GET_ITEM(self, 0);
+  PyObject* live = PyTuple_GET_ITEM(self, 1);
+  PyObject* devices = PyTuple_GET_ITEM(self, 2);
+  PyObject* entry = PyDict_GetItemWithError(live, key);
+  if (entry == nullptr) {
+    if (PyErr_Occurred()) return nullptr;
+    Py_RETURN_NONE;
+  }
+  py::object held = py::reinterpret_borrow<py::object>(entry);
+  if (PyDict_DelItem(live, key) < 0) return nullptr;
+  PyObject* block = PyTuple_GET_ITEM(entry, 1);
+  if (block == Py_None) Py_RETURN_NONE;
+  try {
+    int64_t index = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+    py::object model = py::handle(devices).cast<py::list>()[index].attr("allocator");
+    void* allocator = cxx_allocator(model);
+    if (allocator != nullptr && PyLong_Check(block)) {
+      cxx_free(allocator, PyLong_AsUnsignedLongLong(block));
+    } else {
+      model.attr("free")(py::handle(block));
+    }
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef release_def{"release_charged_storage", release, METH_O, nullptr};
+
+// A fresh output storage charged to the device: a block from its model, and tracker.live's entry for it. As
+// ChargeRules._charge: only outputs Python sees as plain tensors or parameters (a badged one, an in-place op's
+// self, is charged already; a subclass's is its own business).
+void charge(Fast& fast, const at::Tensor& t, int64_t index, void* allocator,
+            const std::vector<const c10::StorageImpl*>& written) {
+  if (!chargeable(t)) return;
+  if (PyObject* object = t.unsafeGetTensorImpl()->pyobj_slot()->load_pyobj()) {
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(object));
+    if (type != fast.plain_tensor.ptr() && type != fast.plain_parameter.ptr()) return;
+  }
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  for (const auto* w : written)
+    if (w == impl) return;
+  py::object key = key_of(impl);
+  int has = PyDict_Contains(fast.live.ptr(), key.ptr());
+  if (has < 0) throw py::error_already_set();
+  if (has) return;
+  const int64_t nbytes = static_cast<int64_t>(t.storage().nbytes());
+  py::object block = py::none();
+  if (nbytes) {
+    int64_t stream = 0;
+    PyObject* streams = fast.streams.ptr();
+    if (index < PyList_GET_SIZE(streams)) stream = PyLong_AsLongLong(PyList_GET_ITEM(streams, index));
+    const auto before = cxx_usage(allocator);
+    uint64_t ptr = 0, alloc_size = 0;
+    const bool ok = cxx_malloc(allocator, nbytes, stream, &ptr, &alloc_size);
+    if (!ok || cxx_usage(allocator) != before) {
+      // a cudaMalloc, a release of cached segments, or an OOM: Runtime.malloc's listeners, and torch's OOM
+      fast.rules.attr("fast_allocated")(index, before.first, before.second,
+                                         ok ? py::object(py::none()) : py::make_tuple(alloc_size, nbytes));
+      if (!ok) throw std::logic_error("fast_allocated returned for an allocation that ran out of memory");
+    }
+    block = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(ptr));
+  }
+  auto storage = py::reinterpret_steal<py::object>(THPStorage_Wrap(t.storage()));
+  if (!storage) throw py::error_already_set();
+  auto context = py::make_tuple(key, fast.live, fast.devices);
+  auto callback = py::reinterpret_steal<py::object>(PyCFunction_New(&release_def, context.ptr()));
+  if (!callback) throw py::error_already_set();
+  auto ref = py::reinterpret_steal<py::object>(PyWeakref_NewRef(storage.ptr(), callback.ptr()));
+  if (!ref) throw py::error_already_set();
+  auto entry = py::make_tuple(index, block, ref);
+  if (PyDict_SetItem(fast.live.ptr(), key.ptr(), entry.ptr()) < 0) throw py::error_already_set();
+}
+
+}  // namespace
+
+// Called by the fallback under the GIL after the op ran; false: nothing was done, the Python rules decide.
+bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments, const c10::IValue* outputs,
+                 size_t n_outputs, int64_t started) {
+  const std::shared_ptr<Fast> held = fast;
+  if (!held) return false;
+  Fast& state = *held;
+  const int64_t index = device_of(state, arguments);
+  if (index < 0) return true;  // on no fake device: the rules have nothing to do (a CPU op, an optimizer's .item())
+  const int8_t kind = kind_of(state, op);
+  if (kind == 0) return false;
+  const int64_t now = now_ns();
+  Slot* slot = open_slot(state, index, now);
+  if (slot == nullptr) return false;
+  const py::object model = slot->allocator_object;  // (kept alive for the call whatever Python does meanwhile)
+  void* const allocator = slot->allocator;
+  // Runtime.ran: the device was busy with the op (faults and the first launch are settled by the window)
+  state.busy.push_back({slot->board, kind == 2, started, now});
+  if (state.busy.size() >= kBusyBatch || now - state.busy.front()[3] >= kBusyDelayNs) drain_busy(state);
+  // The storages the op writes into belong to someone already (ChargeRules._written)
+  std::vector<const c10::StorageImpl*> written;
+  const auto& schema_arguments = op.schema().arguments();
+  for (size_t i = 0; i < schema_arguments.size() && i < arguments.size(); ++i) {
+    const auto* alias = schema_arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      each_tensor(arguments[i], [&](const at::Tensor& t) {
+        if (t.defined() && t.has_storage()) written.push_back(t.storage().unsafeGetStorageImpl());
+      });
+    }
+  }
+  for (size_t i = 0; i < n_outputs; ++i) {
+    each_tensor(outputs[i], [&](const at::Tensor& t) { charge(state, t, index, allocator, written); });
+  }
+  ++state.handled;
+  return true;
+}
+
+void register_fast(py::module_& m) {
+  m.def("fast_install", [](py::object rules, py::object live, py::object devices, py::object streams,
+                           py::tuple fake_types) {
+    if (!PyDict_CheckExact(live.ptr()) || !PyList_CheckExact(devices.ptr()) || !PyList_CheckExact(streams.ptr()) ||
+        fake_types.size() != 2)
+      throw py::type_error("fast_install takes tracker.live (a dict), runtime.devices and current_stream (lists), "
+                           "and (FakeCudaTensor, FakeCudaParameter)");
+    if (fast) drain_busy(*fast);
+    auto state = std::make_shared<Fast>();
+    state->rules = std::move(rules);
+    state->live = std::move(live);
+    state->devices = std::move(devices);
+    state->streams = std::move(streams);
+    state->fake_tensor = fake_types[0];
+    state->fake_parameter = fake_types[1];
+    auto torch_module = py::module_::import("torch");
+    state->plain_tensor = torch_module.attr("Tensor");
+    state->plain_parameter = torch_module.attr("nn").attr("Parameter");
+    state->slots.resize(static_cast<size_t>(PyList_GET_SIZE(state->devices.ptr())));
+    fast = std::move(state);
+  });
+  m.def("fast_uninstall", []() {
+    const std::shared_ptr<Fast> held = std::move(fast);
+    if (held) drain_busy(*held);
+  });
+  m.def("fast_drain", []() {
+    const std::shared_ptr<Fast> held = fast;
+    if (held) drain_busy(*held);
+  }, "Hand the busy time kept here to ChargeRules.fast_busy now.");
+  m.def("fast_handled", []() -> py::object {
+    if (!fast) return py::none();
+    return py::int_(fast->handled);
+  }, "How many ops the installed fast path charged; None when none is installed.");
+}
