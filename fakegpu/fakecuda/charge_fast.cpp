@@ -1,11 +1,11 @@
 // The charging rules' common case in C++: an op whose fresh outputs are charged to its inputs' fake device, and
 // nothing around them (dispatch.py's ChargeRules.after for an op without a rule of its own).
 //
-// Why not Python: between two ops the CPU kernels stream megabytes through the caches, so the rules' Python
-// (a dozen calls, their dicts and frames) runs cold at every op: ~50 us an op on a transformer step where the
-// same code takes ~5 us in a loop. Here it is a few dictionary operations, the C++ allocator model's malloc, and
-// the weak reference that frees the block when the storage dies, with Python's own objects: tracker.live stays
-// the one map of charged storages, read and written by Python as before.
+// Why not Python: the rules' call (the op's arguments and outputs made Python objects, a dozen calls, their dicts
+// and frames) cost 10-15 us an op inside a training step (bench_fakecuda.py --no-fast-path), where the CPU kernels
+// between two ops leave the caches cold for it. Here it is a few dictionary operations, the C++ allocator model's
+// malloc, and the weak reference that frees the block when the storage dies, with Python's own objects:
+// tracker.live stays the one map of charged storages, read and written by Python as before.
 //
 // The op's fake device is found as ChargeRules._device finds it (a badge, else tracker.live); an op on none is
 // left alone, as the rules leave it. Otherwise the fast path is taken only where the rules would do exactly this:
@@ -39,7 +39,8 @@ namespace {
 
 constexpr int64_t kRetryNs = 100'000'000;             // after fast_window says "not now": ask again this much later
 constexpr size_t kBusyBatch = 64;                       // busy records handed to Python at once
-constexpr int64_t kBusyDelayNs = 1'000'000'000 / 128;   // half of shared_state.SLOT_NS: readers see it as soon
+constexpr int64_t kBusyDelayNs = 1'000'000'000 / 128;   // half of shared_state.SLOT_NS: a reader's delay stays
+                                                         // under the slot it already waits for
 
 int64_t now_ns() {
   timespec ts{};
