@@ -3,6 +3,7 @@ SAMPLED bytes (a size the price sheet samples the topology model at): run under 
 tests/native_cuda/test_cupti.py. Each rank exports its trace to <folder>/rank<r>.json and prints one JSON line."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,5 +36,7 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     dist.all_reduce(torch.ones(SAMPLED // 4, device="cuda"))
     torch.cuda.synchronize()
 prof.export_chrome_trace(str(Path(sys.argv[1]) / f"rank{rank}.json"))
-print(json.dumps({"rank": rank, "steps": STEPS, "sampled": SAMPLED, "bucket": 4 * (512 * 512 + 512)}))
+# one write: the ranks share the pipe, and print's text and newline can go out apart, another rank's line between
+os.write(1, (json.dumps({"rank": rank, "steps": STEPS, "sampled": SAMPLED, "bucket": 4 * (512 * 512 + 512)})
+             + "\n").encode())
 dist.destroy_process_group()
