@@ -35,13 +35,18 @@ import torch.autograd.graph
 from fakegpu.fakecuda.copies import dense
 from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
 
-_local = threading.local()
+
+class _Local(threading.local):
+    depth = 0  # a class default: a thread that never ran backward reads it without an AttributeError raised
+
+
+_local = _Local()
 _saved: list[tuple[Any, str, Any]] = []
 
 
 def in_backward() -> bool:
     """True while this thread runs (Python called from) an autograd engine run started under fakecuda."""
-    return getattr(_local, "depth", 0) > 0
+    return _local.depth > 0
 
 
 # what a gradient in the engine is: a plain tensor made in C++, or one Python saw before (badged as fake CUDA)
@@ -80,7 +85,7 @@ def under_mode(mode: Any, fn: Any, backward: bool = False) -> Any:
     @functools.wraps(fn)
     def call(*args, **kwargs):
         if backward:
-            _local.depth = getattr(_local, "depth", 0) + 1
+            _local.depth += 1
         try:
             if _on_stack(mode):  # e.g. backward() called from a hook that already runs under the mode
                 return fn(*args, **kwargs)

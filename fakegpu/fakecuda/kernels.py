@@ -255,12 +255,16 @@ def _batch_norm_op(mode: FakeCudaMode, func, args, kwargs):
     return (out[0], *stats)
 
 
-_skip = threading.local()
+class _Skip(threading.local):
+    once = False  # a class default: F's every call reads it (see _has_torch_function_but_once)
+
+
+_skip = _Skip()
 _has_torch_function = torch.overrides.has_torch_function
 
 
 def _has_torch_function_but_once(args) -> bool:
-    if getattr(_skip, "once", False):
+    if _skip.once:
         _skip.once = False
         return False
     return _has_torch_function(args)
