@@ -13,6 +13,10 @@
 // - the device's model is the C++ one, and ChargeRules.fast_window() says until when nothing else is owed at an
 //   op: the device is initialized and launched, and no fault board can speak before then (faults/board.py's
 //   quiet(), which looks for a board again only after RETRY_S).
+// A GEMM whose only rule is _gemm's is charged here too, where fast_gemm() says cuBLAS is loaded and its workspaces
+// are taken per call (torch 2.15's default): its output, then a contiguous copy of each operand cuBLAS cannot read,
+// then the call's workspace, freed with the copies after it, as _gemm takes them. Held workspaces (torch before 2.15,
+// TORCH_CUBLAS_WORKSPACE_CACHE) depend on the thread's cuBLAS handle and stream: those stay with the Python rules.
 // Anything else goes to the Python rules, as before. Busy time (Runtime.ran's telemetry) is kept here and handed
 // to ChargeRules.fast_busy in batches, at the latest half a telemetry slot after the op and before any busy time
 // Python reports itself (Runtime.ran and synced() drain this first), so the order is kept.
@@ -24,8 +28,10 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -38,6 +44,9 @@ std::pair<int64_t, int64_t> cxx_usage(void* allocator);
 namespace {
 
 constexpr int64_t kRetryNs = 100'000'000;             // after fast_window says "not now": ask again this much later
+// fast_kind's bits beyond 1 (memory work) and 2 (tensor-core work); dispatch.py's FAST_GEMM* say the same
+constexpr int8_t kGemm = 4, kBiasFirst = 8, kCopies = 16, kLt = 32;
+constexpr int kGemmRules = 0, kGemmFast = 1, kGemmNotYet = 2;  // fast_gemm's answers (dispatch.py's GEMM_*)
 constexpr size_t kBusyBatch = 64;                       // busy records handed to Python at once
 constexpr int64_t kBusyDelayNs = 1'000'000'000 / 128;   // half of shared_state.SLOT_NS: a reader's delay stays
                                                          // under the slot it already waits for
@@ -54,10 +63,17 @@ struct Slot {  // one fake device
   int64_t until_ns = 0;         // the fast path may run until then
   int64_t retry_ns = 0;         // fast_window is not asked again before then
   int64_t board = 0;
+  // fast_gemm's answer, kept while the runtime's workspaces object and its version stay the same
+  py::object gemm_workspaces;
+  int64_t gemm_version = -1;
+  int gemm_state = kGemmNotYet;
+  int64_t gemm_lt = 0, gemm_chosen = 0;  // the call's workspace: cuBLASLt's (a bias GEMM), cuBLAS's
 };
 
 struct Fast {
   py::object rules, live, devices, streams;  // ChargeRules, tracker.live, runtime.devices, runtime.current_stream
+  py::object runtime;
+  py::object workspaces_name = py::str("workspaces"), version_name = py::str("version");
   py::object fake_tensor, fake_parameter, plain_tensor, plain_parameter;  // the badged classes, torch's own
   py::object index_name = py::str("_fc_index");
   std::vector<Slot> slots;  // one per device, never resized: a Slot is referred to across calls into Python
@@ -66,6 +82,7 @@ struct Fast {
   std::unordered_map<const c10::FunctionSchema*, int8_t> kinds;
   std::vector<std::array<int64_t, 4>> busy;  // (board, compute, started, ended)
   int64_t handled = 0;                       // ops charged here
+  int64_t gemms = 0;                         // of which GEMMs
 };
 
 // Changed and read under the GIL; held by each call for its length, as a call into Python can let another thread
@@ -206,6 +223,23 @@ PyObject* release(PyObject* self, PyObject* /*ref*/) {
 
 PyMethodDef release_def{"release_charged_storage", release, METH_O, nullptr};
 
+// Runtime.malloc on the C++ model, on the device's current stream: the block's address.
+uint64_t device_malloc(Fast& fast, int64_t index, void* allocator, int64_t nbytes) {
+  int64_t stream = 0;
+  PyObject* streams = fast.streams.ptr();
+  if (index < PyList_GET_SIZE(streams)) stream = PyLong_AsLongLong(PyList_GET_ITEM(streams, index));
+  const auto before = cxx_usage(allocator);
+  uint64_t ptr = 0, alloc_size = 0;
+  const bool ok = cxx_malloc(allocator, nbytes, stream, &ptr, &alloc_size);
+  if (!ok || cxx_usage(allocator) != before) {
+    // a cudaMalloc, a release of cached segments, or an OOM: Runtime.malloc's listeners, and torch's OOM
+    fast.rules.attr("fast_allocated")(index, before.first, before.second,
+                                       ok ? py::object(py::none()) : py::make_tuple(alloc_size, nbytes));
+    if (!ok) throw std::logic_error("fast_allocated returned for an allocation that ran out of memory");
+  }
+  return ptr;
+}
+
 // A fresh output storage charged to the device: a block from its model, and tracker.live's entry for it. As
 // ChargeRules._charge: only outputs Python sees as plain tensors or parameters (a badged one, an in-place op's
 // self, is charged already; a subclass's is its own business).
@@ -226,19 +260,8 @@ void charge(Fast& fast, const at::Tensor& t, int64_t index, void* allocator,
   const int64_t nbytes = static_cast<int64_t>(t.storage().nbytes());
   py::object block = py::none();
   if (nbytes) {
-    int64_t stream = 0;
-    PyObject* streams = fast.streams.ptr();
-    if (index < PyList_GET_SIZE(streams)) stream = PyLong_AsLongLong(PyList_GET_ITEM(streams, index));
-    const auto before = cxx_usage(allocator);
-    uint64_t ptr = 0, alloc_size = 0;
-    const bool ok = cxx_malloc(allocator, nbytes, stream, &ptr, &alloc_size);
-    if (!ok || cxx_usage(allocator) != before) {
-      // a cudaMalloc, a release of cached segments, or an OOM: Runtime.malloc's listeners, and torch's OOM
-      fast.rules.attr("fast_allocated")(index, before.first, before.second,
-                                         ok ? py::object(py::none()) : py::make_tuple(alloc_size, nbytes));
-      if (!ok) throw std::logic_error("fast_allocated returned for an allocation that ran out of memory");
-    }
-    block = py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(ptr));
+    block = py::reinterpret_steal<py::object>(
+        PyLong_FromUnsignedLongLong(device_malloc(fast, index, allocator, nbytes)));
   }
   auto storage = py::reinterpret_steal<py::object>(THPStorage_Wrap(t.storage()));
   if (!storage) throw py::error_already_set();
@@ -249,6 +272,100 @@ void charge(Fast& fast, const at::Tensor& t, int64_t index, void* allocator,
   if (!ref) throw py::error_already_set();
   auto entry = py::make_tuple(index, block, ref);
   if (PyDict_SetItem(fast.live.ptr(), key.ptr(), entry.ptr()) < 0) throw py::error_already_set();
+}
+
+// Whether the GEMM on this slot's device may be charged here: fast_gemm's answer, kept until the runtime's
+// workspaces object or its version changes; "not yet" (cuBLAS not loaded: the Python rules load it at the device's
+// first GEMM) is asked again at the next GEMM.
+bool gemm_open(Fast& fast, Slot& slot, int64_t index) {
+  auto workspaces =
+      py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.runtime.ptr(), fast.workspaces_name.ptr()));
+  if (!workspaces) throw py::error_already_set();
+  int64_t version = -1;
+  if (!workspaces.is_none()) {
+    auto v = py::reinterpret_steal<py::object>(PyObject_GetAttr(workspaces.ptr(), fast.version_name.ptr()));
+    if (!v) throw py::error_already_set();
+    version = PyLong_AsLongLong(v.ptr());
+  }
+  if (workspaces.ptr() != slot.gemm_workspaces.ptr() || version != slot.gemm_version) {
+    slot.gemm_workspaces = std::move(workspaces);
+    slot.gemm_version = version;
+    slot.gemm_state = kGemmNotYet;
+  }
+  if (slot.gemm_state == kGemmNotYet) {
+    auto answer = fast.rules.attr("fast_gemm")(index).cast<std::tuple<int, int64_t, int64_t>>();
+    slot.gemm_state = std::get<0>(answer);
+    slot.gemm_lt = std::get<1>(answer);
+    slot.gemm_chosen = std::get<2>(answer);
+  }
+  return slot.gemm_state == kGemmFast;
+}
+
+const at::Tensor* tensor_at(const std::vector<c10::IValue>& arguments, size_t i) {
+  if (i >= arguments.size() || !arguments[i].isTensor()) return nullptr;
+  const at::Tensor& t = arguments[i].toTensor();
+  return t.defined() ? &t : nullptr;
+}
+
+// dispatch.py's _cublas_readable: one of the last two dimensions unit-stride, the other a leading dimension at
+// least as long as the rows it steps over.
+bool cublas_readable(const at::Tensor& t) {
+  const int64_t rows = t.size(-2), cols = t.size(-1), s_rows = t.stride(-2), s_cols = t.stride(-1);
+  if (s_cols == 1 && s_rows >= std::max<int64_t>(1, cols)) return true;
+  return s_rows == 1 && s_cols >= std::max<int64_t>(1, rows);
+}
+
+bool scalar_is_one(const c10::IValue& value) {
+  if (!value.isScalar()) return false;
+  const c10::Scalar s = value.toScalar();
+  if (s.isBoolean()) return s.toBool();
+  if (s.isIntegral(false)) return s.toLong() == 1;
+  if (s.isFloatingPoint()) return s.toDouble() == 1.0;
+  if (s.isComplex()) return s.toComplexDouble() == c10::complex<double>(1.0, 0.0);
+  return false;
+}
+
+// dispatch.py's _uses_lt: a contiguous 1-D bias as long as the product's columns, beta 1, 2-D matrices of a
+// float type (the arguments in the schema's order: bias, mat1, mat2, beta).
+bool uses_lt(const std::vector<c10::IValue>& arguments) {
+  const at::Tensor* bias = tensor_at(arguments, 0);
+  const at::Tensor* a = tensor_at(arguments, 1);
+  const at::Tensor* b = tensor_at(arguments, 2);
+  if (bias == nullptr || a == nullptr || b == nullptr || bias->dim() != 1) return false;
+  if (arguments.size() > 3 && !scalar_is_one(arguments[3])) return false;
+  const auto dtype = a->scalar_type();
+  return bias->is_contiguous() && a->dim() == 2 && b->dim() == 2 && bias->size(0) == b->size(1) &&
+         (dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16);
+}
+
+// ChargeRules._gemm after the output is charged: nothing when ATen answers without cuBLAS (an empty operand), else a
+// contiguous copy of each matrix operand cuBLAS cannot read, the call's workspace taken and freed, then the copies
+// freed, in _gemm's order.
+void gemm_transients(Fast& fast, const Slot& slot, int64_t index, void* allocator, int8_t kind,
+                     const std::vector<c10::IValue>& arguments) {
+  const size_t first = (kind & kBiasFirst) ? 1 : 0;
+  for (size_t i = first; i < first + 2; ++i) {
+    const at::Tensor* t = tensor_at(arguments, i);
+    if (t != nullptr && t->numel() == 0) return;  // _calls_cublas
+  }
+  std::vector<uint64_t> copies;
+  try {
+    if (kind & kCopies) {
+      for (size_t i = first; i < first + 2; ++i) {
+        const at::Tensor* t = tensor_at(arguments, i);
+        if (t != nullptr && t->dim() >= 2 && t->numel() && !cublas_readable(*t)) {
+          const int64_t nbytes = t->numel() * static_cast<int64_t>(t->element_size());
+          copies.push_back(device_malloc(fast, index, allocator, nbytes));
+        }
+      }
+    }
+    const int64_t workspace = ((kind & kLt) && uses_lt(arguments)) ? slot.gemm_lt : slot.gemm_chosen;
+    if (workspace) cxx_free(allocator, device_malloc(fast, index, allocator, workspace));
+  } catch (...) {  // out of memory: the copies taken so far go back, as _gemm's finally gives them back
+    for (const uint64_t block : copies) cxx_free(allocator, block);
+    throw;
+  }
+  for (const uint64_t block : copies) cxx_free(allocator, block);
 }
 
 }  // namespace
@@ -266,10 +383,11 @@ bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& 
   const int64_t now = now_ns();
   Slot* slot = open_slot(state, index, now);
   if (slot == nullptr) return false;
+  if ((kind & kGemm) && !gemm_open(state, *slot, index)) return false;
   const py::object model = slot->allocator_object;  // (kept alive for the call whatever Python does meanwhile)
   void* const allocator = slot->allocator;
   // Runtime.ran: the device was busy with the op (faults and the first launch are settled by the window)
-  state.busy.push_back({slot->board, kind == 2, started, now});
+  state.busy.push_back({slot->board, (kind & 2) != 0, started, now});
   if (state.busy.size() >= kBusyBatch || now - state.busy.front()[3] >= kBusyDelayNs) drain_busy(state);
   // The storages the op writes into belong to someone already (ChargeRules._written)
   std::vector<const c10::StorageImpl*> written;
@@ -284,6 +402,10 @@ bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& 
   }
   for (size_t i = 0; i < n_outputs; ++i) {
     each_tensor(outputs[i], [&](const at::Tensor& t) { charge(state, t, index, allocator, written); });
+  }
+  if (kind & kGemm) {
+    ++state.gemms;  // (counted before its buffers: one that runs out of memory was taken here too)
+    gemm_transients(state, *slot, index, allocator, kind, arguments);
   }
   ++state.handled;
   return true;
@@ -302,6 +424,7 @@ void register_fast(py::module_& m) {
     state->live = std::move(live);
     state->devices = std::move(devices);
     state->streams = std::move(streams);
+    state->runtime = state->rules.attr("runtime");
     state->fake_tensor = fake_types[0];
     state->fake_parameter = fake_types[1];
     auto torch_module = py::module_::import("torch");
@@ -322,4 +445,8 @@ void register_fast(py::module_& m) {
     if (!fast) return py::none();
     return py::int_(fast->handled);
   }, "How many ops the installed fast path charged; None when none is installed.");
+  m.def("fast_gemms", []() -> py::object {
+    if (!fast) return py::none();
+    return py::int_(fast->gemms);
+  }, "How many of those were GEMMs; None when none is installed.");
 }

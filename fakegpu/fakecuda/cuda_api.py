@@ -231,6 +231,7 @@ class FakeCudaApi:
         if size < 0:
             raise ValueError("workspace size must be non-negative")
         self.workspaces.size_override = int(size)
+        self.workspaces.resized()
 
     def get_cublaslt_workspace_size(self) -> int:
         return self.workspaces.lt_bytes(self.rt.current)
@@ -239,6 +240,7 @@ class FakeCudaApi:
         if size < 0:
             raise ValueError("workspace size must be non-negative")
         self.workspaces.config.lt_override = int(size)
+        self.workspaces.resized()
 
     # -- RNG: fake CUDA random ops draw from the CPU generator, so "cuda" seeds seed that generator
 

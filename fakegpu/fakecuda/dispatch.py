@@ -175,6 +175,8 @@ class ChargeRules:
                 self.after(func, args, kwargs, out, started, False)
         except ModelGPULost as lost:
             raise gpu_lost_error(lost) from None
+        except ModelOutOfMemory as oom:  # a buffer the op takes for the call (an operand copy, staging): torch's OOM
+            raise torch.cuda.OutOfMemoryError(oom.message) from None
 
     def hook_factory(self, func, args: tuple, kwargs: dict, started: int) -> Any:
         try:
@@ -184,16 +186,49 @@ class ChargeRules:
             return self.factory(func, args, kwargs, kwargs["device"], started)
         except ModelGPULost as lost:
             raise gpu_lost_error(lost) from None
+        except ModelOutOfMemory as oom:  # a buffer the op takes for the call (an operand copy, staging): torch's OOM
+            raise torch.cuda.OutOfMemoryError(oom.message) from None
 
     # -- the C++ hook's fast path (charge_fast.cpp): the common op's charge in C++, these answer what it cannot know
 
     def fast_kind(self, func) -> int:
         """0 when `func` needs these rules (a rule of its own, outputs in another order), else 1 (memory work) or
-        2 (tensor-core work): after() then only marks the device busy and charges the fresh outputs."""
+        2 (tensor-core work): after() then only marks the device busy and charges the fresh outputs. A GEMM
+        whose only rule is _gemm's adds FAST_GEMM and the bits that say how _gemm reads its arguments."""
         plan = _PLANS.get(id(func)) or _plan(func)
-        if plan.special or plan.order is not None:
+        kind = 2 if plan.compute else 1
+        if plan.order is not None:
             return 0
-        return 2 if plan.compute else 1
+        if not plan.special:
+            return kind
+        packet = plan.packet
+        if not plan.gemm or plan.add or plan.gap is not None or plan.cudnn or plan.reduction or packet in _OWN_RULES:
+            return 0
+        kind |= FAST_GEMM
+        if packet in _BIAS_FIRST:
+            kind |= FAST_GEMM_BIAS_FIRST
+        if packet in _MATRIX_OPERANDS:
+            kind |= FAST_GEMM_COPIES
+        if packet in _LT:
+            kind |= FAST_GEMM_LT
+        return kind
+
+    def fast_gemm(self, index: int) -> tuple[int, int, int]:
+        """(whether the fast path may charge a GEMM on device `index` itself, the bytes of cuBLASLt's workspace for
+        the call, of cuBLAS's). The first: GEMM_FAST where cuBLAS is loaded and workspaces are taken per call
+        (Workspaces.after_gemm's branch without a held table, torch 2.15's default), which the fast path then takes
+        and frees around the call as _gemm does; GEMM_NOT_YET before cuBLAS is loaded (the rules load it at the
+        device's first GEMM: asked again at the next); GEMM_RULES for held workspaces (asked again only when the
+        workspaces or their version change, as they do when cuda_api's size setters run)."""
+        runtime = self.runtime
+        workspaces = runtime.workspaces
+        if workspaces is not None and workspaces.caching(index):
+            return GEMM_RULES, 0, 0
+        if "cublas" not in runtime.devices[index].context_parts:
+            return GEMM_NOT_YET, 0, 0
+        if workspaces is None:
+            return GEMM_FAST, 0, 0
+        return GEMM_FAST, workspaces.lt_bytes(index), workspaces.chosen_bytes(index)
 
     def fast_window(self, index: int) -> tuple[int, int]:
         """(until when, CLOCK_MONOTONIC ns, the fast path may charge the device's ops without asking; its board).
@@ -217,7 +252,7 @@ class ChargeRules:
                 try:
                     runtime.devices[index].allocator._out_of_memory(*oom)
                 except ModelOutOfMemory as error:
-                    runtime.ooms.append(error)
+                    runtime.out_of_memory(error)
                     raise torch.cuda.OutOfMemoryError(error.message) from None
         finally:
             runtime.allocated(index, reserved, segments)
@@ -427,6 +462,8 @@ class ChargeMode(TorchDispatchMode):
             return self._dispatch(func, args, kwargs or _EMPTY, False)
         except ModelGPULost as lost:  # an op on a GPU that fell off the bus, or one lost by this op's allocations
             raise gpu_lost_error(lost) from None
+        except ModelOutOfMemory as oom:
+            raise torch.cuda.OutOfMemoryError(oom.message) from None
 
     def _dispatch(self, func, args: tuple, kwargs: dict, backward: bool) -> Any:
         started = _now_ns()  # the op's CPU time is the device's busy time (shared_state.py)
@@ -615,21 +652,26 @@ def _cublas_readable(t: torch.Tensor) -> bool:
     return s_rows == 1 and s_cols >= max(1, rows)
 
 
+# GEMMs whose first argument is a bias (their matrices follow it), and those whose two matrix operands ATen may
+# copy for cuBLAS (matrix-vector products take any stride). charge_fast.cpp reads the same from fast_kind's bits.
+_BIAS_FIRST = {aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation, aten.addmv}
+_MATRIX_OPERANDS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation}
+FAST_GEMM, FAST_GEMM_BIAS_FIRST, FAST_GEMM_COPIES, FAST_GEMM_LT = 4, 8, 16, 32
+GEMM_RULES, GEMM_FAST, GEMM_NOT_YET = 0, 1, 2  # fast_gemm's answers
+
+
 def _operand_copies(packet, args: tuple) -> list[int]:
     """Bytes of the operands ATen copies to a contiguous buffer before the call."""
-    if packet in (aten.mm, aten.bmm):
-        operands = args[:2]
-    elif packet in (aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation):
-        operands = args[1:3]
-    else:
-        return []  # matrix-vector products take any stride
+    if packet not in _MATRIX_OPERANDS:
+        return []
+    operands = args[1:3] if packet in _BIAS_FIRST else args[:2]
     return [t.numel() * t.element_size() for t in operands
             if isinstance(t, torch.Tensor) and t.dim() >= 2 and t.numel() and not _cublas_readable(t)]
 
 
 def _calls_cublas(packet, args: tuple) -> bool:
     """ATen answers a product with an empty operand (zero rows, columns or inner dimension) without cuBLAS."""
-    first = 1 if packet in (aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation, aten.addmv) else 0
+    first = 1 if packet in _BIAS_FIRST else 0
     return all(t.numel() for t in args[first:first + 2] if isinstance(t, torch.Tensor))
 
 

@@ -217,10 +217,15 @@ class Runtime:
         try:
             return alloc.malloc(nbytes, stream)
         except ModelOutOfMemory as oom:
-            self.ooms.append(oom)
+            self.out_of_memory(oom)
             raise
         finally:
             self.allocated(index, reserved, segments)
+
+    def out_of_memory(self, oom: ModelOutOfMemory) -> None:
+        """Keep an OOM for the report: a copy, not the exception raised, whose traceback would keep alive every frame
+        it passed through and the tensors they hold (an op's output, charged before the op's workspace ran out)."""
+        self.ooms.append(ModelOutOfMemory(oom.message, oom.device, oom.requested))
 
     def allocated(self, index: int, reserved: int, segments: int) -> None:
         """After a malloc on the device's model that held `reserved` bytes in `segments` cudaMallocs before: usage

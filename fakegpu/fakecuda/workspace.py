@@ -146,6 +146,12 @@ class Workspaces:
     cublas: dict[tuple[int, int, int], tuple[object, int]] = field(default_factory=dict)  # key -> (block, bytes)
     cublaslt: dict[tuple[int, int, int], tuple[object, int]] = field(default_factory=dict)
     size_override: int | None = None  # torch.backends.cuda.cublas_workspace_size(n)
+    # Bumped by resized(): charge_fast.cpp keeps the per-call sizes it asked for until this changes
+    version: int = 0
+
+    def resized(self) -> None:
+        """The workspace sizes were set (size_override, config.lt_override): what was asked before is stale."""
+        self.version += 1
 
     def caching(self, index: int) -> bool:
         """Whether workspaces are held per (handle, stream): always where the profile's policy is `held` (torch

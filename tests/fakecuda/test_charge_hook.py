@@ -45,6 +45,15 @@ def _workloads(hook: str, state: Path, *options: str) -> dict:
     return json.loads(proc.stdout)
 
 
+def _per_call_workspaces() -> bool:
+    """Whether this torch takes cuBLAS workspaces per call (2.15 on) on the workloads' A100s (test_workspace.py)."""
+    import torch
+
+    from fakegpu.profiles.workspace_profiles import builtin
+
+    return builtin().overheads((8, 0), torch=torch.__version__).workspace_policy == "per_call"
+
+
 def _same_events(got: dict, wanted: dict) -> None:
     assert got["workloads"].keys() == wanted["workloads"].keys()
     for name, expected in wanted["workloads"].items():
@@ -72,6 +81,8 @@ def test_the_fast_path_charges_what_the_python_rules_charge(extension, tmp_path)
     addresses must agree too."""
     fast, rules = _workloads("cxx", tmp_path), _workloads("cxx", tmp_path, "--no-fast-path")
     assert fast["fast_ops"] > 300 and rules["fast_ops"] is None
+    # GEMMs too, where workspaces are taken per call (torch 2.15 on); held ones stay with the Python rules
+    assert fast["fast_gemms"] > 20 if _per_call_workspaces() else fast["fast_gemms"] == 0
     _same_events(fast, rules)
 
 
@@ -139,6 +150,31 @@ def test_out_of_memory_in_forward_and_backward_is_torchs_error_through_the_hook(
     assert 32 * MiB <= torch.cuda.memory_allocated() < 33 * MiB  # big, exp's result, small scalars
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "python-rules"])
+def test_a_gemm_whose_workspace_does_not_fit_is_torchs_out_of_memory_error(extension, fakecuda, fast):
+    """The output fits, the call's workspace (8 MiB + 128 KiB on an A100) does not: torch's OOM, as from any
+    allocation, whether charge_fast.cpp or ChargeRules._gemm takes it; the output is not left charged."""
+    torch = pytest.importorskip("torch")
+    import fakegpu.fakecuda as fc
+
+    fakecuda("a100")
+    was = fc._active["charges"].set_fast(fast)
+    try:
+        MiB = 1 << 20
+        a = torch.randn(256, 256, device="cuda")
+        (a @ a).sum().item()  # cuBLAS loaded: the fast path may take GEMMs from here
+        torch.cuda.empty_cache()  # (the last call's workspace segment, cached)
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction((torch.cuda.memory_reserved() + 4 * MiB) / total)
+        before, gemms = torch.cuda.memory_allocated(), extension.fast_gemms()
+        with pytest.raises(torch.cuda.OutOfMemoryError, match="CUDA out of memory"):
+            a @ a
+        assert extension.fast_gemms() == (gemms + 1 if fast else None)  # taken where the test says
+        assert torch.cuda.memory_allocated() == before
+    finally:
+        fc._active["charges"].set_fast(was)
+
+
 def test_parameters_made_from_fake_tensors_and_views_keep_working(extension, fakecuda):
     torch = pytest.importorskip("torch")
     fakecuda("a100")
@@ -194,25 +230,31 @@ def test_a_built_file_that_does_not_load_is_reported_and_auto_takes_the_python_h
 
 def test_busy_time_kept_by_the_fast_path_reaches_the_telemetry_in_order(extension, fakecuda):
     """charge_fast.cpp keeps each op's busy time and hands it over in batches: before busy time that Python reports
-    itself (a matrix product's rules), and at a sync point. Every op's, in the order the ops ran."""
+    itself (a convolution's rules), and at a sync point. Every op's, in the order the ops ran."""
     torch = pytest.importorskip("torch")
     import time
 
     runtime = fakecuda("a100")
     runtime.faults = None  # (no fault board to look for: the fast path's window stays open)
     x = torch.randn(64, 64, device="cuda")  # the first launch
+    w = torch.randn(8, 64, 3, device="cuda")
+    x @ x, torch.nn.functional.conv1d(x.unsqueeze(0), w)  # cuBLAS and cuDNN loaded, by the Python rules
     time.sleep(0.15)  # past any "not yet" the fast path heard before it (it asks again 100 ms later)
     seen: list[tuple[int, str]] = []
-    runtime.on_busy = lambda board, compute, started, ended=None: seen.append((started, "mm" if compute else "exp"))
-    before = extension.fast_handled()
+    runtime.on_busy = lambda board, compute, started, ended=None: seen.append((started, "tc" if compute else "mem"))
+    before, gemms = extension.fast_handled(), extension.fast_gemms()
     for _ in range(5):
-        x.exp().sin()  # two ops charged in C++
-        x @ x  # the GEMM rules, in Python: what the fast path kept goes first
-    assert [kind for _, kind in seen] == ["exp", "exp", "mm"] * 5
+        x.exp().sin()  # two element-wise ops charged in C++
+        x @ x  # a GEMM charged in C++ too (workspaces per call: torch 2.15), tensor-core work
+        torch.nn.functional.conv1d(x.unsqueeze(0), w)  # the rules, in Python: what the fast path kept goes first
+    one = ["mem", "mem", "tc", "tc"]
+    assert [kind for _, kind in seen] == one * 5
     x.exp()
-    assert extension.fast_handled() - before == 11 and len(seen) == 15  # kept, for now
+    gemm = _per_call_workspaces()  # (held workspaces, before torch 2.15: the GEMM's rules run in Python)
+    assert extension.fast_handled() - before == 5 * (3 if gemm else 2) + 1 and len(seen) == 20  # kept, for now
+    assert extension.fast_gemms() - gemms == (5 if gemm else 0)
     torch.cuda.synchronize()
-    assert [kind for _, kind in seen] == ["exp", "exp", "mm"] * 5 + ["exp"]
+    assert [kind for _, kind in seen] == one * 5 + ["mem"]
     assert [started for started, _ in seen] == sorted(started for started, _ in seen)
 
 

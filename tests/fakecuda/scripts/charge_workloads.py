@@ -67,6 +67,12 @@ def products_and_reductions() -> None:
     d = a.expand(2, 300, 200).transpose(1, 2) @ b.expand(2, 300, 200)  # stride-0 batch: copied first
     e = torch.addmm(torch.randn(200, device="cuda"), a.t(), b)  # cuBLASLt's bias GEMM
     (c.sum() + d.var(dim=1).sum() + e.argmax(dim=0).float().mean() + a.amax()).backward()
+    # the workspaces resized mid-run (torch.backends.cuda's setters): the next GEMMs take the new sizes
+    if hasattr(torch._C, "_cuda_setCublasWorkspaceSize"):
+        torch._C._cuda_setCublasWorkspaceSize(3 << 20)
+        (a.t() @ b).sum().backward()
+        torch._C._cuda_setCublasWorkspaceSize(0)
+        torch.addmm(torch.randn(200, device="cuda"), a.t(), b)
     torch.nn.functional.layer_norm(a.t(), (300,)).sum().backward()  # a non-contiguous input, forward and backward
 
 
@@ -100,4 +106,5 @@ for workload in WORKLOADS:
     }
 # how many ops the C++ fast path charged (charge_fast.cpp; None: not installed)
 report["fast_ops"] = hook.ext.fast_handled() if hasattr(hook, "ext") else None
+report["fast_gemms"] = hook.ext.fast_gemms() if hasattr(hook, "ext") else None
 json.dump(report, sys.stdout)
