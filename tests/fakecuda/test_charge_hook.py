@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakecuda.test_workspace import _per_call_workspaces
+
 pytestmark = pytest.mark.torch
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -43,15 +45,6 @@ def _workloads(hook: str, state: Path, *options: str) -> dict:
                           text=True, timeout=600, env=_env(FAKEGPU_FAKECUDA_HOOK=hook, FAKEGPU_STATE_DIR=str(state)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
-
-
-def _per_call_workspaces() -> bool:
-    """Whether this torch takes cuBLAS workspaces per call (2.15 on) on the workloads' A100s (test_workspace.py)."""
-    import torch
-
-    from fakegpu.profiles.workspace_profiles import builtin
-
-    return builtin().overheads((8, 0), torch=torch.__version__).workspace_policy == "per_call"
 
 
 def _same_events(got: dict, wanted: dict) -> None:
