@@ -17,12 +17,21 @@
 // are taken per call (torch 2.15's default): its output, then a contiguous copy of each operand cuBLAS cannot read,
 // then the call's workspace, freed with the copies after it, as _gemm takes them. Held workspaces (torch before 2.15,
 // TORCH_CUBLAS_WORKSPACE_CACHE) depend on the thread's cuBLAS handle and stream: those stay with the Python rules.
+// cuDNN's convolution is the common op once ChargeRules.fast_cudnn says cuDNN is loaded on the device (the rules load
+// it at the first one); its backward is charged as _convolution_backward does it. A reduction's staging buffers
+// (and convolution_backward's, for its bias gradient's sum) are taken and freed after its outputs, in the sizes
+// ChargeRules.fast_staging gives for the input's layout and the op's dim argument, asked once per distinct call:
+// a training step makes the same few every step, and the rules' call into Python cost 60-130 us each there.
+// An add is the common op while grad mode is on; without it the engine may be summing gradients, which the rules
+// charge as done in place where CUDA's engine would (backward.accumulated_in_place): those stay in Python. Layer
+// norm takes a contiguous copy of its input (forward and backward) and of dY (backward) around its outputs.
 // Anything else goes to the Python rules, as before. Busy time (Runtime.ran's telemetry) is kept here and handed
 // to ChargeRules.fast_busy in batches, at the latest half a telemetry slot after the op and before any busy time
 // Python reports itself (Runtime.ran and synced() drain this first), so the order is kept.
 #include <torch/extension.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/Storage.h>
 #include <torch/csrc/PyInterpreter.h>
 
@@ -30,6 +39,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <unordered_map>
@@ -45,11 +55,26 @@ namespace {
 
 constexpr int64_t kRetryNs = 100'000'000;             // after fast_window says "not now": ask again this much later
 // fast_kind's bits beyond 1 (memory work) and 2 (tensor-core work); dispatch.py's FAST_GEMM* say the same
-constexpr int8_t kGemm = 4, kBiasFirst = 8, kCopies = 16, kLt = 32;
+constexpr int32_t kGemm = 4, kBiasFirst = 8, kCopies = 16, kLt = 32;
+constexpr int32_t kCudnn = 64, kConvolutionBackward = 128, kReduction = 256, kGap = 512;
+constexpr int32_t kAdd = 1024, kLayerNorm = 2048, kLayerNormBackward = 4096;
 constexpr int kGemmRules = 0, kGemmFast = 1, kGemmNotYet = 2;  // fast_gemm's answers (dispatch.py's GEMM_*)
 constexpr size_t kBusyBatch = 64;                       // busy records handed to Python at once
 constexpr int64_t kBusyDelayNs = 1'000'000'000 / 128;   // half of shared_state.SLOT_NS: a reader's delay stays
                                                          // under the slot it already waits for
+
+// runtime.devices[i].allocator, read at every op and every charged storage's death: an interned name, where
+// pybind's attr("...") would make the string anew each time
+PyObject* allocator_name() {
+  static PyObject* name = PyUnicode_InternFromString("allocator");
+  return name;
+}
+
+py::object allocator_of(PyObject* device) {
+  auto model = py::reinterpret_steal<py::object>(PyObject_GetAttr(device, allocator_name()));
+  if (!model) throw py::error_already_set();
+  return model;
+}
 
 int64_t now_ns() {
   timespec ts{};
@@ -68,21 +93,28 @@ struct Slot {  // one fake device
   int64_t gemm_version = -1;
   int gemm_state = kGemmNotYet;
   int64_t gemm_lt = 0, gemm_chosen = 0;  // the call's workspace: cuBLASLt's (a bias GEMM), cuBLAS's
+  bool cudnn = false;                     // fast_cudnn said cuDNN is loaded (a context part is never unloaded)
 };
 
 struct Fast {
   py::object rules, live, devices, streams;  // ChargeRules, tracker.live, runtime.devices, runtime.current_stream
   py::object runtime;
   py::object workspaces_name = py::str("workspaces"), version_name = py::str("version");
+  py::object gap_calls_name = py::str("gap_calls");
   py::object fake_tensor, fake_parameter, plain_tensor, plain_parameter;  // the badged classes, torch's own
   py::object index_name = py::str("_fc_index");
   std::vector<Slot> slots;  // one per device, never resized: a Slot is referred to across calls into Python
   // 0: Python's rules; 1: memory work; 2: tensor-core work. Keyed by schema: the dispatcher keeps an op's schema
   // where it is for as long as the op is registered (ATen's, which alone have rules, for the process's life).
-  std::unordered_map<const c10::FunctionSchema*, int8_t> kinds;
+  std::unordered_map<const c10::FunctionSchema*, int32_t> kinds;
+  std::unordered_map<const c10::FunctionSchema*, py::object> gaps;  // fast_gap's names, for kinds with kGap
+  // fast_staging's answers: (schema, device, dtype, sizes, strides, offset, dim argument) -> the buffers' bytes
+  std::map<std::vector<int64_t>, std::vector<int64_t>> staging;
   std::vector<std::array<int64_t, 4>> busy;  // (board, compute, started, ended)
   int64_t handled = 0;                       // ops charged here
   int64_t gemms = 0;                         // of which GEMMs
+  int64_t reductions = 0;                    // reductions (convolution_backward's bias sum included)
+  int64_t convolutions = 0;                  // cuDNN's convolutions, forward and backward
 };
 
 // Changed and read under the GIL; held by each call for its length, as a call into Python can let another thread
@@ -97,11 +129,13 @@ void drain_busy(Fast& state) {
   state.rules.attr("fast_busy")(records);
 }
 
-int8_t kind_of(Fast& fast, const c10::OperatorHandle& op) {
+int32_t kind_of(Fast& fast, const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   auto found = fast.kinds.find(schema);
   if (found != fast.kinds.end()) return found->second;
-  const int8_t kind = fast.rules.attr("fast_kind")(torch::detail::getTorchApiFunction(op)).cast<int8_t>();
+  py::handle func = torch::detail::getTorchApiFunction(op);
+  const int32_t kind = fast.rules.attr("fast_kind")(func).cast<int32_t>();
+  if (kind & kGap) fast.gaps.emplace(schema, fast.rules.attr("fast_gap")(func));
   fast.kinds.emplace(schema, kind);
   return kind;
 }
@@ -169,11 +203,12 @@ Slot* open_slot(Fast& fast, int64_t index, int64_t now) {
   PyObject* devices = fast.devices.ptr();
   if (index < 0 || index >= PyList_GET_SIZE(devices) || static_cast<size_t>(index) >= fast.slots.size()) return nullptr;
   Slot& slot = fast.slots[index];
-  py::object model = py::handle(PyList_GET_ITEM(devices, index)).attr("allocator");
+  py::object model = allocator_of(PyList_GET_ITEM(devices, index));
   if (model.ptr() != slot.allocator_object.ptr()) {  // a new model (replace_allocators, a bench's swap)
     slot.allocator = cxx_allocator(model);
     slot.allocator_object = std::move(model);
     slot.until_ns = slot.retry_ns = 0;
+    slot.cudnn = false;
   }
   if (slot.allocator == nullptr) return nullptr;
   if (now < slot.until_ns) return &slot;
@@ -203,9 +238,19 @@ PyObject* release(PyObject* self, PyObject* /*ref*/) {
   PyObject* block = PyTuple_GET_ITEM(entry, 1);
   if (block == Py_None) Py_RETURN_NONE;
   try {
-    int64_t index = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
-    py::object model = py::handle(devices).cast<py::list>()[index].attr("allocator");
-    void* allocator = cxx_allocator(model);
+    const int64_t index = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
+    if (!PyList_Check(devices) || index < 0 || index >= PyList_GET_SIZE(devices))
+      throw std::out_of_range("a charged storage's device is not in runtime.devices");
+    py::object model = allocator_of(PyList_GET_ITEM(devices, index));
+    // the fast path's slot knows the model's C++ address while it is the device's current one
+    void* allocator = nullptr;
+    const std::shared_ptr<Fast> held = fast;
+    if (held && static_cast<size_t>(index) < held->slots.size() &&
+        held->slots[index].allocator_object.ptr() == model.ptr()) {
+      allocator = held->slots[index].allocator;
+    } else {
+      allocator = cxx_allocator(model);
+    }
     if (allocator != nullptr && PyLong_Check(block)) {
       cxx_free(allocator, PyLong_AsUnsignedLongLong(block));
     } else {
@@ -307,6 +352,8 @@ const at::Tensor* tensor_at(const std::vector<c10::IValue>& arguments, size_t i)
   return t.defined() ? &t : nullptr;
 }
 
+int64_t nbytes_of(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
 // dispatch.py's _cublas_readable: one of the last two dimensions unit-stride, the other a leading dimension at
 // least as long as the rows it steps over.
 bool cublas_readable(const at::Tensor& t) {
@@ -341,7 +388,7 @@ bool uses_lt(const std::vector<c10::IValue>& arguments) {
 // ChargeRules._gemm after the output is charged: nothing when ATen answers without cuBLAS (an empty operand), else a
 // contiguous copy of each matrix operand cuBLAS cannot read, the call's workspace taken and freed, then the copies
 // freed, in _gemm's order.
-void gemm_transients(Fast& fast, const Slot& slot, int64_t index, void* allocator, int8_t kind,
+void gemm_transients(Fast& fast, const Slot& slot, int64_t index, void* allocator, int32_t kind,
                      const std::vector<c10::IValue>& arguments) {
   const size_t first = (kind & kBiasFirst) ? 1 : 0;
   for (size_t i = first; i < first + 2; ++i) {
@@ -354,8 +401,7 @@ void gemm_transients(Fast& fast, const Slot& slot, int64_t index, void* allocato
       for (size_t i = first; i < first + 2; ++i) {
         const at::Tensor* t = tensor_at(arguments, i);
         if (t != nullptr && t->dim() >= 2 && t->numel() && !cublas_readable(*t)) {
-          const int64_t nbytes = t->numel() * static_cast<int64_t>(t->element_size());
-          copies.push_back(device_malloc(fast, index, allocator, nbytes));
+          copies.push_back(device_malloc(fast, index, allocator, nbytes_of(*t)));
         }
       }
     }
@@ -368,6 +414,139 @@ void gemm_transients(Fast& fast, const Slot& slot, int64_t index, void* allocato
   for (const uint64_t block : copies) cxx_free(allocator, block);
 }
 
+// Whether cuDNN is loaded on the slot's device: asked until it is (the rules load it at its first op).
+bool cudnn_open(Fast& fast, Slot& slot, int64_t index) {
+  if (!slot.cudnn) slot.cudnn = fast.rules.attr("fast_cudnn")(index).cast<bool>();
+  return slot.cudnn;
+}
+
+// The op's `dim` argument as _reduced_dims reads it: None when absent or None, an int, a tuple of ints; anything
+// else (a Dimname list) a value it refuses. Appended to the cache key as well: a tag, then the ints.
+py::object dims_argument(const c10::FunctionSchema& schema, const std::vector<c10::IValue>& arguments,
+                         std::vector<int64_t>& key) {
+  const auto& declared = schema.arguments();
+  for (size_t i = 0; i < declared.size() && i < arguments.size(); ++i) {
+    if (declared[i].name() != "dim") continue;
+    const c10::IValue& value = arguments[i];
+    if (value.isNone()) break;
+    if (value.isInt()) {
+      key.push_back(-2);
+      key.push_back(value.toInt());
+      return py::int_(value.toInt());
+    }
+    if (value.isIntList()) {
+      const auto dims = value.toIntVector();
+      key.push_back(-3);
+      key.push_back(static_cast<int64_t>(dims.size()));
+      py::tuple out(dims.size());
+      for (size_t j = 0; j < dims.size(); ++j) {
+        key.push_back(dims[j]);
+        out[j] = py::int_(dims[j]);
+      }
+      return std::move(out);
+    }
+    key.push_back(-4);
+    return py::str("not a list of ints");
+  }
+  key.push_back(-1);
+  return py::none();
+}
+
+// ChargeRules._staging's buffers for a reduction of `x` (fast_staging's answer, remembered per distinct call): taken
+// after the op's outputs and freed last taken first, as _transient does.
+void staging_transients(Fast& fast, const c10::OperatorHandle& op, int64_t index, void* allocator,
+                        const at::Tensor& x, const std::vector<c10::IValue>& arguments, bool convolution_backward) {
+  std::vector<int64_t> key{reinterpret_cast<int64_t>(&op.schema()), index, static_cast<int64_t>(x.scalar_type()),
+                           x.dim()};
+  for (const int64_t n : x.sizes()) key.push_back(n);
+  for (const int64_t n : x.strides()) key.push_back(n);
+  key.push_back(x.storage_offset());
+  py::object dims = py::none();
+  if (convolution_backward) {
+    key.push_back(-5);
+  } else {
+    dims = dims_argument(op.schema(), arguments, key);
+  }
+  auto found = fast.staging.find(key);
+  if (found == fast.staging.end()) {
+    py::tuple shape(x.dim()), strides(x.dim());
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      shape[d] = py::int_(x.size(d));
+      strides[d] = py::int_(x.stride(d));
+    }
+    auto dtype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(x.scalar_type())));
+    auto sizes = fast.rules.attr("fast_staging")(torch::detail::getTorchApiFunction(op), index, shape, strides,
+                                                 x.storage_offset(), dtype, dims).cast<std::vector<int64_t>>();
+    found = fast.staging.emplace(std::move(key), std::move(sizes)).first;
+  }
+  ++fast.reductions;
+  std::vector<uint64_t> blocks;
+  try {
+    for (const int64_t nbytes : found->second) blocks.push_back(device_malloc(fast, index, allocator, nbytes));
+  } catch (...) {  // out of memory: what was taken goes back, as the rules' frames would drop it
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cxx_free(allocator, *it);
+    throw;
+  }
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) cxx_free(allocator, *it);
+}
+
+// ChargeRules._convolution_backward: a contiguous copy of grad_output unless it is one, grad_input and grad_weight,
+// the copy freed, then grad_bias and its sum's staging.
+void convolution_backward(Fast& fast, const c10::OperatorHandle& op, int64_t index, void* allocator,
+                          const std::vector<c10::IValue>& arguments, const c10::IValue* outputs, size_t n_outputs,
+                          const std::vector<const c10::StorageImpl*>& written) {
+  const at::Tensor* grad_output = tensor_at(arguments, 0);
+  uint64_t copy = 0;
+  bool copied = false;
+  if (grad_output != nullptr && !grad_output->is_contiguous()) {
+    copy = device_malloc(fast, index, allocator, nbytes_of(*grad_output));
+    copied = true;
+  }
+  try {
+    for (size_t i = 0; i < 2 && i < n_outputs; ++i)
+      each_tensor(outputs[i], [&](const at::Tensor& t) { charge(fast, t, index, allocator, written); });
+  } catch (...) {
+    if (copied) cxx_free(allocator, copy);
+    throw;
+  }
+  if (copied) cxx_free(allocator, copy);
+  if (n_outputs < 3 || !outputs[2].isTensor() || !outputs[2].toTensor().defined()) return;
+  charge(fast, outputs[2].toTensor(), index, allocator, written);
+  if (grad_output != nullptr) staging_transients(fast, op, index, allocator, *grad_output, arguments, true);
+}
+
+// One more call of an op with a known gap: runtime.gap_calls[name] += 1, as ChargeRules.after counts it.
+void count_gap(Fast& fast, const c10::OperatorHandle& op) {
+  PyObject* name = fast.gaps.at(&op.schema()).ptr();
+  auto calls = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.runtime.ptr(), fast.gap_calls_name.ptr()));
+  if (!calls) throw py::error_already_set();
+  PyObject* count = PyDict_GetItemWithError(calls.ptr(), name);
+  if (count == nullptr && PyErr_Occurred()) throw py::error_already_set();
+  auto next = py::reinterpret_steal<py::object>(PyLong_FromLongLong(count ? PyLong_AsLongLong(count) + 1 : 1));
+  if (PyDict_SetItem(calls.ptr(), name, next.ptr()) < 0) throw py::error_already_set();
+}
+
+// ChargeRules.after for layer norm: a contiguous copy of its input (arguments[0] forward, [1] backward) taken before
+// the outputs are charged and freed after them; in backward dY's copy (arguments[0]) taken and freed between.
+void layer_norm(Fast& fast, int64_t index, void* allocator, bool backward, const std::vector<c10::IValue>& arguments,
+                const c10::IValue* outputs, size_t n_outputs, const std::vector<const c10::StorageImpl*>& written) {
+  const at::Tensor* input = tensor_at(arguments, backward ? 1 : 0);
+  uint64_t held = 0;
+  const bool copied = input != nullptr && !input->is_contiguous();
+  if (copied) held = device_malloc(fast, index, allocator, nbytes_of(*input));
+  try {
+    for (size_t i = 0; i < n_outputs; ++i)
+      each_tensor(outputs[i], [&](const at::Tensor& t) { charge(fast, t, index, allocator, written); });
+    const at::Tensor* grad = backward ? tensor_at(arguments, 0) : nullptr;
+    if (grad != nullptr && !grad->is_contiguous())
+      cxx_free(allocator, device_malloc(fast, index, allocator, nbytes_of(*grad)));
+  } catch (...) {
+    if (copied) cxx_free(allocator, held);
+    throw;
+  }
+  if (copied) cxx_free(allocator, held);
+}
+
 }  // namespace
 
 // Called by the fallback under the GIL after the op ran; false: nothing was done, the Python rules decide.
@@ -378,12 +557,14 @@ bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& 
   Fast& state = *held;
   const int64_t index = device_of(state, arguments);
   if (index < 0) return true;  // on no fake device: the rules have nothing to do (a CPU op, an optimizer's .item())
-  const int8_t kind = kind_of(state, op);
+  const int32_t kind = kind_of(state, op);
   if (kind == 0) return false;
   const int64_t now = now_ns();
   Slot* slot = open_slot(state, index, now);
   if (slot == nullptr) return false;
   if ((kind & kGemm) && !gemm_open(state, *slot, index)) return false;
+  if ((kind & kCudnn) && !cudnn_open(state, *slot, index)) return false;
+  if ((kind & kAdd) && !c10::GradMode::is_enabled()) return false;
   const py::object model = slot->allocator_object;  // (kept alive for the call whatever Python does meanwhile)
   void* const allocator = slot->allocator;
   // Runtime.ran: the device was busy with the op (faults and the first launch are settled by the window)
@@ -400,8 +581,24 @@ bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& 
       });
     }
   }
+  if (kind & kGap) count_gap(state, op);
+  if (kind & kCudnn) ++state.convolutions;
+  if (kind & (kLayerNorm | kLayerNormBackward)) {
+    layer_norm(state, index, allocator, (kind & kLayerNormBackward) != 0, arguments, outputs, n_outputs, written);
+    ++state.handled;
+    return true;
+  }
+  if (kind & kConvolutionBackward) {
+    convolution_backward(state, op, index, allocator, arguments, outputs, n_outputs, written);
+    ++state.handled;
+    return true;
+  }
   for (size_t i = 0; i < n_outputs; ++i) {
     each_tensor(outputs[i], [&](const at::Tensor& t) { charge(state, t, index, allocator, written); });
+  }
+  if (kind & kReduction) {  // ChargeRules._reduction: a strided first argument, else no staging
+    const at::Tensor* x = tensor_at(arguments, 0);
+    if (x != nullptr && x->layout() == at::kStrided) staging_transients(state, op, index, allocator, *x, arguments, false);
   }
   if (kind & kGemm) {
     ++state.gemms;  // (counted before its buffers: one that runs out of memory was taken here too)
@@ -449,4 +646,13 @@ void register_fast(py::module_& m) {
     if (!fast) return py::none();
     return py::int_(fast->gemms);
   }, "How many of those were GEMMs; None when none is installed.");
+  m.def("fast_reductions", []() -> py::object {
+    if (!fast) return py::none();
+    return py::int_(fast->reductions);
+  }, "How many reductions' staging (convolution_backward's bias sum included) was taken here; None when none is "
+     "installed.");
+  m.def("fast_convolutions", []() -> py::object {
+    if (!fast) return py::none();
+    return py::int_(fast->convolutions);
+  }, "How many cuDNN convolutions, forward and backward, were charged here; None when none is installed.");
 }

@@ -194,24 +194,48 @@ class ChargeRules:
     def fast_kind(self, func) -> int:
         """0 when `func` needs these rules (a rule of its own, outputs in another order), else 1 (memory work) or
         2 (tensor-core work): after() then only marks the device busy and charges the fresh outputs. A GEMM
-        whose only rule is _gemm's adds FAST_GEMM and the bits that say how _gemm reads its arguments."""
+        whose only rule is _gemm's adds FAST_GEMM and the bits that say how _gemm reads its arguments; cuDNN's
+        convolution FAST_CUDNN, its backward FAST_CONVOLUTION_BACKWARD too, a reduction FAST_REDUCTION (the
+        rules charge_fast.cpp runs for them, with what fast_gemm, fast_cudnn and fast_staging answer)."""
         plan = _PLANS.get(id(func)) or _plan(func)
         kind = 2 if plan.compute else 1
         if plan.order is not None:
             return 0
         if not plan.special:
             return kind
+        if plan.add:  # the engine's sums in backward (accumulated_in_place) run without grad mode: those stay here
+            return kind | FAST_ADD
+        if plan.gap is not None:
+            kind |= FAST_GAP  # counted in runtime.gap_calls, under fast_gap's name
+        if func is aten.convolution.default:  # the common op, once cuDNN is loaded (fast_cudnn)
+            return kind | FAST_CUDNN
+        if func is aten.convolution_backward.default:  # _convolution_backward's rule
+            return kind | FAST_CUDNN | FAST_CONVOLUTION_BACKWARD
+        if func is aten.native_layer_norm.default:  # its input's contiguous copy (_contiguous_copies)
+            return kind | FAST_LAYER_NORM
+        if func is aten.native_layer_norm_backward.default:  # its input's copy and dY's
+            return kind | FAST_LAYER_NORM_BACKWARD
         packet = plan.packet
-        if not plan.gemm or plan.add or plan.gap is not None or plan.cudnn or plan.reduction or packet in _OWN_RULES:
+        if plan.cudnn or packet in _OWN_RULES:
             return 0
-        kind |= FAST_GEMM
-        if packet in _BIAS_FIRST:
-            kind |= FAST_GEMM_BIAS_FIRST
-        if packet in _MATRIX_OPERANDS:
-            kind |= FAST_GEMM_COPIES
-        if packet in _LT:
-            kind |= FAST_GEMM_LT
-        return kind
+        if plan.gemm:
+            if plan.reduction:
+                return 0
+            kind |= FAST_GEMM
+            if packet in _BIAS_FIRST:
+                kind |= FAST_GEMM_BIAS_FIRST
+            if packet in _MATRIX_OPERANDS:
+                kind |= FAST_GEMM_COPIES
+            if packet in _LT:
+                kind |= FAST_GEMM_LT
+            return kind
+        if plan.reduction:
+            return kind | FAST_REDUCTION  # the common op, then _reduction's staging (fast_staging)
+        return kind  # only a known gap to count
+
+    def fast_gap(self, func) -> str:
+        """The name runtime.gap_calls counts `func`'s calls under (one fast_kind marked FAST_GAP)."""
+        return (_PLANS.get(id(func)) or _plan(func)).gap
 
     def fast_gemm(self, index: int) -> tuple[int, int, int]:
         """(whether the fast path may charge a GEMM on device `index` itself, the bytes of cuBLASLt's workspace for
@@ -229,6 +253,30 @@ class ChargeRules:
         if workspaces is None:
             return GEMM_FAST, 0, 0
         return GEMM_FAST, workspaces.lt_bytes(index), workspaces.chosen_bytes(index)
+
+    def fast_cudnn(self, index: int) -> bool:
+        """Whether cuDNN is loaded on device `index` (its context part charged): the fast path then charges its ops;
+        until then the rules do, and load it."""
+        return "cudnn" in self.runtime.devices[index].context_parts
+
+    def fast_staging(self, func, index: int, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                     dtype: torch.dtype, dims: Any) -> tuple[int, ...]:
+        """The bytes of the buffers a reduction takes for its launch (its staging buffer and semaphores, in the
+        order _transient takes them; none when it is not split across blocks), for an input of this layout and the
+        op's `dim` argument as it was given (dims); for convolution_backward, its bias gradient's sum over all but
+        the channel dim. A pure function of these: the fast path asks once per distinct call and remembers."""
+        if func is aten.convolution_backward.default:
+            reduced: set[int] | None = set(range(len(shape))) - {1}
+            launch = _REDUCTIONS[aten.sum](dtype)
+        else:
+            reduced = _dims_reduced(len(shape), dims)
+            launch = _REDUCTIONS[func.overloadpacket](dtype)
+        if reduced is None:
+            return ()
+        profile = self.runtime.devices[index].profile
+        sizes = _scratch(shape, strides, frozenset(reduced), launch, profile.sm_count,
+                         profile.data["sm_limits"]["max_threads_per_sm"], offset)
+        return tuple(n for n in sizes if n) if sizes[0] else ()
 
     def fast_window(self, index: int) -> tuple[int, int]:
         """(until when, CLOCK_MONOTONIC ns, the fast path may charge the device's ops without asking; its board).
@@ -298,11 +346,13 @@ class ChargeRules:
             self._cross_device_copy(args)
             return
         held = [runtime.malloc(index, n) for n in _contiguous_copies(packet, args)]
-        self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
-        if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
-            self._transient(index, [_nbytes(args[0])])  # dY, made contiguous inside the kernel
-        for block in reversed(held):
-            runtime.free(index, block)
+        try:
+            self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
+            if packet is aten.native_layer_norm_backward and not _is_contiguous(args[0]):
+                self._transient(index, [_nbytes(args[0])])  # dY, made contiguous inside the kernel
+        finally:  # (an output that runs out of memory: the copies go back all the same)
+            for block in reversed(held):
+                runtime.free(index, block)
         if plan.gemm and _calls_cublas(packet, args):
             self._gemm(packet, index, args, kwargs)
         elif plan.reduction:
@@ -347,11 +397,13 @@ class ChargeRules:
         grad_output = args[0]
         copy = None if _is_contiguous(grad_output) else self.runtime.malloc(index, _nbytes(grad_output))
         grad_input, grad_weight, grad_bias = out
-        for t in (grad_input, grad_weight):
-            if t is not None:
-                self._charge(t, index)
-        if copy is not None:
-            self.runtime.free(index, copy)
+        try:
+            for t in (grad_input, grad_weight):
+                if t is not None:
+                    self._charge(t, index)
+        finally:  # (an output that runs out of memory: the copy goes back all the same)
+            if copy is not None:
+                self.runtime.free(index, copy)
         if grad_bias is not None:
             self._charge(grad_bias, index)
             reduced = set(range(grad_output.dim())) - {1}
@@ -630,7 +682,11 @@ def _reduced_dims(func, x: torch.Tensor, args: tuple, kwargs: dict) -> set[int] 
         dims = None
     else:
         dims = args[position] if position < len(args) else kwargs.get("dim")
-    ndim = x.dim()
+    return _dims_reduced(x.dim(), dims)
+
+
+def _dims_reduced(ndim: int, dims: Any) -> set[int] | None:
+    """_reduced_dims for an input of `ndim` dims and the op's `dim` argument as given (None when absent)."""
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         return set(range(ndim))
     if isinstance(dims, int):
@@ -657,6 +713,11 @@ def _cublas_readable(t: torch.Tensor) -> bool:
 _BIAS_FIRST = {aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation, aten.addmv}
 _MATRIX_OPERANDS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.addbmm, aten._addmm_activation}
 FAST_GEMM, FAST_GEMM_BIAS_FIRST, FAST_GEMM_COPIES, FAST_GEMM_LT = 4, 8, 16, 32
+# fast_kind's bits for the other rules charge_fast.cpp runs: cuDNN's ops (convolution), the bias gradient's
+# reduction of convolution_backward, the staging buffers of reductions, a call of an op with a known gap counted
+FAST_CUDNN, FAST_CONVOLUTION_BACKWARD, FAST_REDUCTION, FAST_GAP = 64, 128, 256, 512
+# an add charged as the common op while grad mode is on (no sum of the engine's then), layer norm's copies
+FAST_ADD, FAST_LAYER_NORM, FAST_LAYER_NORM_BACKWARD = 1024, 2048, 4096
 GEMM_RULES, GEMM_FAST, GEMM_NOT_YET = 0, 1, 2  # fast_gemm's answers
 
 

@@ -74,6 +74,8 @@ def products_and_reductions() -> None:
         torch._C._cuda_setCublasWorkspaceSize(0)
         torch.addmm(torch.randn(200, device="cuda"), a.t(), b)
     torch.nn.functional.layer_norm(a.t(), (300,)).sum().backward()  # a non-contiguous input, forward and backward
+    y = torch.nn.functional.layer_norm(a, (200,), torch.ones(200, device="cuda", requires_grad=True))
+    y.t().contiguous().t().sum().backward()  # a contiguous input, a non-contiguous dY (the weight's gradient too)
 
 
 def copies_and_factories() -> None:
@@ -107,4 +109,6 @@ for workload in WORKLOADS:
 # how many ops the C++ fast path charged (charge_fast.cpp; None: not installed)
 report["fast_ops"] = hook.ext.fast_handled() if hasattr(hook, "ext") else None
 report["fast_gemms"] = hook.ext.fast_gemms() if hasattr(hook, "ext") else None
+report["fast_reductions"] = hook.ext.fast_reductions() if hasattr(hook, "ext") else None
+report["fast_convolutions"] = hook.ext.fast_convolutions() if hasattr(hook, "ext") else None
 json.dump(report, sys.stdout)
