@@ -27,7 +27,9 @@
 // norm takes a contiguous copy of its input (forward and backward) and of dY (backward) around its outputs.
 // Anything else goes to the Python rules, as before. Busy time (Runtime.ran's telemetry) is kept here and handed
 // to ChargeRules.fast_busy in batches, at the latest half a telemetry slot after the op and before any busy time
-// Python reports itself (Runtime.ran and synced() drain this first), so the order is kept.
+// Python reports itself (Runtime.ran and synced() drain this first), so the order is kept. Back-to-back ops that the
+// publisher would join into one span whatever span it holds (state.Publisher.busy: one board and kind, no gap, the
+// first op's slot) are handed over as one: its Python costs ~1.5 us a record, and a step's ops come in runs.
 #include <torch/extension.h>
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -38,7 +40,6 @@
 #include <time.h>
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -62,6 +63,10 @@ constexpr int kGemmRules = 0, kGemmFast = 1, kGemmNotYet = 2;  // fast_gemm's an
 constexpr size_t kBusyBatch = 64;                       // busy records handed to Python at once
 constexpr int64_t kBusyDelayNs = 1'000'000'000 / 128;   // half of shared_state.SLOT_NS: a reader's delay stays
                                                          // under the slot it already waits for
+struct BusyRecord {
+  int64_t board, compute, started, ended;
+  int64_t slot_end;  // the end of the slot its first op ended in: joined ops end before it
+};
 
 // runtime.devices[i].allocator, read at every op and every charged storage's death: an interned name, where
 // pybind's attr("...") would make the string anew each time
@@ -110,7 +115,9 @@ struct Fast {
   std::unordered_map<const c10::FunctionSchema*, py::object> gaps;  // fast_gap's names, for kinds with kGap
   // fast_staging's answers: (schema, device, dtype, sizes, strides, offset, dim argument) -> the buffers' bytes
   std::map<std::vector<int64_t>, std::vector<int64_t>> staging;
-  std::vector<std::array<int64_t, 4>> busy;  // (board, compute, started, ended)
+  std::vector<BusyRecord> busy;
+  int64_t busy_since = 0;                    // when the oldest op in `busy` ended
+  int64_t slot_ns = 0, gap_ns = 0;           // shared_state.SLOT_NS and BUSY_GAP_NS
   int64_t handled = 0;                       // ops charged here
   int64_t gemms = 0;                         // of which GEMMs
   int64_t reductions = 0;                    // reductions (convolution_backward's bias sum included)
@@ -124,7 +131,7 @@ std::shared_ptr<Fast>& fast = *new std::shared_ptr<Fast>();
 void drain_busy(Fast& state) {
   if (state.busy.empty()) return;
   py::list records;
-  for (const auto& r : state.busy) records.append(py::make_tuple(r[0], r[1] != 0, r[2], r[3]));
+  for (const auto& r : state.busy) records.append(py::make_tuple(r.board, r.compute != 0, r.started, r.ended));
   state.busy.clear();
   state.rules.attr("fast_busy")(records);
 }
@@ -547,6 +554,28 @@ void layer_norm(Fast& fast, int64_t index, void* allocator, bool backward, const
   if (copied) cxx_free(allocator, held);
 }
 
+// The op's busy time, joined to the last record where Publisher.busy would join it to that record's span whatever
+// came before: both have length, one board and kind, it starts within BUSY_GAP_NS of the record's end and ends in
+// the slot the record's first op ended in (ops end in order, so a span the publisher holds that took the record's
+// first op ends in that slot too). Publisher.busy then joins or starts spans exactly as it would op by op.
+void join_busy(std::vector<BusyRecord>& busy, int64_t slot_ns, int64_t gap_ns, int64_t board, bool compute,
+               int64_t started, int64_t now) {
+  if (!busy.empty()) {
+    BusyRecord& last = busy.back();
+    if (last.board == board && last.compute == compute && last.started < last.ended && started < now &&
+        started < last.ended + gap_ns && now < last.slot_end) {
+      last.ended = std::max(last.ended, now);
+      return;
+    }
+  }
+  busy.push_back({board, compute, started, now, (now / slot_ns + 1) * slot_ns});
+}
+
+void keep_busy(Fast& state, int64_t board, bool compute, int64_t started, int64_t now) {
+  if (state.busy.empty()) state.busy_since = now;
+  join_busy(state.busy, state.slot_ns, state.gap_ns, board, compute, started, now);
+}
+
 }  // namespace
 
 // Called by the fallback under the GIL after the op ran; false: nothing was done, the Python rules decide.
@@ -568,8 +597,8 @@ bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& 
   const py::object model = slot->allocator_object;  // (kept alive for the call whatever Python does meanwhile)
   void* const allocator = slot->allocator;
   // Runtime.ran: the device was busy with the op (faults and the first launch are settled by the window)
-  state.busy.push_back({slot->board, (kind & 2) != 0, started, now});
-  if (state.busy.size() >= kBusyBatch || now - state.busy.front()[3] >= kBusyDelayNs) drain_busy(state);
+  keep_busy(state, slot->board, (kind & 2) != 0, started, now);
+  if (state.busy.size() >= kBusyBatch || now - state.busy_since >= kBusyDelayNs) drain_busy(state);
   // The storages the op writes into belong to someone already (ChargeRules._written)
   std::vector<const c10::StorageImpl*> written;
   const auto& schema_arguments = op.schema().arguments();
@@ -628,6 +657,9 @@ void register_fast(py::module_& m) {
     state->plain_tensor = torch_module.attr("Tensor");
     state->plain_parameter = torch_module.attr("nn").attr("Parameter");
     state->slots.resize(static_cast<size_t>(PyList_GET_SIZE(state->devices.ptr())));
+    auto shared_state = py::module_::import("fakegpu.shared_state");
+    state->slot_ns = shared_state.attr("SLOT_NS").cast<int64_t>();
+    state->gap_ns = shared_state.attr("BUSY_GAP_NS").cast<int64_t>();
     fast = std::move(state);
   });
   m.def("fast_uninstall", []() {
@@ -646,6 +678,16 @@ void register_fast(py::module_& m) {
     if (!fast) return py::none();
     return py::int_(fast->gemms);
   }, "How many of those were GEMMs; None when none is installed.");
+  m.def("join_busy", [](const std::vector<std::tuple<int64_t, bool, int64_t, int64_t>>& records, int64_t slot_ns,
+                        int64_t gap_ns) {
+    std::vector<BusyRecord> busy;
+    for (const auto& [board, compute, started, ended] : records)
+      join_busy(busy, slot_ns, gap_ns, board, compute, started, ended);
+    std::vector<std::tuple<int64_t, bool, int64_t, int64_t>> out;
+    for (const auto& r : busy) out.emplace_back(r.board, r.compute != 0, r.started, r.ended);
+    return out;
+  }, "The fast path's busy records for these ops (board, compute, started, ended), joined as it hands them over "
+     "(for tests).");
   m.def("fast_reductions", []() -> py::object {
     if (!fast) return py::none();
     return py::int_(fast->reductions);

@@ -218,26 +218,35 @@ def test_a_throttled_gpu_is_a_straggler_its_ops_take_boost_over_clock_as_long(tm
     assert rt.faults.slowdown(1, 1410) == 1410 / 345 and rt.faults.slowdown(0, 1410) == 1.0
 
 
-def test_busy_spans_joined_per_slot_store_what_a_write_per_op_stores(tmp_path):
-    """Publisher.busy joins back-to-back ops of one kind on one board into one span per time slot, written when the
-    kind, the board or the slot changes, after a gap, and at flush() (synchronize, exit): the ring must then hold,
-    microsecond for microsecond, what StateFile.busy called once per op holds. Ops here: back to back, overlapping,
-    instantaneous, after short and long gaps, across slots, on two boards and of both kinds."""
+def busy_ops(seed: int = 22, count: int = 4000) -> list[tuple[int, bool, int, int]]:
+    """Ops' busy time (board, compute, started, ended): back to back, overlapping, instantaneous, after short and long
+    gaps, across slots, on two boards and of both kinds; in runs of one board and kind, as a training step's come."""
     import random
 
-    from fakegpu.shared_state import BUSY_GAP_NS, OFF_BUSY, OFF_INSTANCE, SLOT_NS, WORK_COMPUTE, WORK_MEMORY, StateFile
+    from fakegpu.shared_state import BUSY_GAP_NS, SLOT_NS
 
-    rng = random.Random(22)
+    rng = random.Random(seed)
     t = (time.monotonic_ns() // SLOT_NS) * SLOT_NS
     ops = []
     board, compute = 0, False
-    for _ in range(4000):
-        if rng.random() < 0.05:  # runs of one board and kind, as a training step's ops come
+    for _ in range(count):
+        if rng.random() < 0.05:
             board, compute = rng.choice([(0, False), (0, True), (1, False), (1, True)])
         t += rng.choice([0] * 12 + [700, 30_000, -2_000, BUSY_GAP_NS + 1, SLOT_NS // 3])
         length = rng.choice([0, 1, 999, 4_000, 25_000, 25_000, 90_000, 900_000])
         ops.append((board, compute, t, t + length))
         t += length
+    return ops
+
+
+def test_busy_spans_joined_per_slot_store_what_a_write_per_op_stores(tmp_path):
+    """Publisher.busy joins back-to-back ops of one kind on one board into one span per time slot, written when the
+    kind, the board or the slot changes, after a gap, and at flush() (synchronize, exit): the ring must then hold,
+    microsecond for microsecond, what StateFile.busy called once per op holds. Ops here: back to back, overlapping,
+    instantaneous, after short and long gaps, across slots, on two boards and of both kinds."""
+    from fakegpu.shared_state import OFF_BUSY, OFF_INSTANCE, WORK_COMPUTE, WORK_MEMORY, StateFile
+
+    ops = busy_ops()
     per_op = StateFile(str(tmp_path / "per-op"), os.getpid(), "per-op")
     rt = Runtime.from_spec("a100:2", environ={})
     pub = Publisher(rt, str(tmp_path / "joined"))
