@@ -195,8 +195,9 @@ class ChargeRules:
         """0 when `func` needs these rules (a rule of its own, outputs in another order), else 1 (memory work) or
         2 (tensor-core work): after() then only marks the device busy and charges the fresh outputs. A GEMM
         whose only rule is _gemm's adds FAST_GEMM and the bits that say how _gemm reads its arguments; cuDNN's
-        convolution FAST_CUDNN, its backward FAST_CONVOLUTION_BACKWARD too, a reduction FAST_REDUCTION (the
-        rules charge_fast.cpp runs for them, with what fast_gemm, fast_cudnn and fast_staging answer)."""
+        convolution FAST_CUDNN, its backward FAST_CONVOLUTION_BACKWARD too, a reduction FAST_REDUCTION, layer norm
+        FAST_LAYER_NORM(_BACKWARD), an add FAST_ADD (fast only with grad mode on), an op with a known gap FAST_GAP:
+        the rules charge_fast.cpp runs for them, with what fast_gemm, fast_cudnn, fast_staging and fast_gap answer."""
         plan = _PLANS.get(id(func)) or _plan(func)
         kind = 2 if plan.compute else 1
         if plan.order is not None:
