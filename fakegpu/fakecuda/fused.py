@@ -10,7 +10,10 @@ runs the math path with charging suspended, charges what the CUDA kernel allocat
 gradients and the kernel's backward temporaries while the CPU computes the math path's gradients: through the math
 path's own graph, kept in host memory (never charged) when the weights are small (KEEP_GRAPH_ELEMENTS; a plain CPU
 run holds the same), else by running forward again from the saved RNG state (so the dropout mask, and the gradients,
-equal the math path's) rather than hold large weights on the host. Sizes follow ATen's kernels (sdp_utils and the
+equal the math path's) rather than hold large weights on the host. With dropout (the CPU's own SDPA then takes the
+math path) the kept graph is the math path's ops run here one by one (_MathPath): backward needs no nested autograd
+run, and writes dq and dk in the kernel's layout as it computes them instead of copying them there, bit for bit what
+autograd computes through the math path. Sizes follow ATen's kernels (sdp_utils and the
 flash / mem-efficient entry points): the logsumexp is (B, H, L) for flash, (B, H, L rounded up to 32) for efficient;
 flash's backward takes a float32 dq accumulator (B, L rounded up to 128, H, D rounded up to 8) and softmax_d (B, H,
 L rounded up to 128). The order of every buffer, forward and backward, and the layout of the gradients follow native
@@ -20,6 +23,7 @@ for event on the harness's attention workloads.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -96,6 +100,84 @@ def _charged(tracker: StorageTracker, index: int, shape: tuple[int, ...], dtype:
     return t
 
 
+class _MathPath:
+    """The CPU math path of scaled_dot_product_attention with dropout, run op by op as ATen's
+    _scaled_dot_product_attention_math runs it (q and k scaled by the scale's square root, matmul folded to bmm, the
+    mask added in place, _safe_softmax, dropout as the CPU's `dropout` draws it, matmul with v), keeping what its
+    autograd graph would keep; backward is that graph's formulas in the same order (BmmBackward, MulBackward,
+    _softmax_backward_data), so the numbers, and the generator's state after the draw, are the math path's bit for
+    bit (tests/fakecuda/test_charges.py checks it against autograd). What it saves is host memory, as the graph's."""
+
+    __slots__ = ("kt3", "noise", "p3", "probs", "q3", "scale", "shape", "v3", "wanted")
+
+    @staticmethod
+    def takes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, dropout_p: float, is_causal: bool,
+              scale: Any) -> bool:
+        """Whether the CPU's own SDPA would take the math path these formulas follow: dropout (its flash kernel
+        takes none), one dtype of float32 or float64 (the math path computes half types in float32), 4-D inputs
+        with matching batch and heads (no broadcast, no grouped-query expansion), a float or bool mask or none."""
+        if not 0 < dropout_p < 1 or q.dtype not in (torch.float32, torch.float64):
+            return False
+        if any(t.dim() != 4 or t.dtype != q.dtype or t.layout is not torch.strided for t in (q, k, v)):
+            return False
+        if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
+            return False
+        if scale is not None and not (isinstance(scale, (int, float)) and scale > 0):
+            return False
+        if mask is None:
+            return True
+        return (not is_causal and isinstance(mask, torch.Tensor) and mask.dtype in (q.dtype, torch.bool)
+                and mask.layout is torch.strided)
+
+    def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, dropout_p: float,
+                 is_causal: bool, scale: Any, wanted: list[bool]) -> None:
+        self.wanted = wanted
+        b, h, lq, d = q.shape
+        s, dv = k.shape[2], v.shape[3]
+        self.shape = (b, h, lq, d, s, dv)
+        self.scale = math.sqrt(scale if scale is not None else 1.0 / math.sqrt(d))
+        self.q3 = (q * self.scale).reshape(b * h, lq, d)
+        self.kt3 = (k.transpose(-2, -1) * self.scale).reshape(b * h, d, s)
+        weights = torch.bmm(self.q3, self.kt3).view(b, h, lq, s)
+        if is_causal:
+            mask = torch.ones(lq, s, dtype=torch.bool).tril()
+        if mask is not None:
+            if mask.dtype == torch.bool:
+                mask = torch.zeros_like(mask, dtype=q.dtype).masked_fill_(mask.logical_not(), -math.inf)
+            weights.add_(mask)
+        self.probs = torch._safe_softmax(weights, -1)
+        del weights
+        self.noise = torch.empty_like(self.probs).bernoulli_(1 - dropout_p).div_(1 - dropout_p)
+        self.p3 = (self.probs * self.noise).view(b * h, lq, s)
+        self.v3 = v.reshape(b * h, s, dv)
+
+    def output(self) -> torch.Tensor:
+        b, h, lq, _, _, dv = self.shape
+        return torch.bmm(self.p3, self.v3).view(b, h, lq, dv)
+
+    def gradients(self, grad: torch.Tensor, layouts: list[tuple[int, ...]]) -> list[torch.Tensor | None]:
+        """dq, dk, dv (None where not wanted); dq and dk written in `layouts` by their last product."""
+        b, h, lq, d, s, dv = self.shape
+        want_q, want_k, want_v = self.wanted
+        g3 = grad.reshape(b * h, lq, dv)
+        dq = dk = dvalue = None
+        if want_v:
+            dvalue = torch.bmm(self.p3.transpose(1, 2), g3).view(b, h, s, dv)
+        if want_q or want_k:
+            dprobs = torch.bmm(g3, self.v3.transpose(1, 2)).view(b, h, lq, s) * self.noise
+            dw3 = torch._softmax_backward_data(dprobs, self.probs, -1, self.probs.dtype).view(b * h, lq, s)
+            del dprobs
+            if want_q:
+                dq = torch.empty_strided((b, h, lq, d), layouts[0], dtype=g3.dtype)
+                torch.mul(torch.bmm(dw3, self.kt3.transpose(1, 2)).view(b, h, lq, d), self.scale, out=dq)
+            if want_k:
+                dk = torch.empty_strided((b, h, s, d), layouts[1], dtype=g3.dtype)
+                torch.mul(torch.bmm(self.q3.transpose(1, 2), dw3).view(b, h, d, s).transpose(-2, -1), self.scale,
+                          out=dk)
+        return [dq, dk, dvalue]
+
+
+
 class FusedAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask, dropout_p: float, is_causal: bool, scale, backend: str, index: int,
@@ -104,22 +186,26 @@ class FusedAttention(torch.autograd.Function):
         ctx.graph = None
         wanted = list(ctx.needs_input_grad[:3])
         with torch._C.DisableTorchFunction(), suspended():
-            if (any(wanted) and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] <= KEEP_GRAPH_ELEMENTS
-                    and not _saved_tensors_hooked()):
+            keep = (any(wanted) and q.shape[0] * q.shape[1] * q.shape[2] * k.shape[-2] <= KEEP_GRAPH_ELEMENTS
+                    and not _saved_tensors_hooked())
+            if keep and _MathPath.takes(q, k, v, mask, dropout_p, is_causal, scale):
+                ctx.graph = _MathPath(q, k, v, mask, dropout_p, is_causal, scale, wanted)
+                math_out = ctx.graph.output()
+            elif keep:
                 # small enough to keep the math path's graph (host memory, never charged): backward then runs it
                 # instead of recomputing the forward, as plain CPU torch would
                 with torch.enable_grad():
                     leaves = [t.detach().requires_grad_(w) for t, w in zip((q, k, v), wanted, strict=True)]
-                    math = F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=dropout_p,
-                                                          is_causal=is_causal, scale=scale)
-                ctx.graph = (math, leaves)
+                    math_out = F.scaled_dot_product_attention(*leaves, attn_mask=mask, dropout_p=dropout_p,
+                                                              is_causal=is_causal, scale=scale)
+                ctx.graph = (math_out, leaves)
             else:
-                math = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
-                                                      is_causal=is_causal, scale=scale)
+                math_out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                          is_causal=is_causal, scale=scale)
             # both kernels write (B, L, H, D) and return it transposed: `out.transpose(1, 2).reshape(...)`,
             # the usual next step, is then a view, not a copy
-            out = math.transpose(1, 2).contiguous().transpose(1, 2)
-            del math
+            out = math_out.transpose(1, 2).contiguous().transpose(1, 2)
+            del math_out
         b, h, lq = q.shape[0], q.shape[1], q.shape[2]
         rt = tracker.runtime
         # the kernels' philox seed and offset (one int64 each) and the float32 logsumexp, in each kernel's order
@@ -198,13 +284,18 @@ class FusedAttention(torch.autograd.Function):
         wanted = [t.requires_grad for t in (q, k, v)]
         graph, ctx.graph = ctx.graph, None  # once: a second backward (retain_graph) recomputes
         with torch._C.DisableTorchFunction(), suspended(), torch.enable_grad():
-            if graph is not None and [t.requires_grad for t in graph[1]] == wanted:
-                out, leaves = graph
-                got = iter(torch.autograd.grad(out, [t for t in leaves if t.requires_grad], grad))
+            if isinstance(graph, _MathPath) and graph.wanted == wanted:
+                with torch.no_grad():
+                    grads = graph.gradients(grad, [_layout(q, backend), _layout(k, backend)])
             else:
-                got = iter(_recomputed(ctx, q, k, v, mask, wanted, grad))
+                if graph is not None and not isinstance(graph, _MathPath) and [
+                        t.requires_grad for t in graph[1]] == wanted:
+                    out, leaves = graph
+                    got = iter(torch.autograd.grad(out, [t for t in leaves if t.requires_grad], grad))
+                else:
+                    got = iter(_recomputed(ctx, q, k, v, mask, wanted, grad))
+                grads = [next(got) if w else None for w in wanted]
             del graph
-            grads = [next(got) if w else None for w in wanted]
             # each kernel's gradient layout, which decides whether AccumulateGrad keeps it as `.grad` or copies
             # it into the parameter's layout: flash writes its inputs' layout, efficient a (B, L, H, D) buffer
             # returned transposed (the math path's come out in the layouts of its own products)

@@ -91,6 +91,44 @@ def test_fused_attention_has_the_math_paths_numbers(fakecuda, dropout_p, keep_gr
         torch.testing.assert_close(fake.grad.cpu(), plain.grad)
 
 
+@pytest.mark.parametrize("mask", ["float", "bool", "causal", "none"])
+def test_fused_attention_with_dropout_computes_the_cpu_math_paths_numbers_bit_for_bit(fakecuda, mask, monkeypatch):
+    """With dropout the kept math path is run op by op (fused._MathPath) and its backward written out: output,
+    gradients and the generator's state after the dropout draw must equal the CPU's own SDPA (its math path, through
+    autograd) exactly, on inputs in multi-head attention's layout (heads split from a (L, B, E) projection). float32:
+    CUDA's fused kernels take no float64, which goes to CUDA's math path, the CPU's own."""
+    torch = pytest.importorskip("torch")
+    from fakegpu.fakecuda import fused
+
+    F = torch.nn.functional
+    dt = torch.float32
+    explicit = []
+    original = fused._MathPath.gradients
+    monkeypatch.setattr(fused._MathPath, "gradients", lambda self, *a: explicit.append(1) or original(self, *a))
+    fakecuda("a100")
+    g = torch.Generator().manual_seed(0)
+    b, h, lq, d = 3, 4, 37, 16
+    cpu = [torch.randn(lq, b, h * d, generator=g, dtype=dt).view(lq, b * h, d).transpose(0, 1).view(b, h, lq, d)
+           for _ in range(3)]
+    attn_mask = {"float": torch.randn(lq, lq, generator=g, dtype=dt), "bool": torch.rand(lq, lq, generator=g) > 0.3,
+                 "causal": None, "none": None}[mask]
+    grad = torch.randn(b, h, lq, d, generator=g, dtype=dt)
+
+    def run(inputs, m):
+        leaves = [t.detach().requires_grad_() for t in inputs]
+        torch.manual_seed(7)
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=m, dropout_p=0.25, is_causal=mask == "causal")
+        out.backward(grad.to(out.device))
+        return [t.cpu() for t in (out.detach(), *(x.grad for x in leaves), torch.rand(3))]
+
+    with fused.suspended(), torch._C.DisableTorchFunction():
+        ref = run(cpu, attn_mask)  # plain CPU tensors: the CPU's own SDPA, its math path
+    got = run([t.cuda() for t in cpu], None if attn_mask is None else attn_mask.cuda())
+    assert explicit == [1]
+    for name, a, e in zip(["output", "dq", "dk", "dv", "next draws"], got, ref, strict=True):
+        assert torch.equal(a, e), name
+
+
 def test_fused_attention_memory_is_the_same_whether_backward_keeps_or_recomputes_the_math(fakecuda, monkeypatch):
     """Keeping the CPU math path's graph for backward (small weights) is host memory only: every allocator number,
     the gradients and the RNG stream after the step equal those of running the forward again in backward."""
