@@ -267,17 +267,12 @@ class ChargeRules:
         op's `dim` argument as it was given (dims); for convolution_backward, its bias gradient's sum over all but
         the channel dim. A pure function of these: the fast path asks once per distinct call and remembers."""
         if func is aten.convolution_backward.default:
-            reduced: set[int] | None = set(range(len(shape))) - {1}
-            launch = _REDUCTIONS[aten.sum](dtype)
+            reduced, launch = _bias_gradient_sum(len(shape), dtype)
         else:
-            reduced = _dims_reduced(len(shape), dims)
-            launch = _REDUCTIONS[func.overloadpacket](dtype)
+            reduced, launch = _dims_reduced(len(shape), dims), _REDUCTIONS[func.overloadpacket](dtype)
         if reduced is None:
             return ()
-        profile = self.runtime.devices[index].profile
-        sizes = _scratch(shape, strides, frozenset(reduced), launch, profile.sm_count,
-                         profile.data["sm_limits"]["max_threads_per_sm"], offset)
-        return tuple(n for n in sizes if n) if sizes[0] else ()
+        return self._staging_sizes(index, shape, strides, offset, reduced, launch)
 
     def fast_window(self, index: int) -> tuple[int, int]:
         """(until when, CLOCK_MONOTONIC ns, the fast path may charge the device's ops without asking; its board).
@@ -407,15 +402,20 @@ class ChargeRules:
                 self.runtime.free(index, copy)
         if grad_bias is not None:
             self._charge(grad_bias, index)
-            reduced = set(range(grad_output.dim())) - {1}
-            self._staging(index, grad_output, reduced, _REDUCTIONS[aten.sum](grad_output.dtype))
+            self._staging(index, grad_output, *_bias_gradient_sum(grad_output.dim(), grad_output.dtype))
 
     def _staging(self, index: int, x: torch.Tensor, reduced: set[int], launch: reduce.Launch) -> None:
+        self._transient(index, list(self._staging_sizes(index, tuple(x.shape), x.stride(), x.storage_offset(),
+                                                        reduced, launch)))
+
+    def _staging_sizes(self, index: int, shape: tuple[int, ...], strides: tuple[int, ...], offset: int,
+                       reduced: set[int], launch: reduce.Launch) -> tuple[int, ...]:
+        """The staging buffer's and semaphores' bytes, in the order they are taken; none when the reduction is not
+        split across blocks."""
         profile = self.runtime.devices[index].profile
-        sizes = _scratch(tuple(x.shape), x.stride(), frozenset(reduced), launch, profile.sm_count,
-                         profile.data["sm_limits"]["max_threads_per_sm"], x.storage_offset())
-        if sizes[0]:
-            self._transient(index, list(sizes))
+        sizes = _scratch(shape, strides, frozenset(reduced), launch, profile.sm_count,
+                         profile.data["sm_limits"]["max_threads_per_sm"], offset)
+        return tuple(n for n in sizes if n) if sizes[0] else ()
 
     def _reduction(self, func, index: int, args: tuple, kwargs: dict) -> None:
         """A reduction split across blocks: its staging buffer and semaphores, for the launch only (allocated
@@ -684,6 +684,11 @@ def _reduced_dims(func, x: torch.Tensor, args: tuple, kwargs: dict) -> set[int] 
     else:
         dims = args[position] if position < len(args) else kwargs.get("dim")
     return _dims_reduced(x.dim(), dims)
+
+
+def _bias_gradient_sum(ndim: int, dtype: torch.dtype) -> tuple[set[int], reduce.Launch]:
+    """cuDNN's convolution backward makes its bias gradient as a sum of grad_output over all but the channel dim."""
+    return set(range(ndim)) - {1}, _REDUCTIONS[aten.sum](dtype)
 
 
 def _dims_reduced(ndim: int, dims: Any) -> set[int] | None:

@@ -244,8 +244,10 @@ def test_busy_time_kept_by_the_fast_path_reaches_the_telemetry_in_order(extensio
         x @ x  # a GEMM charged in C++ too (workspaces per call: torch 2.15), tensor-core work
         with torch.no_grad():  # an add without grad mode, as the engine's sums run: the rules, in Python
             torch.add(x, x)  # (what the fast path kept goes first)
-    def runs() -> list[str]:  # the kinds seen, a run of one kind as one (exp and sin come as one record, unless
-        kinds = [kind for _, kind in seen]  # a telemetry slot ended between them)
+    def runs() -> list[str]:
+        """The kinds seen, a run of one kind as one: exp and sin come as one record, or two where a telemetry slot
+        ended between them."""
+        kinds = [kind for _, kind in seen]
         return [k for i, k in enumerate(kinds) if not i or k != kinds[i - 1]]
 
     assert runs() == ["mem", "tc"] * 5 + ["mem"] and 15 <= len(seen) <= 20
