@@ -4,7 +4,7 @@
 // Why not Python: the rules' call (the op's arguments and outputs made Python objects, a dozen calls, their dicts
 // and frames) cost 10-15 us an op inside a training step (bench_fakecuda.py --no-fast-path), where the CPU kernels
 // between two ops leave the caches cold for it. Here it is a few dictionary operations, the C++ allocator model's
-// malloc, and the weak reference that frees the block when the storage dies, with Python's own objects:
+// malloc, and the watch that frees the block when the storage dies (storage_watch.cpp), with Python's own objects:
 // tracker.live stays the one map of charged storages, read and written by Python as before.
 //
 // The op's fake device is found as ChargeRules._device finds it (a badge, else tracker.live); an op on none is
@@ -34,7 +34,6 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/DynamicTypes.h>
-#include <torch/csrc/Storage.h>
 #include <torch/csrc/PyInterpreter.h>
 
 #include <time.h>
@@ -45,6 +44,11 @@
 #include <tuple>
 #include <unordered_map>
 #include <vector>
+
+// storage_watch.cpp
+struct WatchSink;
+std::shared_ptr<WatchSink> watch_sink(py::object live, py::object devices);
+py::object watch_storage(const c10::Storage& storage, const std::shared_ptr<WatchSink>& sink, PyObject* key);
 
 // allocator.cpp
 void* cxx_allocator(py::handle obj);
@@ -103,6 +107,7 @@ struct Slot {  // one fake device
 
 struct Fast {
   py::object rules, live, devices, streams;  // ChargeRules, tracker.live, runtime.devices, runtime.current_stream
+  std::shared_ptr<WatchSink> sink;           // (live and devices, for the storages' deaths: storage_watch.cpp)
   py::object runtime;
   py::object workspaces_name = py::str("workspaces"), version_name = py::str("version");
   py::object gap_calls_name = py::str("gap_calls");
@@ -228,53 +233,6 @@ Slot* open_slot(Fast& fast, int64_t index, int64_t now) {
   return nullptr;
 }
 
-// The weak reference's callback when a storage charged here dies: tracker._release's work (the entry out of
-// tracker.live, its block back to the device's model). `self` is (key, live, devices). The entry may have been
-// rewritten by Python meanwhile (a resize's new block), so it is read now, as _release reads it.
-PyObject* release(PyObject* self, PyObject* /*ref*/) {
-  PyObject* key = PyTuple_GET_ITEM(self, 0);
-  PyObject* live = PyTuple_GET_ITEM(self, 1);
-  PyObject* devices = PyTuple_GET_ITEM(self, 2);
-  PyObject* entry = PyDict_GetItemWithError(live, key);
-  if (entry == nullptr) {
-    if (PyErr_Occurred()) return nullptr;
-    Py_RETURN_NONE;
-  }
-  py::object held = py::reinterpret_borrow<py::object>(entry);
-  if (PyDict_DelItem(live, key) < 0) return nullptr;
-  PyObject* block = PyTuple_GET_ITEM(entry, 1);
-  if (block == Py_None) Py_RETURN_NONE;
-  try {
-    const int64_t index = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
-    if (!PyList_Check(devices) || index < 0 || index >= PyList_GET_SIZE(devices))
-      throw std::out_of_range("a charged storage's device is not in runtime.devices");
-    py::object model = allocator_of(PyList_GET_ITEM(devices, index));
-    // the fast path's slot knows the model's C++ address while it is the device's current one
-    void* allocator = nullptr;
-    const std::shared_ptr<Fast> held = fast;
-    if (held && static_cast<size_t>(index) < held->slots.size() &&
-        held->slots[index].allocator_object.ptr() == model.ptr()) {
-      allocator = held->slots[index].allocator;
-    } else {
-      allocator = cxx_allocator(model);
-    }
-    if (allocator != nullptr && PyLong_Check(block)) {
-      cxx_free(allocator, PyLong_AsUnsignedLongLong(block));
-    } else {
-      model.attr("free")(py::handle(block));
-    }
-  } catch (py::error_already_set& e) {
-    e.restore();
-    return nullptr;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-  Py_RETURN_NONE;
-}
-
-PyMethodDef release_def{"release_charged_storage", release, METH_O, nullptr};
-
 // Runtime.malloc on the C++ model, on the device's current stream: the block's address.
 uint64_t device_malloc(Fast& fast, int64_t index, void* allocator, int64_t nbytes) {
   int64_t stream = 0;
@@ -315,14 +273,7 @@ void charge(Fast& fast, const at::Tensor& t, int64_t index, void* allocator,
     block = py::reinterpret_steal<py::object>(
         PyLong_FromUnsignedLongLong(device_malloc(fast, index, allocator, nbytes)));
   }
-  auto storage = py::reinterpret_steal<py::object>(THPStorage_Wrap(t.storage()));
-  if (!storage) throw py::error_already_set();
-  auto context = py::make_tuple(key, fast.live, fast.devices);
-  auto callback = py::reinterpret_steal<py::object>(PyCFunction_New(&release_def, context.ptr()));
-  if (!callback) throw py::error_already_set();
-  auto ref = py::reinterpret_steal<py::object>(PyWeakref_NewRef(storage.ptr(), callback.ptr()));
-  if (!ref) throw py::error_already_set();
-  auto entry = py::make_tuple(index, block, ref);
+  auto entry = py::make_tuple(index, block, watch_storage(t.storage(), fast.sink, key.ptr()));
   if (PyDict_SetItem(fast.live.ptr(), key.ptr(), entry.ptr()) < 0) throw py::error_already_set();
 }
 
@@ -650,6 +601,7 @@ void register_fast(py::module_& m) {
     state->live = std::move(live);
     state->devices = std::move(devices);
     state->streams = std::move(streams);
+    state->sink = watch_sink(state->live, state->devices);
     state->runtime = state->rules.attr("runtime");
     state->fake_tensor = fake_types[0];
     state->fake_parameter = fake_types[1];

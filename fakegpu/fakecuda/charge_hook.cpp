@@ -27,6 +27,7 @@
 
 bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
                  const c10::IValue* outputs, size_t n_outputs, int64_t started);  // charge_fast.cpp
+void rewatch_swapped();                                                            // storage_watch.cpp
 
 namespace {
 
@@ -218,6 +219,7 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::ji
   std::vector<c10::IValue> arguments(stack->end() - n_args, stack->end());
   op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Fake), stack);
   py::gil_scoped_acquire gil;
+  rewatch_swapped();  // (a resize_ that just ran swapped a charged storage's memory)
   py::object after = rule(after_rule);
   if (!after) {
     return;
@@ -260,10 +262,12 @@ TORCH_LIBRARY_IMPL(_, Fake, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 
 void register_allocator(pybind11::module_& m);  // allocator.cpp
 void register_fast(pybind11::module_& m);       // charge_fast.cpp
+void register_watch(pybind11::module_& m);      // storage_watch.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_allocator(m);
   register_fast(m);
+  register_watch(m);
   m.def("install", &install, "Route every op's bookkeeping to after(func, args, kwargs, out, started_ns) and "
                              "CUDA creation ops to factory(func, args, kwargs, started_ns) -> out.");
   m.def("uninstall", &uninstall);

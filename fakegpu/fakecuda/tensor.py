@@ -8,7 +8,8 @@ the C++ tensor lives, so the badge survives round trips through C++ (autograd, c
 
 Memory accounting is per storage, like the real allocator: the first time a storage is seen under a fake
 device, a block of its size is taken from that device's allocator model, and it is returned when the storage
-dies (a finalizer on the storage object, which PyTorch preserves for as long as the storage lives).
+dies: here through a weak reference to the storage's Python object (which PyTorch preserves for as long as the
+storage lives); the C++ hook watches the storages it charges through their memory instead (storage_watch.cpp).
 """
 
 from __future__ import annotations
@@ -116,7 +117,11 @@ class StorageTracker:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.live: dict[int, tuple[int, object, weakref.ref]] = {}
+        # storage address -> (device, block, weak reference to the storage's Python object, or None where the C++
+        # extension watches the storage's memory instead: storage_watch.cpp)
+        self.live: dict[int, tuple[int, object, weakref.ref | None]] = {}
+        # what resize() calls after swapping a storage's memory: the extension's, to watch the storage again
+        self.after_resize: Callable[[], None] | None = None
 
     def account(self, tensor: torch.Tensor, index: int, block=None) -> None:
         storage = tensor.untyped_storage()
@@ -169,6 +174,8 @@ class StorageTracker:
         if block is not None:
             self.runtime.free(index, block)
         self.live[key] = (index, new, ref)
+        if self.after_resize is not None:
+            self.after_resize()
         return out
 
 

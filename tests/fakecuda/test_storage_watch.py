@@ -1,0 +1,153 @@
+"""How the C++ hook sees a charged storage die (storage_watch.cpp): through its memory, not its Python object.
+
+The storage's DataPtr is wrapped, so no Python object is made for it; the autograd engine then sums gradients in
+place where it holds the only reference, as on CUDA. A resize or a move to shared memory swaps the memory of a
+storage that lives on: it must stay charged and be released when it does die.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.torch
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def extension():
+    pytest.importorskip("torch")
+    from fakegpu.fakecuda import extension
+
+    extension.build()
+    return extension.load()
+
+
+@contextlib.contextmanager
+def watched_through_python(extension):
+    was = extension.set_watch_memory(False)
+    try:
+        yield
+    finally:
+        extension.set_watch_memory(was)
+
+
+def _entry(t):
+    return fc_live().get(t.untyped_storage()._cdata)
+
+
+def test_an_output_is_watched_through_its_memory_and_released_when_it_dies(extension, fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.randn(1024, device="cuda")
+    before = torch.cuda.memory_allocated()
+    y = x * 2
+    assert extension.watched(y) and _entry(y)[2] is None  # no weak reference: the memory is watched
+    assert torch.cuda.memory_allocated() == before + 4096
+    assert torch.equal(y, x * 2)  # the data is the storage's own, untouched by the wrapping
+    del y
+    assert torch.cuda.memory_allocated() == before
+    with watched_through_python(extension):
+        z = x * 3
+    assert not extension.watched(z) and _entry(z)[2] is not None  # the weak reference, as before
+    del z
+    assert torch.cuda.memory_allocated() == before
+
+
+def _backward_adds(torch, x) -> list[str]:
+    from torch.profiler import profile
+
+    y = (x * 3).exp() + (x * 5).sin()  # x's gradient arrives twice: the engine sums the two
+    loss = y.sum()
+    with profile() as prof:
+        loss.backward()
+    return sorted(e.name for e in prof.events() if e.name in ("aten::add", "aten::add_"))
+
+
+def test_the_engine_sums_gradients_in_place_as_on_cuda(extension, fakecuda):
+    """CUDA's engine adds a gradient into the one it holds when nothing else holds that one's storage. With the
+    storages' Python objects made for the watch, the CPU engine never could, and summed every one out of place."""
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.randn(256, 256, device="cuda", requires_grad=True)
+    assert _backward_adds(torch, x) == ["aten::add_"]
+    expected = 3 * torch.exp(x.detach() * 3) + 5 * torch.cos(x.detach() * 5)
+    assert torch.allclose(x.grad, expected)  # the sum's numbers are right
+    x.grad = None
+    with watched_through_python(extension):
+        assert _backward_adds(torch, x) == ["aten::add"]
+
+
+def test_a_resized_storage_stays_charged_and_watched(extension, fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.arange(256, dtype=torch.float32, device="cuda")
+    before, entries = torch.cuda.memory_allocated(), len(fc_live())
+    y = x * 1  # 1 KiB, charged in 512-byte granules
+    y.resize_(1024)  # CPU's resize swaps the storage's memory for a larger one
+    assert extension.watched(y) and torch.equal(y[:256], x)  # the hook watched it again after the op
+    storage = y.untyped_storage()
+    storage.resize_(8192)  # through tracker.resize: a new block of the new size
+    assert extension.watched(y) and torch.cuda.memory_allocated() == before + 8192
+    storage.resize_(0)  # FSDP's free: no memory to wrap, so its Python object is watched
+    assert torch.cuda.memory_allocated() == before and not extension.watched(y) and _entry(y)[2] is not None
+    del y, storage
+    assert torch.cuda.memory_allocated() == before and len(fc_live()) == entries
+
+
+def fc_live() -> dict:
+    import fakegpu.fakecuda as fc
+
+    return fc._active["charges"].rules.live
+
+
+def test_a_storage_moved_to_shared_memory_is_released_when_it_dies(extension, fakecuda):
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.randn(1024, device="cuda")
+    before, entries = torch.cuda.memory_allocated(), len(fc_live())
+    y = x * 2
+    y.share_memory_()  # (a storage method, not an op: the swap is seen at the next op)
+    z = x + 1
+    assert y.is_shared() and not extension.watched(y)  # shared memory keeps its own DataPtr, which its owners read
+    assert torch.cuda.memory_allocated() == before + 2 * 4096
+    del y
+    assert torch.cuda.memory_allocated() == before + 4096
+    w = x * 4
+    w.share_memory_()
+    del w  # dies before any op watched it again: released at the next one
+    z.add_(1)
+    assert torch.cuda.memory_allocated() == before + 4096 and len(fc_live()) == entries + 1
+
+
+def test_watched_storages_alive_at_exit_or_in_a_forked_child_end_quietly(extension, tmp_path):
+    script = tmp_path / "exit.py"
+    script.write_text(
+        "import os, torch\n"
+        "import fakegpu.fakecuda as fc\n"
+        "fc.activate('a100')\n"
+        "ext = fc._active['charges'].ext\n"
+        "x = torch.randn(4096, device='cuda', requires_grad=True)\n"
+        "kept = [(x * i).exp() for i in range(8)]\n"
+        "assert all(ext.watched(t) for t in kept)\n"
+        "before = torch.cuda.memory_allocated()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    del kept\n"
+        "    ok = torch.cuda.memory_allocated() == before - 8 * 4096 * 4\n"
+        "    os._exit(0 if ok else 3)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "assert os.waitstatus_to_exitcode(status) == 0, status\n"
+        "assert torch.cuda.memory_allocated() == before\n"
+        "sum(t.sum() for t in kept).backward()\n"
+        "print('done')\n"  # and exit with everything alive, fakecuda still active
+    )
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "FAKEGPU_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "done"
+    assert "Exception ignored" not in proc.stderr and "Error" not in proc.stderr, proc.stderr[-3000:]
