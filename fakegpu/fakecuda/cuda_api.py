@@ -23,6 +23,7 @@ from fakegpu.fakecuda import (
     amp,  # autocast's cast cache, cleared with torch's
     backward,
     kernels,  # CUDA's kernel choices (dropout, attention) as handlers; the optimizers' foreach types
+    optim,  # the optimizers' per-step bookkeeping without the function mode
     persist,
     report,
     snapshot,
@@ -307,7 +308,7 @@ class FakeCudaApi:
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
         ]
-        pairs += kernels.replacements() + amp.replacements() + persist.replacements()
+        pairs += kernels.replacements() + amp.replacements() + persist.replacements() + optim.replacements(self.mode)
         a = torch.accelerator
         pairs += [
             (a, "is_available", self.is_available),
