@@ -13,10 +13,12 @@
 // CPU resize_ (Tensor.resize_, UntypedStorage.resize_) or a move to shared memory puts a new one in its place. The
 // deleter tells the two apart by the storage's reference count, read through a weak reference the wrapper holds:
 // zero while the storage dies (StorageImpl::release_resources clears the DataPtr), above zero for a swap. A swapped
-// storage is watched again the next time the fast path runs (or tracker.resize asks), under the GIL: its new
-// DataPtr wrapped, or, where it is not the CPU allocator's (shared memory, whose owners recognise it by its
-// deleter), a weak reference to its Python object, as before. Only the CPU allocator's DataPtrs are wrapped; others
-// (a copy-on-write clone's, memory from another library) keep the weak reference.
+// storage is watched again, under the GIL, after the op that swapped it (the hook's next call) or, for
+// UntypedStorage.resize_, by tracker.resize: its new DataPtr wrapped, or, where it is not the CPU allocator's (shared
+// memory, whose owners recognise it by its deleter), a weak reference to its Python object, as before. Only the CPU
+// allocator's DataPtrs are wrapped; others (a copy-on-write clone's, memory from another library) keep the weak
+// reference. A storage method that swaps outside any op (share_memory_) is seen at the next op: a storage that dies
+// before that op gives its block back there.
 //
 // The deleter can run on any thread, with or without the GIL (the autograd engine frees saved tensors without it):
 // it takes the GIL to book a death, as torch does to drop a tensor's Python object, and none for a swap.
@@ -30,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 #include <vector>
 
 // allocator.cpp
@@ -136,12 +139,17 @@ py::object weak_reference(const c10::Storage& storage, const WatchSink& sink, Py
   return ref;
 }
 
-// The wrapper's context: the DataPtr the storage held (freed with the wrapper) and what its deleter needs.
+// What the wrapper's deleter needs: the DataPtr the storage held (freed with it) and the storage.
 struct Watch {
   c10::DataPtr original;
   c10::weak_intrusive_ptr<c10::StorageImpl> storage;
   std::shared_ptr<WatchSink> sink;
 };
+
+// The wrapper keeps the memory's address as its context, as the CPU allocator's own DataPtr does: torch calls such a
+// DataPtr "simple" and lazily clones (copy-on-write) only those. So its Watch is found by that address.
+std::mutex watches_mutex;
+std::unordered_map<void*, Watch*>& watches = *new std::unordered_map<void*, Watch*>();  // (leaked, as `swapped`)
 
 // Storages whose wrapped DataPtr was swapped out while they lived: to be watched again (rewatch_swapped).
 struct Swapped {
@@ -153,9 +161,18 @@ std::vector<Swapped>& swapped = *new std::vector<Swapped>();  // (leaked: delete
 std::atomic<bool> any_swapped{false};
 std::atomic<bool> wrapping{true};  // off: every storage watched through its Python object (tests, comparisons)
 
-void watched_delete(void* context) {
-  std::unique_ptr<Watch> watch(static_cast<Watch*>(context));  // the original DataPtr is freed with it, last
-  if (!watch->storage.expired()) {  // a swap: the storage lives on with another DataPtr
+void watched_delete(void* data) {
+  std::unique_ptr<Watch> watch;  // the original DataPtr is freed with it, last
+  {
+    std::lock_guard<std::mutex> lock(watches_mutex);
+    auto found = watches.find(data);
+    if (found == watches.end()) return;  // (cannot be: every wrapper is registered before it is installed)
+    watch.reset(found->second);
+    watches.erase(found);
+  }
+  // A swap, the storage living on with another DataPtr; or a copy-on-write clone's memory outliving the storage
+  // it was cloned from, given back now by the clone (the storage's death was not seen: its entry is still there)
+  if (!watch->storage.expired()) {
     std::lock_guard<std::mutex> lock(swapped_mutex);
     swapped.push_back({std::move(watch->storage), std::move(watch->sink)});
     any_swapped.store(true);
@@ -180,12 +197,17 @@ bool wrap(const c10::Storage& storage, const std::shared_ptr<WatchSink>& sink) {
   const c10::DataPtr& current = impl->_mutable_data_ptr_no_checks();
   if (current.get_deleter() == &watched_delete) return true;
   // (an empty one, a zero-byte storage's, stays as it is: a DataPtr with a context tests true even without data)
-  if (current.get() == nullptr || current.device().type() != c10::kCPU || !cpu_allocators(current.get_deleter()))
+  void* data = current.get();
+  if (data == nullptr || current.device().type() != c10::kCPU || !cpu_allocators(current.get_deleter()) ||
+      current.get_context() != data)
     return false;
   auto watch = std::make_unique<Watch>(Watch{c10::DataPtr(), storage.getWeakStorageImpl(), sink});
-  c10::DataPtr wrapped(current.get(), watch.get(), &watched_delete, current.device());
-  watch->original = impl->set_data_ptr(std::move(wrapped));
-  watch.release();  // owned by the storage's DataPtr now
+  {
+    std::lock_guard<std::mutex> lock(watches_mutex);
+    if (!watches.emplace(data, watch.get()).second) return false;  // (another wrapper on this memory: cannot be)
+  }
+  watch->original = impl->set_data_ptr(c10::DataPtr(data, data, &watched_delete, current.device()));
+  watch.release();  // owned through `watches` now, given back by the deleter
   return true;
 }
 

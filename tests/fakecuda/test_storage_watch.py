@@ -151,3 +151,27 @@ def test_watched_storages_alive_at_exit_or_in_a_forked_child_end_quietly(extensi
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == "done"
     assert "Exception ignored" not in proc.stderr and "Error" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_lazy_clone_shares_the_watched_memory_until_both_are_gone(extension, fakecuda):
+    """torch clones copy-on-write only memory whose DataPtr is the allocator's plain kind (its context is its
+    address): the wrapper keeps that, so _lazy_clone works as on CUDA; the original's block goes back when the last
+    storage holding its memory dies."""
+    torch = pytest.importorskip("torch")
+    fakecuda("a100")
+    x = torch.randn(1024, device="cuda")
+    before = torch.cuda.memory_allocated()
+    for first in ("original", "clone"):
+        y = x * 2
+        z = y._lazy_clone()
+        assert torch.equal(z, x * 2) and z.is_cuda
+        charged = torch.cuda.memory_allocated()
+        held = {"original": y, "clone": z}
+        del y, z
+        held.pop(first)
+        if first == "original":  # its memory is the clone's too: its block stays until the clone goes
+            assert torch.cuda.memory_allocated() == charged
+        else:
+            assert torch.cuda.memory_allocated() == charged - 4096
+        held.clear()
+        assert torch.cuda.memory_allocated() == before
