@@ -84,6 +84,22 @@ py::object key_of(const void* impl) {
   return py::reinterpret_steal<py::object>(PyLong_FromVoidPtr(const_cast<void*>(impl)));
 }
 
+// The C++ model behind a device's allocator object, or null for the Python one: the last answer is kept (with a
+// reference, so the address cannot be another object's), as every death asks and the answer rarely changes.
+// Under the GIL.
+void* cxx_model(PyObject* model) {
+  static PyObject* last = nullptr;  // (leaked at exit, as the interpreter may be gone before statics die)
+  static void* last_allocator = nullptr;
+  if (model == last) return last_allocator;
+  void* allocator = cxx_allocator(py::handle(model));
+  PyObject* previous = last;
+  Py_INCREF(model);
+  last = model;
+  last_allocator = allocator;
+  Py_XDECREF(previous);  // (last: a death its release sets off finds the new answer)
+  return allocator;
+}
+
 // tracker._release's work for the storage at `key`: its entry out of tracker.live, its block back to the model.
 // The entry is read now, as _release reads it: Python may have rewritten it (a resize's new block) or taken it
 // (transfer). Raises (a Python error set) when the model's free does.
@@ -100,9 +116,10 @@ void release_entry(PyObject* live, PyObject* devices, PyObject* key) {
   const int64_t index = PyLong_AsLongLong(PyTuple_GET_ITEM(entry, 0));
   if (!PyList_Check(devices) || index < 0 || index >= PyList_GET_SIZE(devices))
     throw std::out_of_range("a charged storage's device is not in runtime.devices");
-  auto model = py::reinterpret_steal<py::object>(PyObject_GetAttrString(PyList_GET_ITEM(devices, index), "allocator"));
+  static PyObject* const allocator_name = PyUnicode_InternFromString("allocator");
+  auto model = py::reinterpret_steal<py::object>(PyObject_GetAttr(PyList_GET_ITEM(devices, index), allocator_name));
   if (!model) throw py::error_already_set();
-  void* allocator = cxx_allocator(model);
+  void* allocator = cxx_model(model.ptr());
   if (allocator != nullptr && PyLong_Check(block)) {
     cxx_free(allocator, PyLong_AsUnsignedLongLong(block));
   } else {
