@@ -6,12 +6,12 @@ count as a Python number) and runs its foreach ops on lists of every parameter: 
 FakeCudaMode, ~130 a step on a small conv net, which cost it +0.6 ms of a 1.2 ms step. The ops need no mode (the
 C++ charging hook charges their outputs, and every tensor involved is on one fake device already), so the
 optimizers' `_init_group` and `_multi_tensor_*` functions run with it off, and `zero_grad` (optimizers' and
-modules', one call per parameter) too. What they make that outlives the call
-(state tensors on the first step, SGD's momentum buffers) reaches the caller through their list arguments: such a
-tensor, charged to a fake device but not yet badged, is badged on the way out, as the mode would have done.
-Only where nothing else could see the difference: this mode alone on the function-mode stack (torch's
-`with torch.device(...)` is a mode too, and changes where the state is made), parameters of the fake types (a
-DTensor's local shards are badged by the mode's own rules), and not while torch.compile traces.
+modules', one call per parameter) too. What they make that outlives the call (state tensors on the first step,
+SGD's momentum buffers) reaches the caller through their list arguments: such a tensor, charged to a fake device
+but not yet badged, is badged on the way out, as the mode would have done. Only where nothing else could see the
+difference: this mode alone on the function-mode stack (torch's `with torch.device(...)` is a mode too, and
+changes where the state is made), parameters of the fake types (a DTensor's local shards are badged by the mode's
+own rules), and not while torch.compile traces.
 """
 
 from __future__ import annotations
