@@ -23,10 +23,12 @@ def surface() -> dict[str, Any]:
         return {"available": False, "reason": f"torch is not importable here ({exc}): fakecuda needs it "
                                              "(pip install 'fakegpu[fakecuda]')", "torch_version": None,
                 "entry_points": []}
-    # replacements() only looks up the bound methods and the Stream/Event classes __init__ makes; building a
-    # runtime (devices, shared state) to list names would be a run, not a read.
+    # replacements() only looks up the bound methods and the Stream/Event classes __init__ makes, and hands the
+    # mode to the wrappers it builds (which read it when called); building a runtime (devices, shared state) to
+    # list names would be a run, not a read.
     api = object.__new__(FakeCudaApi)
     api.Stream, api.Event = type("Stream", (), {}), type("Event", (), {})
+    api.mode = None
     entries = sorted({(_owner_name(owner), name) for owner, name, _ in api.replacements()})
     return {
         "available": True,
