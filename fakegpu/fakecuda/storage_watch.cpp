@@ -28,6 +28,8 @@
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/Storage.h>
 
+#include <pthread.h>
+
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -289,7 +291,26 @@ void rewatch_swapped() {
   if (failed) std::rethrow_exception(failed);
 }
 
+namespace {
+
+// A fork while another thread is inside one of the two short critical sections above would leave the child's copy
+// of that mutex locked for ever (its next storage death would hang): the forking thread holds both across fork().
+// Neither is held while waiting for anything else (the GIL included), so taking them here cannot deadlock.
+void lock_for_fork() {
+  watches_mutex.lock();
+  swapped_mutex.lock();
+}
+
+void unlock_after_fork() {
+  swapped_mutex.unlock();
+  watches_mutex.unlock();
+}
+
+}  // namespace
+
 void register_watch(py::module_& m) {
+  static const int forks = pthread_atfork(&lock_for_fork, &unlock_after_fork, &unlock_after_fork);
+  if (forks != 0) throw std::runtime_error("pthread_atfork failed for fakecuda's storage watch");
   m.def("rewatch_swapped", &rewatch_swapped,
         "Watch again the charged storages whose memory was swapped since the fast path last ran (a resize).");
   m.def("set_watch_memory", [](bool on) { return wrapping.exchange(on); },
