@@ -110,13 +110,23 @@ def test_a_step_makes_no_mode_call_per_parameter(fakecuda):
 
 def test_under_another_function_mode_the_step_goes_through_the_mode(fakecuda):
     """`with torch.device("cuda")` is a function mode that decides where a factory without a device makes its
-    tensor: with it on the stack the bookkeeping stays under the mode, so the state is made where torch would."""
+    tensor: with it on the stack the bookkeeping stays under the mode, so the state is made where it was before."""
     torch = pytest.importorskip("torch")
+    import fakegpu.fakecuda as fc
+    from fakegpu.fakecuda import optim
+
     fakecuda("a100")
-    with torch.device("cuda"):
-        model = torch.nn.Linear(4, 4)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        model(torch.randn(2, 4)).sum().backward()
-        opt.step()
-    state = opt.state[model.weight]
-    assert state["exp_avg"].is_cuda and state["step"].device.type == "cpu"
+
+    def run():
+        with torch.device("cuda"):
+            assert not optim._only(fc._active["mode"])  # (the case under test)
+            model = torch.nn.Linear(4, 4)
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+        return _state_faces(opt)
+
+    got = run()
+    with _through_the_mode():
+        assert got == run()
+    assert ("exp_avg", "FakeCudaTensor", "cuda:0") in got
