@@ -320,8 +320,4 @@ void register_watch(py::module_& m) {
     return t.has_storage() &&
            t.storage().unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get_deleter() == &watched_delete;
   }, "Whether the tensor's storage is charged with its DataPtr wrapped (for tests).");
-  m.def("storage_key", [](const at::Tensor& t) -> py::object {
-    if (!t.has_storage()) return py::none();
-    return key_of(t.storage().unsafeGetStorageImpl());
-  }, "The tensor's storage's key in tracker.live (UntypedStorage._cdata) without making the storage's Python object.");
 }
