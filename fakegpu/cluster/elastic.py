@@ -43,6 +43,10 @@ _DETAIL_MAX = 300
 
 _GLOG = re.compile(r"^(?P<level>[IWEF])(?P<month>\d\d)(?P<day>\d\d) (?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\.(?P<us>\d{6})"
                    r" +\d+ (?P<src>\S+):\d+\](?: (?P<msg>.*))?$")
+# A glog line glued to the end of another process's unfinished line: an unbuffered worker's print() writes its text
+# and its newline in two writes, and the agent's line can land between them (or after the text alone, when the
+# worker is killed between the two, which is when the agent's worker-failed line comes).
+_GLOG_INSIDE = re.compile(r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d{6} +\d+ torch/distributed/\S+:\d+\]")
 _ELASTIC_SRC = ("torch/distributed/elastic/", "torch/distributed/run.py", "torch/distributed/launcher/")
 _RDZV_DONE = re.compile(r"^\[[^\]]+\] Rendezvous complete for workers\. Result:$")
 _RDZV_FIELD = re.compile(r"^\s+(?P<key>\w+)=(?P<value>.*)$")
@@ -112,6 +116,11 @@ class AgentLog:
         """Read one line; returns the events it completed (also kept in .events)."""
         start = len(self.events)
         glog = _GLOG.match(line)
+        inside = _GLOG_INSIDE.search(line, 1) if glog is None else None
+        if inside is not None:
+            self._job_line(line[:inside.start()], arrival)
+            self.feed(line[inside.start():], arrival)
+            return self.events[start:]
         if glog is None or not glog["src"].startswith(_ELASTIC_SRC):
             self._finish_rendezvous()
             if glog is None:

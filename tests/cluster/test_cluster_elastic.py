@@ -46,12 +46,12 @@ def _epoch(month: int, day: int, h: int, m: int, s: int, us: int) -> float:
     return calendar.timegm((YEAR, month, day, h, m, s)) + us / 1e6
 
 
-def replay(name: str) -> list[dict]:
+def replay(name: str, folder: Path = DATA) -> list[dict]:
     """Feed a recorded `cluster run` output to one AgentLog per node, as the controller's pumps do; a line's
     arrival is its stamp (or the last one seen) plus a transport delay."""
     logs: dict[str, elastic.AgentLog] = {}
     last = 0.0
-    for raw in (DATA / name).read_text().splitlines():
+    for raw in (folder / name).read_text().splitlines():
         found = _LINE.match(raw)
         if not found:
             continue  # fakegpu's own lines
@@ -90,6 +90,21 @@ def test_a_restart_after_killed_workers_is_read_from_the_agents_log():
     assert by["node-1", "first-output"]["detail"] == "rank 1/2 restart 1 step 1/10 loss 0.3101"
     # the agent's stamp, not the arrival: 18:40:07.097 is when node-1's agent saw its worker die
     assert by["node-1", "worker-failed"]["time"] == pytest.approx(_epoch(12, 4, 18, 40, 7, 97000))
+
+
+def test_an_agent_line_glued_to_a_killed_workers_unfinished_line_is_still_read(tmp_path):
+    # An unbuffered print() writes its text and its newline in two writes: a worker killed between them leaves its
+    # line open, and the agent's worker-failed line arrives glued to it (an elastic rehearsal under load lost the
+    # event so). Glue it so in the recorded log; the events must not change.
+    lines = (DATA / "torchrun-elastic-restart.log").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if "failed (exitcode: -9)" in line)
+    lines[at] = "[node-1] rank 1/2 restart 0 step 2/10 loss " + lines[at].removeprefix("[node-1] ")
+    glued = tmp_path / "glued.log"
+    glued.write_text("\n".join(lines) + "\n")
+    events = replay(glued.name, tmp_path)
+    assert events == replay("torchrun-elastic-restart.log")
+    failed = next(e for e in events if e["kind"] == "worker-failed")
+    assert (failed["node"], failed["exit_code"], failed["pid"]) == ("node-1", -9, 17)
 
 
 @pytest.mark.parametrize("zone_h", [0, 2, -5, 5.75, 13])
