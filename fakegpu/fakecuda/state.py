@@ -138,7 +138,9 @@ class Publisher:
 
     def _write(self, board: int, kind: int, start_ns: int | None, end_ns: int) -> None:
         f = self.file
-        if f is not None and not self.closed:
+        # A forked child shares the parent's file, and what it would write first is the parent's pending work
+        # (the open span, the C++ fast path's records): written by the parent already or still to be.
+        if f is not None and not self.closed and os.getpid() == self.pid:
             try:
                 f.busy(board, kind, start_ns, end_ns)
             except ValueError:  # closed by another thread meanwhile (the process is exiting)

@@ -263,3 +263,40 @@ def test_busy_spans_joined_per_slot_store_what_a_write_per_op_stores(tmp_path):
     assert len(writes) < len(ops) / 2, len(writes)  # it did join ops
     per_op.close()
     pub.close()
+
+
+def test_a_forked_child_writes_none_of_its_parents_pending_busy_time(tmp_path):
+    """A child forked while busy time is pending (the publisher's open span, records the C++ fast path keeps, both
+    handed over at sync points and at exit) shares the parent's state file: what it would write there is the
+    parent's work a second time. The child writes nothing; the parent writes its work once."""
+    from fakegpu.shared_state import OFF_BUSY, OFF_INSTANCE, StateFile
+
+    ops = busy_ops(seed=31, count=60)
+    rt = Runtime.from_spec("a100:2", environ={})
+
+    def ring_after(fork: bool) -> bytes:
+        name = f"fork-{fork}"
+        pub = Publisher(rt, str(tmp_path / name))
+        pub.file = StateFile(pub.dir, pub.pid, name)
+        for op in ops[:-1]:
+            pub.busy(*op)
+        pub.busy(*ops[-1])  # (the span it opens stays pending)
+        assert pub._span is not None
+        if fork:
+            pid = os.fork()
+            if pid == 0:  # the child: a sync point, one more op, and its exit, as a DataLoader worker's would be
+                try:
+                    pub.flush()
+                    pub.busy(*ops[0])
+                    pub.close()
+                finally:
+                    os._exit(0)
+            assert os.waitpid(pid, 0)[1] == 0
+        pub.flush()
+        ring = bytes(pub.file._map[OFF_BUSY:OFF_INSTANCE])
+        pub.close()
+        return ring
+
+    alone = ring_after(fork=False)
+    assert any(alone)
+    assert ring_after(fork=True) == alone
