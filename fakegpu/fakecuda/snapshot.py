@@ -96,6 +96,8 @@ class History:
             traced = frames if frames is not None and with_frames else []
             entry = {"action": action, "addr": address, "size": size, "stream": stream,
                      "time_us": time.monotonic_ns() // 1000, "frames": traced}
+            if action == "oom":  # torch's entry for an OOM holds the device's free bytes where others hold addr
+                del entry["addr"]
             entry.update(extra)
             self.traces[index].append(entry)
         if action == "alloc" and frames is not None:

@@ -111,6 +111,10 @@ def test_history_options_state_context_limits_and_oom(fakecuda):
         torch.empty(1 << 34, device="cuda")  # 64 GiB on a 15 GiB T4
     oom = [e for e in torch.cuda.memory._snapshot()["device_traces"][0] if e["action"] == "oom"]
     assert len(oom) == 1 and oom[0]["size"] == 1 << 36 and 0 < oom[0]["device_free"] < 16 << 30
+    assert "addr" not in oom[0]  # (torch's OOM entry: device_free in addr's place)
+    from torch.cuda import _memory_viz
+
+    assert "raise OutOfMemoryError # 64.0GiB requested" in _memory_viz.trace(torch.cuda.memory._snapshot())
     del kept
     assert ("free_requested" in {e["action"] for e in torch.cuda.memory._snapshot()["device_traces"][0]}) != skips
     bad_calls = [(dict(enabled="some"), "enabled='some' is not one of None, 'state', 'all'"),
