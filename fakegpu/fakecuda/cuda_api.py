@@ -33,7 +33,7 @@ from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
 from fakegpu.fakecuda.releases import release
 from fakegpu.fakecuda.streams import FakeEvent, FakeStream, StreamContext, StreamState
-from fakegpu.fakecuda.tensor import install_storage_resize, malloc, uninstall_storage_resize
+from fakegpu.fakecuda.tensor import install_storage_methods, malloc, uninstall_storage_methods
 from fakegpu.fakecuda.workspace import BlasConfig, HandlePool, Workspaces
 
 
@@ -341,7 +341,7 @@ class FakeCudaApi:
         self.reporter = report.install_from_env(self.rt)
         persist.install(self.mode)
         backward.install(self.mode)
-        install_storage_resize(self.mode.tracker)
+        install_storage_methods(self.mode.tracker)
         installed: list[Any] = []
         for owner, name, fn in self.replacements():
             if inspect.isroutine(fn) and any(fn == other for other in installed):  # (classes keep isinstance)
@@ -364,7 +364,7 @@ class FakeCudaApi:
         self.publisher.close()
         persist.uninstall()
         backward.uninstall()
-        uninstall_storage_resize()
+        uninstall_storage_methods()
         while self._saved:
             owner, name, original = self._saved.pop()
             if original is _MISSING:

@@ -551,8 +551,9 @@ class ChargeHook:
             raise RuntimeError("fakecuda's C++ charging hook is already installed")
         global _hook_ext
         self.ext.install(self.rules.hook_after, self.rules.hook_factory)
-        # storages the fast path charged are watched through their memory (storage_watch.cpp), which a resize swaps
-        self.rules.tracker.after_resize = self.ext.rewatch_swapped
+        # storages the fast path charged are watched through their memory (storage_watch.cpp), which a resize or a
+        # move to shared memory swaps
+        self.rules.tracker.after_swap = self.ext.rewatch_swapped
         if self.fast:
             self._install_fast()
         ChargeHook._installed = self

@@ -14,6 +14,7 @@ storage lives); the C++ hook watches the storages it charges through their memor
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -120,8 +121,9 @@ class StorageTracker:
         # storage address -> (device, block, weak reference to the storage's Python object, or None where the C++
         # extension watches the storage's memory instead: storage_watch.cpp)
         self.live: dict[int, tuple[int, object, weakref.ref | None]] = {}
-        # what resize() calls after swapping a storage's memory: the extension's, to watch the storage again
-        self.after_resize: Callable[[], None] | None = None
+        # what is called after a storage method that can swap a storage's memory (resize_, and sharing it
+        # through shared memory): the extension's, to watch the storage again before it can die unseen
+        self.after_swap: Callable[[], None] | None = None
 
     def account(self, tensor: torch.Tensor, index: int, block=None) -> None:
         storage = tensor.untyped_storage()
@@ -174,31 +176,47 @@ class StorageTracker:
         if block is not None:
             self.runtime.free(index, block)
         self.live[key] = (index, new, ref)
-        if self.after_resize is not None:
-            self.after_resize()
+        if self.after_swap is not None:
+            self.after_swap()
         return out
 
 
-_resize_installed: list[Any] = []
+_storage_methods_installed: list[str] = []
+# The C methods that move a CPU storage's bytes into shared memory (share_memory_, and torch.multiprocessing's
+# pickling of a storage), swapping its memory without an op the hook sees.
+_SHARING = ("_share_fd_cpu_", "_share_filename_cpu_")
 
 
-def install_storage_resize(tracker: StorageTracker) -> None:
-    """Route `UntypedStorage.resize_` (torch's C method, inherited) through the tracker; see uninstall."""
-    if _resize_installed:
+def install_storage_methods(tracker: StorageTracker) -> None:
+    """Route `UntypedStorage.resize_` through the tracker and let it know after a sharing method (torch's C
+    methods, inherited by the Python class); see uninstall."""
+    if _storage_methods_installed:
         return
     original = torch.UntypedStorage.resize_
 
     def resize_(self, size):
         return tracker.resize(self, int(size), original)
 
-    _resize_installed.append(original)
     torch.UntypedStorage.resize_ = resize_
+    _storage_methods_installed.append("resize_")
+    for name in _SHARING:
+        setattr(torch.UntypedStorage, name, _after_swap(tracker, getattr(torch.UntypedStorage, name)))
+        _storage_methods_installed.append(name)
 
 
-def uninstall_storage_resize() -> None:
-    if _resize_installed:
-        _resize_installed.clear()
-        del torch.UntypedStorage.resize_  # the inherited C method shows through again
+def _after_swap(tracker: StorageTracker, method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        out = method(self, *args, **kwargs)
+        if tracker.after_swap is not None:
+            tracker.after_swap()
+        return out
+    return wrapper
+
+
+def uninstall_storage_methods() -> None:
+    while _storage_methods_installed:
+        delattr(torch.UntypedStorage, _storage_methods_installed.pop())  # the inherited C method shows through
 
 
 def badge(tensor: torch.Tensor, index: int, tracker: StorageTracker, block=None) -> torch.Tensor:

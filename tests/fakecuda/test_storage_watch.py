@@ -106,12 +106,17 @@ def fc_live() -> dict:
 
 
 def test_a_storage_moved_to_shared_memory_is_released_when_it_dies(extension, fakecuda):
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch
+    import torch.multiprocessing  # (registers the tensor and storage reductions)
+
     fakecuda("a100")
     x = torch.randn(1024, device="cuda")
     before, entries = torch.cuda.memory_allocated(), len(fc_live())
     y = x * 2
-    y.share_memory_()  # (a storage method, not an op: the swap is seen at the next op)
+    y.share_memory_()  # (a storage method, not an op: fakecuda's wrapper of it watches the storage again)
     z = x + 1
     assert y.is_shared() and not extension.watched(y)  # shared memory keeps its own DataPtr, which its owners read
     assert torch.cuda.memory_allocated() == before + 2 * 4096
@@ -119,9 +124,14 @@ def test_a_storage_moved_to_shared_memory_is_released_when_it_dies(extension, fa
     assert torch.cuda.memory_allocated() == before + 4096
     w = x * 4
     w.share_memory_()
-    del w  # dies before any op watched it again: released at the next one
-    z.add_(1)
+    del w  # dies before any op ran: released at its death all the same
     assert torch.cuda.memory_allocated() == before + 4096 and len(fc_live()) == entries + 1
+    v = x * 5  # and through torch.multiprocessing's pickling, which moves the storage itself
+    ForkingPickler.dumps(v)
+    assert v.is_shared() and not extension.watched(v)
+    del v
+    assert torch.cuda.memory_allocated() == before + 4096 and len(fc_live()) == entries + 1
+    z.add_(1)
 
 
 def test_watched_storages_alive_at_exit_or_in_a_forked_child_end_quietly(extension, tmp_path):
