@@ -16,7 +16,7 @@ The charging hook and the allocator model are the C++ ones where built (FAKEGPU_
 times the Python path too, --python-allocator the C++ hook with the Python model, both on a second fake device;
 --no-fast-path the C++ hook and model with every op through the Python rules.
 Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu]
-     [--both-hooks] [--python-allocator] [--no-fast-path] [--json]
+     [--both-hooks] [--python-allocator] [--no-fast-path] [--processes N] [--json]
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -197,6 +199,32 @@ def python_model_on(index: int) -> None:
     device.allocator = DeviceAllocator(old.device, old.device_total, old.config, old.non_pytorch_bytes)
 
 
+def across_processes(args: argparse.Namespace) -> None:
+    """The measurement in `args.processes` fresh processes (this script with the same options), summarised."""
+    command = [sys.executable, os.path.abspath(__file__), "--json", "--steps", str(args.steps), "--threads",
+               str(args.threads), "--clock", args.clock]
+    for w in args.workload or []:
+        command += ["--workload", w]
+    runs = []
+    for _ in range(args.processes):
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    summary = []
+    for i, first in enumerate(runs[0]["results"]):
+        ratios = sorted(run["results"][i]["ratio"] for run in runs)
+        summary.append({"workload": first["workload"], "ratios": ratios, "median_ratio": statistics.median(ratios)})
+    if args.json:
+        print(json.dumps({"benchmark": "fakecuda_step_processes", "processes": args.processes, "runs": runs,
+                          "summary": summary, "target": TARGET}))
+        return
+    head = runs[0]
+    print(f"torch {head['torch']}, {head['threads']} threads, {head['clock']} clock, {head['hook']} charging hook, "
+          f"{args.processes} processes of {args.steps} steps")
+    for s in summary:
+        print(f"{s['workload']:>11}: median ratio {s['median_ratio']:.3f}, range {s['ratios'][0]:.3f}-"
+              f"{s['ratios'][-1]:.3f} (target <= {TARGET} on transformer and convnet)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
@@ -216,8 +244,17 @@ def main() -> None:
     parser.add_argument("--no-fast-path", action="store_true",
                         help="also time each fake step with the C++ hook and model but every op through the Python "
                              "rules, in the same rounds: the fast path's share (charge_fast.cpp)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="run the whole measurement in N fresh processes, one after another, and print each "
+                             "workload's median ratio and range: a process's ratio moves by a point or two with "
+                             "where its buffers land, which more steps in one process do not average out")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.processes > 1:
+        if args.both_hooks or args.python_allocator or args.no_fast_path:
+            parser.error("--processes summarises the plain comparison only; run the variants in one process")
+        across_processes(args)
+        return
     global clock
     clock = CLOCKS[args.clock]
     if args.threads:
