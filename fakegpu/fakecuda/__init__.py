@@ -9,8 +9,10 @@ Importing this package does not import torch; activate() does. See README.md her
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from fakegpu.fakecuda.errors import FakeCudaNotActive
@@ -60,13 +62,22 @@ def activate(devices: str | None = None) -> Runtime:
     api.install()
     mode.__enter__()
     charges.__enter__()
-    from fakegpu.fakecuda import distributed, dtensor
+    from fakegpu.fakecuda import distributed, dtensor, threads
+
+    threads.install(functools.partial(_in_thread, mode, charges))
 
     distributed.install(runtime.faults)  # backend "nccl" -> gloo on the CPU tensors
     dtensor.install()  # DTensors on a cuda mesh (FSDP2) report their fake device
     _active.update(runtime=runtime, mode=mode, api=api, charges=charges, steps=_count_steps(runtime),
                    frozen=_freeze_imports())
     return runtime
+
+
+@contextlib.contextmanager
+def _in_thread(mode: Any, charges: Any) -> Iterator[None]:
+    """The mode and the charging hook on a thread the program started (threads.py)."""
+    with mode, charges.in_thread():
+        yield
 
 
 def _freeze_imports() -> bool:
@@ -107,8 +118,12 @@ def deactivate() -> None:
     """Undo activate(): the mode leaves the stack and torch.cuda gets its own functions back."""
     if not _active:
         return
-    from fakegpu.fakecuda import distributed, dtensor
+    from fakegpu.fakecuda import distributed, dtensor, threads
 
+    threads.uninstall()
+    # threads started meanwhile and still running keep these on their stacks: from now on they pass calls through
+    _active["mode"].retired = True
+    _active["charges"].rules.retired = True
     if _active.get("steps") is not None:
         _active["steps"].remove()
     dtensor.uninstall()

@@ -21,6 +21,7 @@ The rules, in PyTorch's words and constants:
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
@@ -236,6 +237,10 @@ class DeviceAllocator(AllocatorFace):
         # listens, the per-block path pays one test
         self.on_event: Callable[[str, int, int, int, dict], None] | None = None
         self._addresses = AddressSpace(_ADDRESS_BASE + device * _ADDRESS_STRIDE, _ADDRESS_STRIDE)
+        # CUDACachingAllocator's mutex: the threads of a program (threads.py) and the deaths they see call malloc
+        # and free at once, and a change to the pools is several Python steps another thread may come between.
+        # Re-entrant: on_event and others() are Python, and a collection they set off frees on the same thread.
+        self._lock = threading.RLock()
         if self.config.per_process_memory_fraction < 1.0:
             self.set_memory_fraction(self.config.per_process_memory_fraction)
 
@@ -252,6 +257,18 @@ class DeviceAllocator(AllocatorFace):
     # -- the public operations
 
     def malloc(self, orig_size: int, stream: int = 0) -> Block:
+        with self._lock:
+            return self._malloc(orig_size, stream)
+
+    def free(self, block: Block) -> None:
+        with self._lock:
+            self._free(block)
+
+    def release_cached_blocks(self) -> bool:
+        with self._lock:
+            return self._release_cached_blocks()
+
+    def _malloc(self, orig_size: int, stream: int) -> Block:
         if self._pending_frees:  # PyTorch's process_events: reclaim blocks whose other-stream work is done
             self._drain_pending()
         size = round_size(orig_size, self.config)
@@ -273,7 +290,7 @@ class DeviceAllocator(AllocatorFace):
             self._out_of_memory(alloc_size, orig_size)
         return self._alloc_found_block(block, pool, stream, size, orig_size)
 
-    def free(self, block: Block) -> None:
+    def _free(self, block: Block) -> None:
         if not block.allocated:
             raise AssertionError(f"double free of {block!r}")
         block.allocated = False
@@ -293,7 +310,7 @@ class DeviceAllocator(AllocatorFace):
         if stream != block.stream:
             block.stream_uses.add(stream)
 
-    def release_cached_blocks(self) -> bool:
+    def _release_cached_blocks(self) -> bool:
         self._synchronize_and_free_events()
         for pool in (self.large_blocks, self.small_blocks):
             for block in pool:

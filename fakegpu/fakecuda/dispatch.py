@@ -163,6 +163,8 @@ class ChargeRules:
         self.tracker = tracker
         self.live = tracker.live
         self.runtime = tracker.runtime
+        # deactivate()d: a ChargeMode left on a thread's stack (threads.py) passes ops through
+        self.retired = False
 
     # -- the C++ hook's entries (charge_hook.cpp): `Fake` is excluded while they run, so their ops are not charged
 
@@ -499,11 +501,18 @@ class ChargeRules:
 class ChargeMode(TorchDispatchMode):
     """The rules' Python hook: a TorchDispatchMode, for a torch the C++ hook is not built for."""
 
-    def __init__(self, tracker: StorageTracker) -> None:
+    def __init__(self, tracker: StorageTracker, rules: ChargeRules | None = None) -> None:
         super().__init__()
-        self.rules = ChargeRules(tracker)
+        self.rules = rules if rules is not None else ChargeRules(tracker)
+
+    def in_thread(self) -> ChargeMode:
+        """The same rules on another thread: a mode of its own to push there (a dispatch mode keeps per-instance
+        state while entered)."""
+        return ChargeMode(self.rules.tracker, self.rules)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.rules.retired:
+            return func(*args, **(kwargs or {}))
         try:
             if in_backward():
                 # The engine's ops reach here first, with the function mode on the stack: calling them from Python
@@ -561,6 +570,16 @@ class ChargeHook:
         self._was_enabled = self.ext.enabled()
         self.ext.set_enabled(True)
         return self
+
+    @contextlib.contextmanager
+    def in_thread(self) -> Iterator[None]:
+        """The hook on for the calling thread (another than the one that entered it) while inside."""
+        was = self.ext.enabled()
+        self.ext.set_enabled(True)
+        try:
+            yield
+        finally:
+            self.ext.set_enabled(was)
 
     def __exit__(self, *exc: object) -> None:
         global _hook_ext

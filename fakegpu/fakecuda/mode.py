@@ -92,6 +92,8 @@ class FakeCudaMode(TorchFunctionMode):
         super().__init__()
         self.runtime = runtime
         self.tracker = StorageTracker(runtime)
+        # deactivate()d: still on the stacks of threads started while active (threads.py), where it now does nothing
+        self.retired = False
 
     # -- device helpers used by handlers and the CUDA API
 
@@ -136,7 +138,7 @@ class FakeCudaMode(TorchFunctionMode):
     # -- the entry point
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func in _QUERIES:
+        if func in _QUERIES or self.retired:
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         handler = HANDLERS.get(func)
