@@ -181,15 +181,17 @@ class StorageTracker:
         return out
 
 
-_storage_methods_installed: list[str] = []
-# The C methods that move a CPU storage's bytes into shared memory (share_memory_, and torch.multiprocessing's
-# pickling of a storage), swapping its memory without an op the hook sees.
+# (name, what UntypedStorage's own dict held under it, or _INHERITED), to put back
+_storage_methods_installed: list[tuple[str, Any]] = []
+_INHERITED = object()
+# The methods that move a CPU storage's bytes into shared memory (share_memory_, and torch.multiprocessing's
+# pickling of a storage), swapping its memory without an op the hook sees. torch wraps them in UntypedStorage
+# itself (a lock around the C method); resize_ is StorageBase's, inherited.
 _SHARING = ("_share_fd_cpu_", "_share_filename_cpu_")
 
 
 def install_storage_methods(tracker: StorageTracker) -> None:
-    """Route `UntypedStorage.resize_` through the tracker and let it know after a sharing method (torch's C
-    methods, inherited by the Python class); see uninstall."""
+    """Route `UntypedStorage.resize_` through the tracker and let it know after a sharing method; see uninstall."""
     if _storage_methods_installed:
         return
     original = torch.UntypedStorage.resize_
@@ -197,11 +199,12 @@ def install_storage_methods(tracker: StorageTracker) -> None:
     def resize_(self, size):
         return tracker.resize(self, int(size), original)
 
-    torch.UntypedStorage.resize_ = resize_
-    _storage_methods_installed.append("resize_")
+    replacements = {"resize_": resize_}
     for name in _SHARING:
-        setattr(torch.UntypedStorage, name, _after_swap(tracker, getattr(torch.UntypedStorage, name)))
-        _storage_methods_installed.append(name)
+        replacements[name] = _after_swap(tracker, getattr(torch.UntypedStorage, name))
+    for name, method in replacements.items():
+        _storage_methods_installed.append((name, torch.UntypedStorage.__dict__.get(name, _INHERITED)))
+        setattr(torch.UntypedStorage, name, method)
 
 
 def _after_swap(tracker: StorageTracker, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -216,7 +219,11 @@ def _after_swap(tracker: StorageTracker, method: Callable[..., Any]) -> Callable
 
 def uninstall_storage_methods() -> None:
     while _storage_methods_installed:
-        delattr(torch.UntypedStorage, _storage_methods_installed.pop())  # the inherited C method shows through
+        name, own = _storage_methods_installed.pop()
+        if own is _INHERITED:
+            delattr(torch.UntypedStorage, name)  # the inherited C method shows through again
+        else:
+            setattr(torch.UntypedStorage, name, own)
 
 
 def badge(tensor: torch.Tensor, index: int, tracker: StorageTracker, block=None) -> torch.Tensor:

@@ -16,10 +16,14 @@ def fakecuda():
     def start(devices: str = "a100:2"):
         return fc.activate(devices)
 
+    # storage methods fakecuda wraps (tensor.py): torch defines some in UntypedStorage itself, others it inherits
+    storage_methods = ("resize_", "_share_fd_cpu_", "_share_filename_cpu_")
+    own = {name: torch.UntypedStorage.__dict__.get(name) for name in storage_methods}
     yield start
     fc.deactivate()
     # torch's own functions are back (ours are bound methods of FakeCudaApi)
     assert torch.cuda.is_available.__module__ == "torch.cuda" and not fc.is_active()
+    assert {name: torch.UntypedStorage.__dict__.get(name) for name in storage_methods} == own
 
 
 @pytest.fixture
