@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -19,11 +20,13 @@ def fakecuda():
     # storage methods fakecuda wraps (tensor.py): torch defines some in UntypedStorage itself, others it inherits
     storage_methods = ("resize_", "_share_fd_cpu_", "_share_filename_cpu_")
     own = {name: torch.UntypedStorage.__dict__.get(name) for name in storage_methods}
+    bootstrap = threading.Thread._bootstrap_inner  # (threads.py wraps it while active)
     yield start
     fc.deactivate()
     # torch's own functions are back (ours are bound methods of FakeCudaApi)
     assert torch.cuda.is_available.__module__ == "torch.cuda" and not fc.is_active()
     assert {name: torch.UntypedStorage.__dict__.get(name) for name in storage_methods} == own
+    assert threading.Thread._bootstrap_inner is bootstrap
 
 
 @pytest.fixture
