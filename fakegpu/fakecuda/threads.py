@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,8 +29,19 @@ def install(enter: Callable[[], contextlib.AbstractContextManager]) -> None:
     bootstrap = threading.Thread._bootstrap_inner
 
     def _bootstrap_inner(self: threading.Thread) -> None:
-        with enter():
+        try:
+            context = enter()
+            context.__enter__()
+        except Exception as exc:
+            # Thread.start() waits for the bootstrap to mark the thread started: it must run, fakecuda or not
+            warnings.warn(f"fakecuda: thread {self.name} runs without the fake devices ({exc!r})", RuntimeWarning,
+                          stacklevel=1)
             bootstrap(self)
+            return
+        try:
+            bootstrap(self)
+        finally:
+            context.__exit__(None, None, None)
 
     _original.append(bootstrap)
     threading.Thread._bootstrap_inner = _bootstrap_inner

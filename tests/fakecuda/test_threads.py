@@ -207,3 +207,23 @@ def test_threads_allocating_and_freeing_at_once_leave_the_allocator_whole(fakecu
     assert torch.cuda.memory_allocated() == base and torch.cuda.memory_stats()["active_bytes.all.current"] == base
     torch.cuda.empty_cache()
     assert torch.cuda.memory_reserved() == 0 and torch.cuda.memory_snapshot() == []
+
+
+def test_a_thread_whose_fakecuda_entry_fails_still_starts_and_says_so():
+    """Thread.start() waits until the new thread's bootstrap marks it started: an entry that raised before the
+    bootstrap ran would leave start() waiting for ever."""
+    from fakegpu.fakecuda import threads
+
+    def broken():
+        raise RuntimeError("no entry")
+
+    ran: list[bool] = []
+    threads.install(broken)
+    try:
+        with pytest.warns(RuntimeWarning, match="runs without the fake devices.*no entry"):
+            worker = threading.Thread(target=lambda: ran.append(True))
+            worker.start()
+            worker.join(timeout=30)
+    finally:
+        threads.uninstall()
+    assert ran == [True] and not worker.is_alive()
