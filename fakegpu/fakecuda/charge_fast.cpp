@@ -106,13 +106,14 @@ struct Slot {  // one fake device
 };
 
 struct Fast {
-  py::object rules, live, devices, streams;  // ChargeRules, tracker.live, runtime.devices, runtime.current_stream
+  py::object rules, live, devices, thread;  // ChargeRules, tracker.live, runtime.devices, runtime.thread
   std::shared_ptr<WatchSink> sink;           // (live and devices, for the storages' deaths: storage_watch.cpp)
   py::object runtime;
   py::object workspaces_name = py::str("workspaces"), version_name = py::str("version");
   py::object gap_calls_name = py::str("gap_calls");
   py::object fake_tensor, fake_parameter, plain_tensor, plain_parameter;  // the badged classes, torch's own
   py::object index_name = py::str("_fc_index");
+  py::object stream_ids_name = py::str("stream_ids");
   std::vector<Slot> slots;  // one per device, never resized: a Slot is referred to across calls into Python
   // 0: Python's rules; 1: memory work; 2: tensor-core work. Keyed by schema: the dispatcher keeps an op's schema
   // where it is for as long as the op is registered (ATen's, which alone have rules, for the process's life).
@@ -233,11 +234,21 @@ Slot* open_slot(Fast& fast, int64_t index, int64_t now) {
   return nullptr;
 }
 
-// Runtime.malloc on the C++ model, on the device's current stream: the block's address.
+// Runtime.malloc on the C++ model, on the calling thread's current stream of the device: the block's address.
 uint64_t device_malloc(Fast& fast, int64_t index, void* allocator, int64_t nbytes) {
   int64_t stream = 0;
-  PyObject* streams = fast.streams.ptr();
-  if (index < PyList_GET_SIZE(streams)) stream = PyLong_AsLongLong(PyList_GET_ITEM(streams, index));
+  // runtime.thread.stream_ids: this thread's own (a threading.local's attribute), empty until it sets a stream
+  auto ids = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.thread.ptr(), fast.stream_ids_name.ptr()));
+  if (!ids || !PyDict_Check(ids.ptr())) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "runtime.thread.stream_ids is not a dict");
+    throw py::error_already_set();
+  }
+  if (PyDict_GET_SIZE(ids.ptr()) != 0) {
+    auto key = py::reinterpret_steal<py::object>(PyLong_FromLongLong(index));
+    PyObject* id = PyDict_GetItemWithError(ids.ptr(), key.ptr());
+    if (id == nullptr && PyErr_Occurred()) throw py::error_already_set();
+    if (id != nullptr) stream = PyLong_AsLongLong(id);
+  }
   const auto before = cxx_usage(allocator);
   uint64_t ptr = 0, alloc_size = 0;
   const bool ok = cxx_malloc(allocator, nbytes, stream, &ptr, &alloc_size);
@@ -589,18 +600,17 @@ bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& 
 }
 
 void register_fast(py::module_& m) {
-  m.def("fast_install", [](py::object rules, py::object live, py::object devices, py::object streams,
+  m.def("fast_install", [](py::object rules, py::object live, py::object devices, py::object thread,
                            py::tuple fake_types) {
-    if (!PyDict_CheckExact(live.ptr()) || !PyList_CheckExact(devices.ptr()) || !PyList_CheckExact(streams.ptr()) ||
-        fake_types.size() != 2)
-      throw py::type_error("fast_install takes tracker.live (a dict), runtime.devices and current_stream (lists), "
+    if (!PyDict_CheckExact(live.ptr()) || !PyList_CheckExact(devices.ptr()) || fake_types.size() != 2)
+      throw py::type_error("fast_install takes tracker.live (a dict), runtime.devices (a list), runtime.thread "
                            "and (FakeCudaTensor, FakeCudaParameter)");
     if (fast) drain_busy(*fast);
     auto state = std::make_shared<Fast>();
     state->rules = std::move(rules);
     state->live = std::move(live);
     state->devices = std::move(devices);
-    state->streams = std::move(streams);
+    state->thread = std::move(thread);
     state->sink = watch_sink(state->live, state->devices);
     state->runtime = state->rules.attr("runtime");
     state->fake_tensor = fake_types[0];

@@ -22,12 +22,14 @@ import torch.cuda.random
 from fakegpu.fakecuda import (
     amp,  # autocast's cast cache, cleared with torch's
     backward,
+    comm,  # one process's collectives across its devices (nn.DataParallel, torch.cuda.comm and nccl)
     kernels,  # CUDA's kernel choices (dropout, attention) as handlers; the optimizers' foreach types
     optim,  # the optimizers' per-step bookkeeping without the function mode
     persist,
     report,
     snapshot,
     state,
+    streams,
 )
 from fakegpu.fakecuda.mode import FakeCudaMode, invalid_ordinal
 from fakegpu.fakecuda.properties import device_properties
@@ -51,14 +53,14 @@ class FakeCudaApi:
         self.history = snapshot.History(self.rt)
         # (its dictionary's other keys, per release; a CPU-only build of torch has no such function)
         self._torch_snapshot = getattr(torch._C, "_cuda_memorySnapshot", None)
-        self.streams = StreamState(self.rt.count, self.rt.current_stream)
+        self.streams = StreamState(self.rt.count, self.rt.thread)
         rt = self.rt
         rt.torch_release = release(torch_version())
         # the stack the workspace profiles are looked up for (per-call cuBLAS workspaces from 2.15, ...)
         rt.torch_version, rt.cuda_version = torch_version(), torch.version.cuda
         self.workspaces = Workspaces(BlasConfig.from_env(), lambda i, n: malloc(rt, i, n), rt.free, rt.overheads,
                                      handles=HandlePool(backward.in_backward),
-                                     stream=lambda i: rt.current_stream[i] if rt.current_stream else 0)
+                                     stream=rt.stream_id)
         api = self
 
         class Stream(FakeStream):
@@ -157,7 +159,7 @@ class FakeCudaApi:
     # -- streams
 
     def current_stream(self, device: Any = None) -> FakeStream:
-        return self.streams.current[self.checked(device)]
+        return self.streams.current(self.checked(device))
 
     def default_stream(self, device: Any = None) -> FakeStream:
         return self.streams.default[self.checked(device)]
@@ -307,7 +309,13 @@ class FakeCudaApi:
             (torch._C, "_cuda_setCublasLtWorkspaceSize", self.set_cublaslt_workspace_size),
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
+            (streams, "active", self.streams),  # what `with stream:` changes
         ]
+        # torch.accelerator.device_index (nn.DataParallel's scatter and workers): the device exchange, per thread
+        pairs += [(torch._C, name, self.exchange_device)
+                  for name in ("_accelerator_exchangeDevice", "_accelerator_maybeExchangeDevice")
+                  if hasattr(torch._C, name)]
+        pairs += comm.Collectives(self.mode).replacements()
         pairs += kernels.replacements() + amp.replacements() + persist.replacements() + optim.replacements(self.mode)
         a = torch.accelerator
         pairs += [

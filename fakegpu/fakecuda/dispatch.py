@@ -601,7 +601,7 @@ class ChargeHook:
 
     def _install_fast(self) -> None:
         runtime = self.rules.runtime
-        self.ext.fast_install(self.rules, self.rules.live, runtime.devices, runtime.current_stream,
+        self.ext.fast_install(self.rules, self.rules.live, runtime.devices, runtime.thread,
                               (FakeCudaTensor, FakeCudaParameter))
         runtime.busy_backlog = self.ext.fast_drain
         # a program that ends without deactivating: its last busy time reaches the state file before the publisher

@@ -308,6 +308,15 @@ def _set_data(mode: FakeCudaMode, func, args, kwargs):
         unbadge(self)
 
 
+@register(torch.device)
+def _device(mode: FakeCudaMode, func, args, kwargs):
+    """`torch.device(0)`: a bare ordinal names the accelerator, CUDA's under fakecuda. A CPU-only build has no
+    accelerator and raises for it (nn.DataParallel's scatter makes its streams' devices so)."""
+    if len(args) == 1 and not kwargs and type(args[0]) is int:
+        return torch.device("cuda", args[0])
+    return func(*args, **kwargs)
+
+
 @register(torch.Tensor.register_hook)
 def _register_hook(mode: FakeCudaMode, func, args, kwargs):
     self, hook = args[0], (args[1] if len(args) > 1 else kwargs.pop("hook"))

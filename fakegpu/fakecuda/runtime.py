@@ -1,4 +1,4 @@
-"""The state of one fakecuda process: its devices, their allocators, the current device. No torch here.
+"""The state of one fakecuda process: its devices, their allocators, each thread's current device. No torch here.
 
 Everything the fake CUDA surface reports comes from this object, and this object takes every device fact
 from the profile (fakegpu.profiles) through THE device-spec parser (fakegpu.devices).
@@ -7,6 +7,7 @@ from the profile (fakegpu.profiles) through THE device-spec parser (fakegpu.devi
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,11 +52,24 @@ class FakeDevice:
         return self.device.profile
 
 
+class HostThread(threading.local):
+    """What CUDA keeps per host thread: the current device, and each device's current stream. A thread that never
+    set them is on device 0 and its default streams, whatever the thread that started it chose (cudaSetDevice and
+    PyTorch's current streams are per thread), so nn.DataParallel's workers, each in a `torch.cuda.device(i)`, do
+    not move one another."""
+
+    device = 0  # (class attributes: what a thread sees before it sets its own)
+
+    def __init__(self) -> None:
+        # id of each device's current stream where it is not the default one (0): blocks come from that stream's
+        # pool (streams.py sets it; charge_fast.cpp reads it)
+        self.stream_ids: dict[int, int] = {}
+
+
 @dataclass
 class Runtime:
     devices: list[FakeDevice]
     context_override: int | None  # FAKEGPU_CUDA_CONTEXT_MIB; else the workspace profiles' figure for the stack
-    current: int = 0
     spec: str = ""
     config: AllocatorConfig = field(default_factory=AllocatorConfig)
     workspaces: Workspaces | None = None  # cuBLAS workspaces; set up by the torch layer (it raises torch's OOM)
@@ -69,8 +83,7 @@ class Runtime:
     busy_backlog: Callable[[], None] | None = None
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
-    # id of each device's current stream (streams.py keeps it): blocks come from that stream's pool
-    current_stream: list[int] = field(default_factory=list)
+    thread: HostThread = field(default_factory=HostThread, repr=False)
     # calls to ops whose memory fakecuda is known not to match CUDA's (fidelity.py), by ATen name
     gap_calls: dict[str, int] = field(default_factory=dict)
     # the run's fault board (fakegpu/faults/board.py): lost GPUs, faults after a number of allocations
@@ -123,6 +136,19 @@ class Runtime:
     @property
     def count(self) -> int:
         return len(self.devices)
+
+    @property
+    def current(self) -> int:
+        """The calling thread's current device."""
+        return self.thread.device
+
+    @current.setter
+    def current(self, index: int) -> None:
+        self.thread.device = index
+
+    def stream_id(self, index: int) -> int:
+        """The id of the calling thread's current stream on device `index`."""
+        return self.thread.stream_ids.get(index, 0)
 
     def valid(self, index: int) -> bool:
         return 0 <= index < len(self.devices)
@@ -205,7 +231,7 @@ class Runtime:
     def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block | int:
         """A block handle from the device's model: a Block (allocator.py) or its address (the C++ model)."""
         if stream is None:
-            stream = self.current_stream[index] if self.current_stream else 0
+            stream = self.thread.stream_ids.get(index, 0)
         dev = self.devices[index]
         faults = self.faults
         if faults is not None and not faults.quiet() and faults.lost(dev.board):

@@ -8,10 +8,14 @@ of the host work between them. Stream ids follow CUDA's convention that 0 is the
 from __future__ import annotations
 
 import itertools
+import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from fakegpu.fakecuda.runtime import HostThread
 
 _stream_ids = itertools.count(1)
 
@@ -34,6 +38,17 @@ class FakeStream(torch.Stream):
     @property
     def cuda_stream(self) -> int:
         return self.stream_id
+
+    def __enter__(self) -> FakeStream:
+        """`with stream:` makes it the calling thread's current stream on its device (torch.Stream's own
+        `__enter__` would reach the driver); nn.DataParallel's workers enter theirs so."""
+        if active is not None:
+            active.enter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if active is not None:
+            active.exit()
 
     def query(self) -> bool:
         return True
@@ -93,21 +108,43 @@ class FakeEvent:
 
 
 class StreamState:
-    """The current stream of each device; its id also goes to `ids` (the runtime's list), which picks the
-    allocator pool a new block comes from, as the caching allocator picks the pool of the current stream."""
+    """The current stream of each device, per thread, as PyTorch keeps it; its id also goes to the runtime's
+    HostThread, which picks the allocator pool a new block comes from, as the caching allocator picks the pool of
+    the current stream."""
 
-    def __init__(self, count: int, ids: list[int] | None = None) -> None:
+    def __init__(self, count: int, thread: HostThread) -> None:
         self.default = [FakeStream(stream_id=0, index=i) for i in range(count)]
-        self.current = list(self.default)
-        self.ids = ids if ids is not None else []
-        self.ids[:] = [0] * count
+        self._thread = thread
+        self._local = _Streams()
+
+    def current(self, index: int) -> FakeStream:
+        """The calling thread's current stream on device `index`."""
+        return self._local.streams.get(index) or self.default[index]
 
     def set_current(self, stream: FakeStream) -> FakeStream:
-        """Make `stream` current on its device; returns the stream it replaces."""
-        previous = self.current[stream.device_index]
-        self.current[stream.device_index] = stream
-        self.ids[stream.device_index] = stream.stream_id
+        """Make `stream` current on its device for the calling thread; returns the stream it replaces."""
+        index = stream.device_index
+        previous = self.current(index)
+        self._local.streams[index] = stream
+        self._thread.stream_ids[index] = stream.stream_id
         return previous
+
+    def enter(self, stream: FakeStream) -> None:
+        self._local.entered.append(self.set_current(stream))
+
+    def exit(self) -> None:
+        if self._local.entered:
+            self.set_current(self._local.entered.pop())
+
+
+class _Streams(threading.local):
+    def __init__(self) -> None:
+        self.streams: dict[int, FakeStream] = {}
+        self.entered: list[FakeStream] = []  # what `with stream:` replaced, innermost last
+
+
+# The active fakecuda's streams (cuda_api installs it, deactivate() puts None back): what `with stream:` changes.
+active: StreamState | None = None
 
 
 class StreamContext:

@@ -21,12 +21,21 @@ def fakecuda():
     storage_methods = ("resize_", "_share_fd_cpu_", "_share_filename_cpu_")
     own = {name: torch.UntypedStorage.__dict__.get(name) for name in storage_methods}
     bootstrap = threading.Thread._bootstrap_inner  # (threads.py wraps it while active)
+    # nn.DataParallel's Functions and streams, torch._C's collectives (comm.py): the originals, or none
+    from torch.nn.parallel import _functions
+
+    parallel = [(cls, dict(cls.__dict__)) for cls in (_functions.Broadcast, _functions.ReduceAddCoalesced,
+                                                      _functions.Gather, _functions.Scatter)]
+    get_stream = _functions._get_stream
+    collectives = {name: getattr(torch._C, name, None) for name in ("_broadcast_coalesced", "_nccl_reduce")}
     yield start
     fc.deactivate()
     # torch's own functions are back (ours are bound methods of FakeCudaApi)
     assert torch.cuda.is_available.__module__ == "torch.cuda" and not fc.is_active()
     assert {name: torch.UntypedStorage.__dict__.get(name) for name in storage_methods} == own
     assert threading.Thread._bootstrap_inner is bootstrap
+    assert all(dict(cls.__dict__) == methods for cls, methods in parallel) and _functions._get_stream is get_stream
+    assert {name: getattr(torch._C, name, None) for name in collectives} == collectives
 
 
 @pytest.fixture
