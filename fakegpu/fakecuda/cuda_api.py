@@ -309,7 +309,6 @@ class FakeCudaApi:
             (torch._C, "_cuda_setCublasLtWorkspaceSize", self.set_cublaslt_workspace_size),
             (torch._C, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
             (torch.cuda.graphs, "_cuda_isCurrentStreamCapturing", self.is_current_stream_capturing),
-            (streams, "active", self.streams),  # what `with stream:` changes
         ]
         # torch.accelerator.device_index (nn.DataParallel's scatter and workers): the device exchange, per thread
         pairs += [(torch._C, name, self.exchange_device)
@@ -350,6 +349,7 @@ class FakeCudaApi:
         persist.install(self.mode)
         backward.install(self.mode)
         install_storage_methods(self.mode.tracker)
+        streams.active = self.streams  # what `with stream:` changes
         installed: list[Any] = []
         for owner, name, fn in self.replacements():
             if inspect.isroutine(fn) and any(fn == other for other in installed):  # (classes keep isinstance)
@@ -373,6 +373,7 @@ class FakeCudaApi:
         persist.uninstall()
         backward.uninstall()
         uninstall_storage_methods()
+        streams.active = None
         while self._saved:
             owner, name, original = self._saved.pop()
             if original is _MISSING:

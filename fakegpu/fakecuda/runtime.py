@@ -231,7 +231,7 @@ class Runtime:
     def malloc(self, index: int, nbytes: int, stream: int | None = None) -> Block | int:
         """A block handle from the device's model: a Block (allocator.py) or its address (the C++ model)."""
         if stream is None:
-            stream = self.thread.stream_ids.get(index, 0)
+            stream = self.stream_id(index)
         dev = self.devices[index]
         faults = self.faults
         if faults is not None and not faults.quiet() and faults.lost(dev.board):

@@ -35,6 +35,6 @@ def surface() -> dict[str, Any]:
         "reason": None,
         "torch_version": torch.__version__,
         "entry_points": [{"owner": owner, "name": name,
-                          "public": not name.startswith("_") and not owner.split(".")[-1].startswith("_")}
+                          "public": not name.startswith("_") and not any(p.startswith("_") for p in owner.split("."))}
                          for owner, name in entries],
     }

@@ -252,3 +252,16 @@ def test_parallel_apply_workers_run_on_their_devices(fakecuda):
     assert [o.device.index for o in out] == [0, 1]
     assert [o.tolist() for o in out] == [[0.0, 0.0], [1.0, 1.0]]
     assert torch.cuda.current_device() == 0
+
+
+def test_fakegpu_capabilities_lists_the_collectives_among_fakecudas_surface():
+    pytest.importorskip("torch")
+    from fakegpu.fakecuda.surface import surface
+
+    found = surface()
+    assert found["available"]
+    entries = {(e["owner"], e["name"]): e["public"] for e in found["entry_points"]}
+    assert entries[("torch._C", "_broadcast_coalesced")] is False
+    assert entries[("torch._C", "_nccl_reduce")] is False
+    assert entries[("torch.nn.parallel._functions.Scatter", "backward")] is False  # (a private module's)
+    assert entries[("torch.cuda", "set_device")] is True
