@@ -265,15 +265,18 @@ def _check_gather(tensors: Sequence[torch.Tensor], dim: int) -> torch.Tensor:
     if not tensors:
         raise RuntimeError("Expected at least one tensor to gather from")
     first = tensors[0]
-    for t in tensors:
+    if not -first.dim() <= dim < first.dim():  # (a scalar has no dimension to gather along)
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-first.dim()}, "
+                         f"{first.dim() - 1}], but got {dim})")
+    for i, t in enumerate(tensors):
         _check_fake(t, "all tensors")
         if t.dim() != first.dim():
             raise RuntimeError(f"Expected all input tensors to have the same number of dimensions, but got "
                                f"{first.dim()} and {t.dim()}")
         for d in range(first.dim()):
             if d != dim % first.dim() and t.size(d) != first.size(d):
-                raise RuntimeError(f"Input tensor at index {list(tensors).index(t)} has invalid shape "
-                                   f"{list(t.shape)}, but expected {list(first.shape)} in all dimensions but {dim}")
+                raise RuntimeError(f"Input tensor at index {i} has invalid shape {list(t.shape)}, but expected "
+                                   f"{list(first.shape)} in all dimensions but {dim}")
     return first
 
 

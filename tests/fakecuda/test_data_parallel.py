@@ -113,6 +113,11 @@ def test_comm_broadcast_scatter_gather_reduce_match_the_host_math_and_devices(fa
     on_host = comm.gather(chunks, dim=0, destination="cpu")
     assert on_host.device.type == "cpu" and torch.equal(on_host, x.cpu())
 
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        comm.gather([torch.tensor(1.0, device="cuda:0"), torch.tensor(2.0, device="cuda:1")], dim=0)
+    with pytest.raises(RuntimeError, match="at index 1 has invalid shape"):
+        comm.gather([x, torch.zeros(2, 5, device="cuda:1")], dim=0)
+
     parts = [torch.full((5,), float(i + 1), device=f"cuda:{i}") for i in range(3)]
     total = comm.reduce_add(parts, destination=1)
     assert total.device.index == 1 and torch.equal(total.cpu(), torch.full((5,), 6.0))
