@@ -19,7 +19,11 @@ What this does:
   checkpoint uses): C++ calls them from inside an op, that is from inside the mode's own handler, where the
   mode is off the stack for the same reason;
 - badges the gradient a `Tensor.register_hook` hook receives with its tensor's device, so `grad.device` is
-  `cuda:N` there (the common hook; Node hooks and autograd.Function.backward still see plain CPU grads).
+  `cuda:N` there (the common hook; Node hooks still see plain CPU grads);
+- badges the gradients a custom `autograd.Function`'s backward receives (its node's `apply`, which the engine calls
+  outside any op): each plain one whose storage is charged with that device, else (zeros the engine made for an
+  output that got no gradient) with the device its forward output was on, which `Function.apply` notes on the
+  node. Libraries pick kernels by `grad.device` / `grad.is_cuda` there, and make their buffers on it.
 """
 
 from __future__ import annotations
@@ -99,7 +103,8 @@ def under_mode(mode: Any, fn: Any, backward: bool = False) -> Any:
 
 
 def install(mode: Any) -> None:
-    """Route autograd's engine entry and saved-tensor hook registration through the mode; see uninstall()."""
+    """Route autograd's engine entry and saved-tensor hook registration through the mode, and badge custom
+    Functions' gradients; see uninstall()."""
     if _saved:
         return
     run_backward = under_mode(mode, torch.autograd.graph._engine_run_backward, backward=True)
@@ -109,11 +114,63 @@ def install(mode: Any) -> None:
         # unpack runs in backward (covered by the engine entry) or in plain Python; pack runs inside ops
         return push_hooks(under_mode(mode, pack_hook), unpack_hook)
 
-    for owner, name, fn in ((torch.autograd.graph, "_engine_run_backward", run_backward),
-                            (torch.autograd, "_engine_run_backward", run_backward),
-                            (torch._C._autograd, "_push_saved_tensors_default_hooks", push_saved_tensors_hooks)):
-        _saved.append((owner, name, getattr(owner, name)))
+    replacements = [(torch.autograd.graph, "_engine_run_backward", run_backward),
+                    (torch.autograd, "_engine_run_backward", run_backward),
+                    (torch._C._autograd, "_push_saved_tensors_default_hooks", push_saved_tensors_hooks)]
+    replacements += _function_replacements(mode)
+    for owner, name, fn in replacements:
+        # (a class's own entry, not what getattr binds: Function.apply is a classmethod)
+        _saved.append((owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)))
         setattr(owner, name, fn)
+
+
+def _function_replacements(mode: Any) -> list[tuple[Any, str, Any]]:
+    """Function.apply noting its outputs' fake devices on their node, and the node's apply (apply_boxed too, where
+    torch has it) badging the gradients its backward receives."""
+    from torch.autograd.function import BackwardCFunction, Function
+
+    original = Function.__dict__["apply"]  # (a Python classmethod, or from torch 2.15 _FunctionBase's C one)
+
+    def apply(cls, *args, **kwargs):
+        out = original.__get__(None, cls)(*args, **kwargs)
+        outputs = out if type(out) is tuple else (out,)
+        node = None
+        for o in outputs:
+            if isinstance(o, torch.Tensor) and o.grad_fn is not None:
+                node = o.grad_fn
+                break
+        if node is not None and type(node) is getattr(cls, "_backward_cls", None):
+            # one per output, in order: backward's gradients follow the outputs
+            node._fc_devices = tuple(o._fc_index if type(o) in FAKE_TYPES else None for o in outputs)
+        return out
+
+    tracker = mode.tracker
+
+    def badged(node: Any, grads: Any) -> None:
+        devices = getattr(node, "_fc_devices", ())
+        live = tracker.live
+        for i, g in enumerate(grads):
+            if type(g) is torch.Tensor:
+                entry = live.get(g.untyped_storage()._cdata)
+                index = entry[0] if entry is not None else devices[i] if i < len(devices) else None
+                if index is not None:
+                    badge(g, index, tracker)
+
+    node_apply = BackwardCFunction.__dict__["apply"]
+
+    def apply_node(self, *args):
+        badged(self, args)
+        return node_apply(self, *args)
+
+    replacements = [(Function, "apply", classmethod(apply)), (BackwardCFunction, "apply", apply_node)]
+    boxed = BackwardCFunction.__dict__.get("apply_boxed")
+    if boxed is not None:  # torch 2.15: the gradients arrive as one list (boxed_grads_call)
+        def apply_boxed(self, *args):
+            badged(self, args[0] if len(args) == 1 and type(args[0]) is list else args)
+            return boxed(self, *args)
+
+        replacements.append((BackwardCFunction, "apply_boxed", apply_boxed))
+    return replacements
 
 
 def uninstall() -> None:

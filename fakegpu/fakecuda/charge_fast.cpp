@@ -114,6 +114,10 @@ struct Fast {
   py::object fake_tensor, fake_parameter, plain_tensor, plain_parameter;  // the badged classes, torch's own
   py::object index_name = py::str("_fc_index");
   py::object stream_ids_name = py::str("stream_ids");
+  // runtime.thread.stream_ids of the thread that charged last (its PyThreadState's id, which no later thread
+  // reuses): the same dict for a thread's life (HostThread makes it once), so one attribute read per thread switch
+  uint64_t ids_thread = UINT64_MAX;
+  py::object ids;
   std::vector<Slot> slots;  // one per device, never resized: a Slot is referred to across calls into Python
   // 0: Python's rules; 1: memory work; 2: tensor-core work. Keyed by schema: the dispatcher keeps an op's schema
   // where it is for as long as the op is registered (ATen's, which alone have rules, for the process's life).
@@ -238,11 +242,17 @@ Slot* open_slot(Fast& fast, int64_t index, int64_t now) {
 uint64_t device_malloc(Fast& fast, int64_t index, void* allocator, int64_t nbytes) {
   int64_t stream = 0;
   // runtime.thread.stream_ids: this thread's own (a threading.local's attribute), empty until it sets a stream
-  auto ids = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.thread.ptr(), fast.stream_ids_name.ptr()));
-  if (!ids || !PyDict_Check(ids.ptr())) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "runtime.thread.stream_ids is not a dict");
-    throw py::error_already_set();
+  const uint64_t thread = PyThreadState_GetID(PyThreadState_Get());
+  if (thread != fast.ids_thread) {
+    auto ids = py::reinterpret_steal<py::object>(PyObject_GetAttr(fast.thread.ptr(), fast.stream_ids_name.ptr()));
+    if (!ids || !PyDict_Check(ids.ptr())) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "runtime.thread.stream_ids is not a dict");
+      throw py::error_already_set();
+    }
+    fast.ids = std::move(ids);
+    fast.ids_thread = thread;
   }
+  const py::object& ids = fast.ids;
   if (PyDict_GET_SIZE(ids.ptr()) != 0) {
     auto key = py::reinterpret_steal<py::object>(PyLong_FromLongLong(index));
     PyObject* id = PyDict_GetItemWithError(ids.ptr(), key.ptr());

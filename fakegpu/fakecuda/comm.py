@@ -11,8 +11,8 @@ The NCCL calls write their outputs in place and take no device memory of their o
 
 nn.DataParallel's autograd Functions (Broadcast, ReduceAddCoalesced, Gather, Scatter) check that their inputs are
 not CPU tensors, and in backward the gradients autograd hands them are fresh tensors, which reach Python as plain
-CPU tensors (backward.py): each one's backward is wrapped to badge its gradients with the devices its forward's
-outputs were on, as CUDA's would be. Their background copy streams (`_get_stream`) are fake streams.
+CPU tensors: backward.py badges them, as every custom Function's, with the devices CUDA's would be on. Their
+background copy streams (`_get_stream`) are fake streams.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-from torch._utils import _get_device_index, _reorder_tensors_as, _take_tensors
+from torch._utils import _reorder_tensors_as, _take_tensors
 
 from fakegpu.fakecuda.backward import under_mode
 from fakegpu.fakecuda.dispatch import suspended
-from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
+from fakegpu.fakecuda.tensor import FAKE_TYPES
 
 # ncclRedOp_t, as torch.cuda.nccl passes it
 _SUM, _PROD, _MAX, _MIN, _AVG = range(5)
@@ -177,46 +177,10 @@ class Collectives:
             found.append(index)
         return found
 
-    # -- nn.DataParallel's autograd Functions and streams
-
-    def badged(self, grads: Sequence[Any], devices: Sequence[int]) -> tuple[Any, ...]:
-        """The gradients, each plain CPU one badged with its device: where its storage is charged (the charging
-        hook charged the op that made it), that one; else the device its forward output was on."""
-        live = self.mode.tracker.live
-        for g, device in zip(grads, devices, strict=True):
-            if type(g) is torch.Tensor and device is not None and device >= 0:
-                entry = live.get(g.untyped_storage()._cdata)
-                badge(g, entry[0] if entry is not None else device, self.mode.tracker)
-        return tuple(grads)
+    # -- nn.DataParallel's streams (its Functions' gradients are badged as every custom Function's: backward.py)
 
     def data_parallel(self) -> list[tuple[Any, str, Any]]:
         from torch.nn.parallel import _functions as f
-
-        collectives, originals = self, {cls: dict(cls.__dict__) for cls in (f.Broadcast, f.ReduceAddCoalesced,
-                                                                       f.Gather, f.Scatter)}
-
-        def broadcast_backward(ctx, *grads):
-            devices = [ctx.target_gpus[i // ctx.num_inputs] for i in range(len(grads))]
-            return originals[f.Broadcast]["backward"].__func__(ctx, *collectives.badged(grads, devices))
-
-        def reduce_forward(ctx, destination, num_inputs, *grads):
-            ctx.fc_destination = destination
-            return originals[f.ReduceAddCoalesced]["forward"].__func__(ctx, destination, num_inputs, *grads)
-
-        def reduce_backward(ctx, *grads):
-            grads = collectives.badged(grads, [_get_device_index(ctx.fc_destination, True)] * len(grads))
-            return originals[f.ReduceAddCoalesced]["backward"].__func__(ctx, *grads)
-
-        def gather_backward(ctx, grad):
-            device = ctx.target_device if isinstance(ctx.target_device, int) else None
-            return originals[f.Gather]["backward"].__func__(ctx, *collectives.badged([grad], [device]))
-
-        def scatter_forward(ctx, target_gpus, chunk_sizes, dim, input):
-            ctx.fc_devices = [_get_device_index(x, True) for x in target_gpus]
-            return originals[f.Scatter]["forward"].__func__(ctx, target_gpus, chunk_sizes, dim, input)
-
-        def scatter_backward(ctx, *grads):
-            return originals[f.Scatter]["backward"].__func__(ctx, *collectives.badged(grads, ctx.fc_devices))
 
         streams: dict[int, Any] = {}
 
@@ -229,13 +193,7 @@ class Collectives:
                 streams[index] = torch.cuda.Stream(index)
             return streams[index]
 
-        return [(f.Broadcast, "backward", staticmethod(broadcast_backward)),
-                (f.ReduceAddCoalesced, "forward", staticmethod(reduce_forward)),
-                (f.ReduceAddCoalesced, "backward", staticmethod(reduce_backward)),
-                (f.Gather, "backward", staticmethod(gather_backward)),
-                (f.Scatter, "forward", staticmethod(scatter_forward)),
-                (f.Scatter, "backward", staticmethod(scatter_backward)),
-                (f, "_get_stream", get_stream)]
+        return [(f, "_get_stream", get_stream)]
 
     def replacements(self) -> list[tuple[Any, str, Any]]:
         comm = {"_broadcast": self.broadcast, "_broadcast_out": self.broadcast_out,

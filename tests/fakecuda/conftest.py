@@ -28,6 +28,10 @@ def fakecuda():
                                                       _functions.Gather, _functions.Scatter)]
     get_stream = _functions._get_stream
     collectives = {name: getattr(torch._C, name, None) for name in ("_broadcast_coalesced", "_nccl_reduce")}
+    # custom Functions' apply and their nodes' (backward.py)
+    from torch.autograd.function import BackwardCFunction, Function
+
+    functions = (Function.__dict__["apply"], dict(BackwardCFunction.__dict__))
     yield start
     fc.deactivate()
     # torch's own functions are back (ours are bound methods of FakeCudaApi)
@@ -36,6 +40,7 @@ def fakecuda():
     assert threading.Thread._bootstrap_inner is bootstrap
     assert all(dict(cls.__dict__) == methods for cls, methods in parallel) and _functions._get_stream is get_stream
     assert {name: getattr(torch._C, name, None) for name in collectives} == collectives
+    assert (Function.__dict__["apply"], dict(BackwardCFunction.__dict__)) == functions
 
 
 @pytest.fixture

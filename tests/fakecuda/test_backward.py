@@ -90,6 +90,64 @@ def test_autograd_grad_and_double_backward_under_the_mode(fakecuda):
     assert torch.equal(gg.cpu(), torch.tensor([6.0, 12.0]))
 
 
+class TwoDevices(torch.autograd.Function):
+    """Outputs on two devices; backward reports what it receives, and picks its path by `grad.is_cuda` as kernel
+    libraries do (their CPU fallback would give other numbers here: it doubles)."""
+
+    seen: list = []
+
+    @staticmethod
+    def forward(ctx, a, b):
+        return a * 3, b.to("cuda:1") + 1
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        TwoDevices.seen.append((ga.device, gb.device, bool(gb.count_nonzero())))
+        scale = 3 if ga.is_cuda else 6
+        return ga * scale, gb.to(ga.device)
+
+
+def test_custom_function_backward_gets_gradients_on_its_outputs_devices(fakecuda):
+    """A custom Function's backward receives its gradients as CUDA's would be: on each forward output's device,
+    the zeros the engine makes for an output that got no gradient included (charged there, as CUDA allocates
+    them); the gradient of a host output stays on the host."""
+    import fakegpu.fakecuda as fc
+
+    fakecuda("a100:2")
+    TwoDevices.seen = []
+    a = torch.ones(4, device="cuda:0", requires_grad=True)
+    b = torch.ones(256, 256, device="cuda:0", requires_grad=True)
+    x, y = TwoDevices.apply(a, b)
+    assert (x.device, y.device) == (torch.device("cuda", 0), torch.device("cuda", 1))
+    torch.cuda.reset_peak_memory_stats(1)
+    before = torch.cuda.memory_allocated(1)
+    x.sum().backward()  # y gets no gradient: the engine hands backward zeros of y's shape
+    assert TwoDevices.seen == [(torch.device("cuda", 0), torch.device("cuda", 1), False)]
+    assert torch.equal(a.grad.cpu(), torch.full((4,), 3.0)) and b.grad.device == torch.device("cuda", 0)
+    # the zeros took y's bytes on cuda:1
+    assert torch.cuda.max_memory_allocated(1) >= before + 256 * 256 * 4
+
+    class Host(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.cpu() * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            Host.got = g.device
+            return g.to("cuda:0") * 2
+
+    t = torch.ones(3, device="cuda:0", requires_grad=True)
+    Host.apply(t).sum().backward()
+    assert Host.got == torch.device("cpu") and t.grad.device == torch.device("cuda", 0)
+    fc.deactivate()
+    # plain torch again: nothing noted, nothing badged
+    TwoDevices.seen = []
+    p = torch.ones(2, requires_grad=True)
+    (p * 2).sum().backward()
+    assert not hasattr((p * 1).grad_fn, "_fc_devices")
+
+
 def test_device_mismatch_still_raised_outside_backward(fakecuda):
     fakecuda("a100")
     with pytest.raises(RuntimeError, match="same device"):
