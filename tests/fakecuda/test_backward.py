@@ -90,11 +90,12 @@ def test_autograd_grad_and_double_backward_under_the_mode(fakecuda):
     assert torch.equal(gg.cpu(), torch.tensor([6.0, 12.0]))
 
 
+SEEN: list = []  # what TwoDevices.backward received
+
+
 class TwoDevices(torch.autograd.Function):
     """Outputs on two devices; backward reports what it receives, and picks its path by `grad.is_cuda` as kernel
-    libraries do (their CPU fallback would give other numbers here: it doubles)."""
-
-    seen: list = []
+    libraries do (the host path here gives twice the gradient, so taking it shows)."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -102,7 +103,7 @@ class TwoDevices(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, ga, gb):
-        TwoDevices.seen.append((ga.device, gb.device, bool(gb.count_nonzero())))
+        SEEN.append((ga.device, gb.device, bool(gb.count_nonzero())))
         scale = 3 if ga.is_cuda else 6
         return ga * scale, gb.to(ga.device)
 
@@ -114,7 +115,7 @@ def test_custom_function_backward_gets_gradients_on_its_outputs_devices(fakecuda
     import fakegpu.fakecuda as fc
 
     fakecuda("a100:2")
-    TwoDevices.seen = []
+    SEEN.clear()
     a = torch.ones(4, device="cuda:0", requires_grad=True)
     b = torch.ones(256, 256, device="cuda:0", requires_grad=True)
     x, y = TwoDevices.apply(a, b)
@@ -122,7 +123,7 @@ def test_custom_function_backward_gets_gradients_on_its_outputs_devices(fakecuda
     torch.cuda.reset_peak_memory_stats(1)
     before = torch.cuda.memory_allocated(1)
     x.sum().backward()  # y gets no gradient: the engine hands backward zeros of y's shape
-    assert TwoDevices.seen == [(torch.device("cuda", 0), torch.device("cuda", 1), False)]
+    assert SEEN == [(torch.device("cuda", 0), torch.device("cuda", 1), False)]
     assert torch.equal(a.grad.cpu(), torch.full((4,), 3.0)) and b.grad.device == torch.device("cuda", 0)
     # the zeros took y's bytes on cuda:1
     assert torch.cuda.max_memory_allocated(1) >= before + 256 * 256 * 4
@@ -141,8 +142,7 @@ def test_custom_function_backward_gets_gradients_on_its_outputs_devices(fakecuda
     Host.apply(t).sum().backward()
     assert Host.got == torch.device("cpu") and t.grad.device == torch.device("cuda", 0)
     fc.deactivate()
-    # plain torch again: nothing noted, nothing badged
-    TwoDevices.seen = []
+    # plain torch again: nothing noted
     p = torch.ones(2, requires_grad=True)
     (p * 2).sum().backward()
     assert not hasattr((p * 1).grad_fn, "_fc_devices")
