@@ -12,11 +12,12 @@ number of ops a step dispatches). The CPU side runs with no mode on either stack
 Target (issue 22): fake/cpu <= 1.05 on the transformer and the conv net. On a machine other work shares, use
 --threads 1 --clock cpu: the process's CPU time, which others' load moves far less than wall time. Measured
 figures, and why the MLP stays several times slower: fakegpu/fakecuda/README.md, "Cost per op".
-The charging hook and the allocator model are the C++ ones where built (FAKEGPU_FAKECUDA_HOOK picks); --both-hooks
-times the Python path too, --python-allocator the C++ hook with the Python model, both on a second fake device;
---no-fast-path the C++ hook and model with every op through the Python rules.
+The charging hook, the allocator model and FakeCudaMode's common path are the C++ ones where built
+(FAKEGPU_FAKECUDA_HOOK picks); --both-hooks times the Python path too (all three), --python-allocator the C++ hook
+with the Python model, both on a second fake device; --no-fast-path the C++ hook and model with every op through
+the Python rules; --python-mode the C++ hook and model with FakeCudaMode's Python method for every call.
 Run: .venv/bin/python bench/bench_fakecuda.py [--steps N] [--workload NAME]... [--threads N] [--clock cpu]
-     [--both-hooks] [--python-allocator] [--no-fast-path] [--processes N] [--json]
+     [--both-hooks] [--python-allocator] [--no-fast-path] [--python-mode] [--processes N] [--json]
 """
 
 from __future__ import annotations
@@ -132,12 +133,25 @@ def ops_per_step(cpu) -> int:
 
 
 @contextlib.contextmanager
+def python_mode() -> Iterator[None]:
+    """FakeCudaMode's Python method for every call (its common path in C++ off: mode_fast.cpp)."""
+    mode = fc._active["mode"]
+    fast = mode.__dict__.pop("__torch_function__", None)
+    try:
+        yield
+    finally:
+        if fast is not None:
+            mode.__torch_function__ = fast
+
+
+@contextlib.contextmanager
 def python_hook() -> Iterator[None]:
-    """fakecuda charging through its Python dispatch mode in place of the C++ hook, for the side-by-side figure."""
+    """fakecuda charging through its Python dispatch mode in place of the C++ hook, and FakeCudaMode all in Python:
+    what FAKEGPU_FAKECUDA_HOOK=python runs (with the allocator model the variant's device has)."""
     hook = fc._active["charges"]
     hook.__exit__(None, None, None)
     try:
-        with ChargeMode(hook.rules.tracker):
+        with ChargeMode(hook.rules.tracker), python_mode():
             yield
     finally:
         hook.__enter__()
@@ -157,8 +171,9 @@ def no_fast_path() -> Iterator[None]:
 # the Python model and the whole Python path (hook and model, what FAKEGPU_FAKECUDA_HOOK=python runs); on cuda:0,
 # the C++ path without its fast path (a model of its own).
 VARIANTS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
-    "python_allocator": contextlib.nullcontext, "python": python_hook, "no_fast_path": no_fast_path}
-VARIANT_DEVICE = {"python_allocator": "cuda:1", "python": "cuda:1", "no_fast_path": "cuda:0"}
+    "python_allocator": contextlib.nullcontext, "python": python_hook, "no_fast_path": no_fast_path,
+    "python_mode": python_mode}
+VARIANT_DEVICE = {"python_allocator": "cuda:1", "python": "cuda:1", "no_fast_path": "cuda:0", "python_mode": "cuda:0"}
 
 
 def measure(workload: str, steps: int, variants: list[str]) -> dict:
@@ -244,6 +259,9 @@ def main() -> None:
     parser.add_argument("--no-fast-path", action="store_true",
                         help="also time each fake step with the C++ hook and model but every op through the Python "
                              "rules, in the same rounds: the fast path's share (charge_fast.cpp)")
+    parser.add_argument("--python-mode", action="store_true",
+                        help="also time each fake step with FakeCudaMode's Python method for every call (its C++ "
+                             "common path off), in the same rounds: that path's share (mode_fast.cpp)")
     parser.add_argument("--processes", type=int, default=1,
                         help="run the whole measurement in N fresh processes, one after another, and print each "
                              "workload's median ratio and range: a process's ratio moves by a point or two with "
@@ -251,7 +269,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.processes > 1:
-        if args.both_hooks or args.python_allocator or args.no_fast_path:
+        if args.both_hooks or args.python_allocator or args.no_fast_path or args.python_mode:
             parser.error("--processes summarises the plain comparison only; run the variants in one process")
         across_processes(args)
         return
@@ -263,11 +281,12 @@ def main() -> None:
     fc.activate("a100:2")
     hook = "cxx" if isinstance(fc._active["charges"], ChargeHook) else "python"  # (FAKEGPU_FAKECUDA_HOOK's choice)
     variants = [v for v, on in (("python_allocator", args.python_allocator), ("python", args.both_hooks),
-                                ("no_fast_path", args.no_fast_path)) if on]
+                                ("no_fast_path", args.no_fast_path), ("python_mode", args.python_mode)) if on]
     try:
         if variants and hook != "cxx":
-            parser.error("--both-hooks, --python-allocator and --no-fast-path compare with the C++ path, which is not "
-                         "in use (build it: python -m fakegpu.fakecuda.extension; FAKEGPU_FAKECUDA_HOOK not 'python')")
+            parser.error("--both-hooks, --python-allocator, --no-fast-path and --python-mode compare with the C++ "
+                         "path, which is not in use (build it: python -m fakegpu.fakecuda.extension; "
+                         "FAKEGPU_FAKECUDA_HOOK not 'python')")
         if {"python", "python_allocator"} & set(variants):
             python_model_on(1)
         results = [measure(w, args.steps, variants) for w in args.workload or list(WORKLOADS)]
@@ -294,6 +313,9 @@ def main() -> None:
         if "no_fast_path_ratio" in r:
             print(f"{'':>11}       C++ hook and model, no fast path: {r['no_fast_path_median_ms']:8.3f} ms, "
                   f"ratio {r['no_fast_path_ratio']:.3f}")
+        if "python_mode_ratio" in r:
+            print(f"{'':>11}   C++ hook and model, mode in Python: {r['python_mode_median_ms']:8.3f} ms, "
+                  f"ratio {r['python_mode_ratio']:.3f}")
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ def activate(devices: str | None = None) -> Runtime:
     if isinstance(charges, ChargeHook):  # the extension is built: the allocator model runs in C++ too
         cls = allocator_cxx.allocator_class(charges.ext)
         runtime.replace_allocators(functools.partial(allocator_cxx.replace, cls=cls))
+        mode.use_cxx(charges.ext)
     api = FakeCudaApi(mode)
     api.install()
     mode.__enter__()
@@ -122,7 +123,7 @@ def deactivate() -> None:
 
     threads.uninstall()
     # threads started meanwhile and still running keep these on their stacks: from now on they pass calls through
-    _active["mode"].retired = True
+    _active["mode"].retire()
     _active["charges"].rules.retired = True
     if _active.get("steps") is not None:
         _active["steps"].remove()

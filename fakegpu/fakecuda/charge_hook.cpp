@@ -28,6 +28,7 @@
 bool charge_fast(const c10::OperatorHandle& op, const std::vector<c10::IValue>& arguments,
                  const c10::IValue* outputs, size_t n_outputs, int64_t started);  // charge_fast.cpp
 void rewatch_swapped();                                                            // storage_watch.cpp
+void register_mode_fast(py::module_& m);                                           // mode_fast.cpp
 
 namespace {
 
@@ -268,6 +269,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_allocator(m);
   register_fast(m);
   register_watch(m);
+  register_mode_fast(m);
   m.def("install", &install, "Route every op's bookkeeping to after(func, args, kwargs, out, started_ns) and "
                              "CUDA creation ops to factory(func, args, kwargs, started_ns) -> out.");
   m.def("uninstall", &uninstall);

@@ -1,5 +1,5 @@
-"""fakecuda's C++ extension (charge_hook.cpp, charge_fast.cpp, storage_watch.cpp, allocator.cpp), compiled against
-the running torch, loaded from a cache.
+"""fakecuda's C++ extension (charge_hook.cpp, charge_fast.cpp, storage_watch.cpp, allocator.cpp, mode_fast.cpp),
+compiled against the running torch, loaded from a cache.
 
 A torch C++ extension is bound to one torch build (its C++ ABI, its headers), and the venvs and images here hold
 several (2.10, 2.11, 2.15). So it is compiled per torch, into `$XDG_CACHE_HOME/fakegpu/fakecuda-ext/`, under a name
@@ -28,8 +28,8 @@ from types import ModuleType
 from fakegpu.errors import FakeGPUError
 
 NAME = "fakegpu_charge_hook"
-SOURCES = tuple(Path(__file__).resolve().parent / name
-                for name in ("charge_hook.cpp", "charge_fast.cpp", "storage_watch.cpp", "allocator.cpp"))
+SOURCES = tuple(Path(__file__).resolve().parent / name for name in (
+    "charge_hook.cpp", "charge_fast.cpp", "storage_watch.cpp", "allocator.cpp", "mode_fast.cpp"))
 
 _loaded: ModuleType | None = None
 

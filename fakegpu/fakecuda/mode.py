@@ -7,6 +7,7 @@ factories with a device, .numpy(), the .data setter, ...) live in a registry, on
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -18,12 +19,23 @@ from fakegpu.fakecuda.backward import in_backward, wrap_tensor_hook
 from fakegpu.fakecuda.dispatch import suspended
 from fakegpu.fakecuda.dtensor import badge_locals, local_index
 from fakegpu.fakecuda.runtime import Runtime
-from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, launched, malloc, unbadge
+from fakegpu.fakecuda.tensor import (
+    FAKE_TYPES,
+    FakeCudaParameter,
+    FakeCudaTensor,
+    StorageTracker,
+    badge,
+    launched,
+    malloc,
+    unbadge,
+)
 
 Handler = Callable[["FakeCudaMode", Any, tuple, dict], Any]
 HANDLERS: dict[Any, Handler] = {}
 
 _autocast_on = torch.is_autocast_enabled
+# a TLS read with no argument to parse ("cuda" is a device string: parsed, and the accelerator looked up, per call)
+_any_autocast = torch._C._is_any_autocast_enabled
 
 # Ops that legitimately combine a CUDA tensor with CPU tensors (cross-device copies, CPU index tensors and split
 # points, autograd over a graph that crosses devices: the gradient of `x.cpu()` with respect to a CUDA leaf).
@@ -95,6 +107,20 @@ class FakeCudaMode(TorchFunctionMode):
         # deactivate()d: still on the stacks of threads started while active (threads.py), where it now does nothing
         self.retired = False
 
+    def use_cxx(self, ext: Any) -> None:
+        """Run the common path of __torch_function__ in C++ (mode_fast.cpp, in the charging hook's extension): an
+        instance attribute, a method of this mode as torch requires, that hands every other call to the Python
+        method below with the same arguments."""
+        function = ext.mode_fast_function(
+            (FakeCudaTensor, FakeCudaParameter), (torch.Tensor, torch.nn.Parameter), _QUERIES, HANDLERS,
+            self.tracker.live, self.tracker.account, FakeCudaMode.__torch_function__)
+        self.__torch_function__ = types.MethodType(function, self)
+
+    def retire(self) -> None:
+        """deactivate(): calls that still reach this mode (threads.py) pass through, in Python."""
+        self.retired = True
+        self.__dict__.pop("__torch_function__", None)
+
     # -- device helpers used by handlers and the CUDA API
 
     def resolve(self, device: Any) -> int | None:
@@ -135,7 +161,7 @@ class FakeCudaMode(TorchFunctionMode):
         for block in reversed(blocks):
             self.runtime.free(index, block)
 
-    # -- the entry point
+    # -- the entry point (its common path in C++ where the extension is built: use_cxx)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in _QUERIES or self.retired:
@@ -150,7 +176,8 @@ class FakeCudaMode(TorchFunctionMode):
         index = self._common_device(func, args, kwargs)
         if index is None:  # no fake tensor argument: CPU tensors, scalars, or DTensors (dtensor.py)
             return badge_locals(self, func(*args, **kwargs), args, kwargs)
-        if _autocast_on("cuda"):  # CUDA's autocast rules, applied here because the kernels are CPU ones
+        # CUDA's autocast rules, applied here because the kernels are CPU ones
+        if _any_autocast() and _autocast_on("cuda"):
             args, kwargs = amp.cast_args(self, func, args, kwargs)
         return self._badge_outputs(func(*args, **kwargs), index, args)
 
@@ -159,7 +186,7 @@ class FakeCudaMode(TorchFunctionMode):
         index = self._common_device(func, args, kwargs)
         if index is None:
             return badge_locals(self, func(*args, **kwargs), args, kwargs)
-        if _autocast_on("cuda"):
+        if _any_autocast() and _autocast_on("cuda"):
             args, kwargs = amp.cast_args(self, func, args, kwargs)
         return self._badge_outputs(func(*args, **kwargs), index, args)
 
