@@ -31,6 +31,9 @@ NAME = "fakegpu_charge_hook"
 SOURCES = tuple(Path(__file__).resolve().parent / name for name in (
     "charge_hook.cpp", "charge_fast.cpp", "storage_watch.cpp", "allocator.cpp", "mode_fast.cpp"))
 
+# Compiler flags: part of the file name's digest, with the sources, so that changing them builds a new file
+FLAGS = ("-O2", "-std=c++20")
+
 _loaded: ModuleType | None = None
 
 
@@ -52,7 +55,7 @@ def built_path() -> Path:
     """Where the extension for the running torch lives once built (in the cache)."""
     import torch
 
-    key = "\0".join([*(s.read_text() for s in SOURCES), torch.__version__, str(torch.version.git_version),
+    key = "\0".join([*(s.read_text() for s in SOURCES), *FLAGS, torch.__version__, str(torch.version.git_version),
                      sysconfig.get_config_var("EXT_SUFFIX") or "", str(int(torch._C._GLIBCXX_USE_CXX11_ABI))])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return cache_folder() / f"{NAME}_{digest}{sysconfig.get_config_var('EXT_SUFFIX')}"
@@ -79,7 +82,7 @@ def compile_for_torch(sources: Sequence[Path], name: str, target: Path) -> None:
     # written beside the target and renamed over it: a process loading it sees the old file or the whole new one
     fd, partial = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=target.parent)
     os.close(fd)
-    command = [compiler, "-O2", "-std=c++20", "-shared", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
+    command = [compiler, *FLAGS, "-shared", "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
                f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", f"-DTORCH_EXTENSION_NAME={name}",
                f"-I{sysconfig.get_paths()['include']}", *(f"-I{p}" for p in cpp_extension.include_paths()),
                *(str(s) for s in sources), "-o", partial, *(f"-L{p}" for p in cpp_extension.library_paths()),
