@@ -308,7 +308,7 @@ def main() -> None:
             print(f"{'':>11}       C++ hook, Python allocator model: {r['python_allocator_median_ms']:8.3f} ms, "
                   f"ratio {r['python_allocator_ratio']:.3f}")
         if "python_ratio" in r:
-            print(f"{'':>11}       Python hook and allocator model: {r['python_median_ms']:8.3f} ms, "
+            print(f"{'':>11}  Python hook, allocator model, mode: {r['python_median_ms']:8.3f} ms, "
                   f"ratio {r['python_ratio']:.3f}")
         if "no_fast_path_ratio" in r:
             print(f"{'':>11}       C++ hook and model, no fast path: {r['no_fast_path_median_ms']:8.3f} ms, "
