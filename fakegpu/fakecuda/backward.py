@@ -37,7 +37,7 @@ import torch.autograd
 import torch.autograd.graph
 
 from fakegpu.fakecuda.copies import dense
-from fakegpu.fakecuda.tensor import FAKE_TYPES, badge
+from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, storage_key
 
 
 class _Local(threading.local):
@@ -57,23 +57,22 @@ def in_backward() -> bool:
 _ENGINE_TYPES = (torch.Tensor, *FAKE_TYPES)
 
 
-def accumulated_in_place(args: tuple, kwargs: dict, out: Any) -> torch.Tensor | None:
+def accumulated_in_place(tracker: StorageTracker, args: tuple, kwargs: dict, out: Any) -> torch.Tensor | None:
     """The gradient the autograd engine would have added the other into, in place, on CUDA.
 
     The engine sums a gradient arriving for an input that already has one (InputBuffer::accumulate, `old + new`)
     into the one it holds, the first argument, when it holds the only reference to it, unless a dispatch mode is
-    active, when it adds out of place (a mode may not tolerate mutation). fakecuda's charging mode is one, so every
-    such sum would otherwise cost one more gradient-sized tensor than on CUDA. The test is the engine's: no grad
-    mode, a plain dense tensor whose storage nothing else holds (a use count of 2: its tensor and the storage
-    object asked for here). Gradients that reached Python before (the loss's, a badged fake tensor) qualify as
-    well. Never the new gradient: on a real H200 (torch 2.11) GPT-2's tied embedding and LM head add theirs out
-    of place, the held one (the head's, a transposed view) not qualifying."""
+    active, when it adds out of place (a mode may not tolerate mutation). fakecuda's Python charging mode is one,
+    so every such sum would otherwise cost one more gradient-sized tensor than on CUDA. The test is the engine's: no
+    grad mode, a plain dense tensor whose storage nothing else holds (tracker.sole_owner). Gradients that reached
+    Python before (the loss's, a badged fake tensor) qualify as well. Never the new gradient: on a real H200 (torch
+    2.11) GPT-2's tied embedding and LM head add theirs out of place, the held one (the head's, a transposed view)
+    not qualifying."""
     if torch.is_grad_enabled() or kwargs.get("alpha", 1) != 1 or len(args) != 2 or not isinstance(out, torch.Tensor):
         return None
     t = args[0]
     if (type(t) in _ENGINE_TYPES and t.layout is torch.strided and t.shape == out.shape and t.dtype == out.dtype
-            and torch._C._storage_Use_Count(t.untyped_storage()._cdata) == 2
-            and dense(t)):
+            and tracker.sole_owner(t) and dense(t)):
         return t
     return None
 
@@ -151,7 +150,7 @@ def _function_replacements(mode: Any) -> list[tuple[Any, str, Any]]:
         live = tracker.live
         for i, g in enumerate(grads):
             if type(g) is torch.Tensor:
-                entry = live.get(g.untyped_storage()._cdata)
+                entry = live.get(storage_key(g))
                 index = entry[0] if entry is not None else devices[i] if i < len(devices) else None
                 if index is not None:
                     badge(g, index, tracker)

@@ -43,7 +43,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fakegpu.fakecuda import copies, fidelity, reduce
 from fakegpu.fakecuda.backward import accumulated_in_place, in_backward
 from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
-from fakegpu.fakecuda.tensor import FAKE_TYPES, FakeCudaParameter, FakeCudaTensor, StorageTracker, gpu_lost_error
+from fakegpu.fakecuda.tensor import (
+    FAKE_TYPES,
+    FakeCudaParameter,
+    FakeCudaTensor,
+    StorageTracker,
+    gpu_lost_error,
+    storage_key,
+)
 
 aten = torch.ops.aten
 
@@ -103,7 +110,7 @@ def _written(spots: tuple[tuple[int, str], ...], args: tuple, kwargs: dict) -> s
         t = args[i] if i < len(args) else kwargs.get(name)
         for x in (t if isinstance(t, (list, tuple)) else (t,)):
             if isinstance(x, torch.Tensor) and x.layout is _STRIDED and x.is_cpu:  # (a fake tensor's is_cpu is False)
-                keys.add(x.untyped_storage()._cdata)
+                keys.add(storage_key(x))
     return keys
 
 
@@ -328,7 +335,7 @@ class ChargeRules:
             self._charge(out, index, _written(plan.writes, args, kwargs) if plan.writes else _NONE, plan.order)
             return
         if backward and plan.add:
-            source = accumulated_in_place(args, kwargs, out)
+            source = accumulated_in_place(self.tracker, args, kwargs, out)
             if source is not None and self.tracker.transfer(source, out):
                 return
         packet = plan.packet
@@ -449,7 +456,7 @@ class ChargeRules:
         if cls in FAKE_TYPES:
             return t._fc_index
         if (cls is torch.Tensor or cls is torch.nn.Parameter) and t.layout is _STRIDED and t.is_cpu:
-            entry = self.live.get(t.untyped_storage()._cdata)
+            entry = self.live.get(storage_key(t))
             if entry is not None:
                 return entry[0]
         return None
@@ -486,7 +493,7 @@ class ChargeRules:
                 order: tuple[int, ...] | None = None) -> None:
         """Charge the op's fresh output storages (in the kernel's allocation order), not those it wrote into."""
         if type(out) is torch.Tensor:  # the common case: one output
-            if out.layout is _STRIDED and out.is_cpu and (not written or out.untyped_storage()._cdata not in written):
+            if out.layout is _STRIDED and out.is_cpu and (not written or storage_key(out) not in written):
                 self.tracker.account(out, index)
             return
         outs = out if type(out) is tuple or type(out) is list else (out,)
@@ -494,7 +501,7 @@ class ChargeRules:
             outs = [outs[i] for i in order]
         for o in outs:
             if (type(o) is torch.Tensor or type(o) is torch.nn.Parameter) and o.layout is _STRIDED and o.is_cpu and (
-                    not written or o.untyped_storage()._cdata not in written):
+                    not written or storage_key(o) not in written):
                 self.tracker.account(o, index)
 
 
@@ -563,6 +570,7 @@ class ChargeHook:
         # storages the fast path charged are watched through their memory (storage_watch.cpp), which a resize or a
         # move to shared memory swaps
         self.rules.tracker.after_swap = self.ext.rewatch_swapped
+        self.rules.tracker.native = self.ext.StorageNative(self.rules.live, self.rules.runtime.devices)
         if self.fast:
             self._install_fast()
         ChargeHook._installed = self
@@ -586,6 +594,7 @@ class ChargeHook:
         self.ext.set_enabled(self._was_enabled)
         self._uninstall_fast()
         self.ext.uninstall()
+        self.rules.tracker.native = None
         ChargeHook._installed = None
         _hook_ext = None
 

@@ -27,6 +27,7 @@ from fakegpu.fakecuda.tensor import (
     badge,
     launched,
     malloc,
+    storage_key,
     unbadge,
 )
 
@@ -357,7 +358,7 @@ def _record_stream(mode: FakeCudaMode, func, args, kwargs):
     self, stream = args[0], (args[1] if len(args) > 1 else kwargs["s"])
     if type(self) not in FAKE_TYPES:
         return func(*args, **kwargs)  # a CPU tensor: torch's own error
-    entry = mode.tracker.live.get(self.untyped_storage()._cdata)
+    entry = mode.tracker.live.get(storage_key(self))
     if entry is not None:
         mode.runtime.devices[entry[0]].allocator.record_stream(entry[1], stream.stream_id)
     return None

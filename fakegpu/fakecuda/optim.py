@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge
+from fakegpu.fakecuda.tensor import FAKE_TYPES, StorageTracker, badge, storage_key
 
 _MODULES = ("adam", "adamw", "sgd", "rmsprop", "adagrad", "adamax", "nadam", "radam", "asgd", "adadelta", "rprop",
             "_adafactor")
@@ -47,7 +47,7 @@ def _badge_charged(tracker: StorageTracker, values: Any) -> None:
         if type(value) is list:
             for t in value:
                 if type(t) is torch.Tensor or type(t) is torch.nn.Parameter:
-                    entry = live.get(t.untyped_storage()._cdata)
+                    entry = live.get(storage_key(t))
                     if entry is not None:
                         badge(t, entry[0], tracker)
 

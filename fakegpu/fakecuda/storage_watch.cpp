@@ -308,7 +308,50 @@ void unlock_after_fork() {
 
 }  // namespace
 
+namespace {
+
+// What StorageTracker does with a storage while the extension is loaded (tensor.py's tracker.native), done without
+// the storage's Python object: torch keeps that object, once made, alive with a reference to the storage for the
+// storage's life, and the autograd engine sums a gradient into the one it holds in place only when nothing else
+// holds that one's storage (InputBuffer::accumulate). Each gradient Python had asked `untyped_storage()` of (a
+// charge, a device lookup) was summed out of place on the CPU: a gradient-sized tensor made and filled where CUDA's
+// engine adds into the one it has.
+struct StorageNative {
+  std::shared_ptr<WatchSink> sink;
+};
+
+const c10::Storage& storage_of(const at::Tensor& t) {
+  if (!t.has_storage()) throw py::value_error("the tensor has no storage");
+  return t.storage();
+}
+
+}  // namespace
+
 void register_watch(py::module_& m) {
+  py::class_<StorageNative>(m, "StorageNative",
+                            "tracker.live's storages, charged and looked at without their Python objects.")
+      .def(py::init([](py::object live, py::object devices) {
+             if (!PyDict_CheckExact(live.ptr()) || !PyList_CheckExact(devices.ptr()))
+               throw py::type_error("StorageNative takes tracker.live (a dict) and runtime.devices (a list)");
+             return StorageNative{watch_sink(std::move(live), std::move(devices))};
+           }),
+           py::arg("live"), py::arg("devices"))
+      .def("watch", [](const StorageNative& self, const at::Tensor& t, py::handle key) {
+             return watch_storage(storage_of(t), self.sink, key.ptr());
+           },
+           "The third item of tracker.live's entry for the tensor's storage, charged under `key`: None where its "
+           "memory is watched, else a weak reference to its Python object.")
+      .def_static("nbytes", [](const at::Tensor& t) { return static_cast<int64_t>(storage_of(t).nbytes()); },
+                  "The bytes of the tensor's storage.")
+      .def_static("owners", [](const at::Tensor& t) {
+             const c10::StorageImpl* impl = storage_of(t).unsafeGetStorageImpl();
+             // (a storage's Python object, while it has one, holds one reference: not an owner)
+             const int64_t held = static_cast<int64_t>(c10::raw::intrusive_ptr::use_count(
+                 const_cast<c10::StorageImpl*>(impl)));
+             return held - (impl->pyobj_slot()->load_pyobj() != nullptr ? 1 : 0);
+           },
+           "How many tensors (and other owners but the storage's own Python object) hold the tensor's storage.");
+
   static const int forks = pthread_atfork(&lock_for_fork, &unlock_after_fork, &unlock_after_fork);
   if (forks != 0) throw std::runtime_error("pthread_atfork failed for fakecuda's storage watch");
   m.def("rewatch_swapped", &rewatch_swapped,

@@ -9,7 +9,10 @@ the C++ tensor lives, so the badge survives round trips through C++ (autograd, c
 Memory accounting is per storage, like the real allocator: the first time a storage is seen under a fake
 device, a block of its size is taken from that device's allocator model, and it is returned when the storage
 dies: here through a weak reference to the storage's Python object (which PyTorch preserves for as long as the
-storage lives); the C++ hook watches the storages it charges through their memory instead (storage_watch.cpp).
+storage lives); where the C++ extension is loaded, through the storage's memory instead (storage_watch.cpp).
+Storages are found by their StorageImpl's address (`storage_key`), not through `untyped_storage()`: that makes the
+storage's Python object, which then holds the storage for its whole life, and the autograd engine sums gradients in
+place only into one whose storage nothing else holds.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from fakegpu.fakecuda.errors import ModelGPULost, ModelOutOfMemory
 from fakegpu.fakecuda.runtime import Runtime
 
 _DEVICES: dict[int, torch.device] = {}
+
+# A tensor's storage as tracker.live keys it (the StorageImpl's address, UntypedStorage._cdata), without making the
+# storage's Python object (see the top of this file).
+storage_key: Callable[[torch.Tensor], int] = torch._C._storage_id
 
 
 def cuda_device(index: int) -> torch.device:
@@ -124,29 +131,44 @@ class StorageTracker:
         # what is called after a storage method that can swap a storage's memory (resize_, and sharing it
         # through shared memory): the extension's, to watch the storage again before it can die unseen
         self.after_swap: Callable[[], None] | None = None
+        # the extension's StorageNative (storage_watch.cpp) while its hook is installed: storages charged and
+        # looked at without their Python objects; None: through them, in Python
+        self.native: Any = None
 
     def account(self, tensor: torch.Tensor, index: int, block=None) -> None:
-        storage = tensor.untyped_storage()
-        key = storage._cdata
+        native = self.native
+        storage = tensor.untyped_storage() if native is None else None
+        key = storage._cdata if storage is not None else storage_key(tensor)
         if key in self.live:
             if block is not None:  # pre-allocated for a storage that turned out to be shared: give it back
                 self.runtime.free(index, block)
             return
         if block is None:
-            nbytes = storage.nbytes()
+            nbytes = storage.nbytes() if storage is not None else native.nbytes(tensor)
             # PyTorch's allocator hands out no block for zero bytes; the storage is still tracked, as it may
             # be resized later (resize() below)
             block = malloc(self.runtime, index, nbytes) if nbytes else None
+        if storage is None:
+            self.live[key] = (index, block, native.watch(tensor, key))
+            return
         # a plain weakref with a callback costs less per op output than weakref.finalize
         self.live[key] = (index, block, weakref.ref(storage, lambda _ref, key=key: self._release(key)))
+
+    def sole_owner(self, tensor: torch.Tensor) -> bool:
+        """Whether nothing but `tensor` holds its storage (the storage's own Python object aside): what the autograd
+        engine asks before summing a gradient into it in place."""
+        if self.native is not None:
+            return self.native.owners(tensor) == 1
+        # (the storage's Python object, made here if it had none, holds one reference)
+        return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata) == 2
 
     def transfer(self, source: torch.Tensor, target: torch.Tensor) -> bool:
         """Hand `source`'s block to `target`'s (uncharged) storage, as if the op that made `target` had written
         into `source` in place (CUDA did; the CPU made a new tensor): the block is no longer freed when `source`'s
         storage dies. False when either side does not qualify."""
-        if target.untyped_storage()._cdata in self.live:
+        if storage_key(target) in self.live:
             return False
-        entry = self.live.pop(source.untyped_storage()._cdata, None)
+        entry = self.live.pop(storage_key(source), None)
         if entry is None:
             return False
         self.account(target, entry[0], entry[1])

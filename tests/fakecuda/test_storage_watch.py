@@ -82,6 +82,42 @@ def test_the_engine_sums_gradients_in_place_as_on_cuda(extension, fakecuda):
         assert _backward_adds(torch, x) == ["aten::add"]
 
 
+def test_gradients_the_python_rules_charge_are_summed_in_place_too(extension, fakecuda):
+    """A sum the engine itself makes in backward is charged by the Python rules (accumulated_in_place), which
+    looked each tensor up through `untyped_storage()`: the storage's Python object, made there, held the sum's
+    storage for its life, so the next gradient for it was summed out of place on the CPU (a residual stream's, in
+    every layer of a transformer). Looked up by address, it is summed in place, as the CPU alone and CUDA do."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    from fakegpu.fakecuda.dispatch import suspended
+    from fakegpu.fakecuda.tensor import storage_key
+
+    def adds(device: str) -> list[str]:
+        from torch.profiler import profile
+
+        torch.manual_seed(0)
+        layer = nn.Linear(64, 64).to(device)
+        x = torch.randn(8, 64, device=device, requires_grad=True)
+        h = x
+        for _ in range(2):
+            h = h + layer(h)  # the first sum in backward adds an expanded gradient: out of place, a new tensor
+        loss = h.sum()
+        with profile() as prof:
+            loss.backward()
+        assert x.grad is not None and torch.isfinite(x.grad).all()
+        return sorted(e.name for e in prof.events() if e.name in ("aten::add", "aten::add_"))
+
+    fakecuda("a100")
+    with torch._C.DisableTorchFunction(), suspended():
+        on_cpu = adds("cpu")
+    # (the layer is shared: AccumulateGrad sums its weight's and bias's second gradients out of place)
+    assert on_cpu == ["aten::add", "aten::add", "aten::add", "aten::add_"]
+    assert adds("cuda") == on_cpu
+    y = torch.randn(16, device="cuda") * 2
+    assert torch._C._storage_Use_Count(storage_key(y)) == 1  # looked up and charged, its storage held by y alone
+
+
 def test_a_resized_storage_stays_charged_and_watched(extension, fakecuda):
     torch = pytest.importorskip("torch")
     fakecuda("a100")
