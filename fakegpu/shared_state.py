@@ -175,6 +175,11 @@ class StateFile:
         finally:
             os.close(fd)
 
+    @property
+    def mapping(self) -> mmap.mmap:
+        """The file's mapping, for a writer of its busy rings in another language (fakecuda's busy_ring.cpp)."""
+        return self._map
+
     def set(self, device: int, used_bytes: int) -> None:
         if not 0 <= device < MAX_DEVICES:
             raise ValueError(f"device index {device}: expected 0..{MAX_DEVICES - 1}")

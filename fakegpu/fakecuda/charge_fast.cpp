@@ -45,6 +45,10 @@
 #include <unordered_map>
 #include <vector>
 
+// busy_ring.cpp
+bool ring_busy(int64_t board, bool compute, int64_t started, int64_t ended);
+bool ring_open();
+
 // storage_watch.cpp
 struct WatchSink;
 std::shared_ptr<WatchSink> watch_sink(py::object live, py::object devices);
@@ -140,6 +144,12 @@ std::shared_ptr<Fast>& fast = *new std::shared_ptr<Fast>();
 
 void drain_busy(Fast& state) {
   if (state.busy.empty()) return;
+  if (ring_open()) {  // the state file's writer is in C++ (busy_ring.cpp): no Python
+    std::vector<BusyRecord> busy;
+    busy.swap(state.busy);
+    for (const auto& r : busy) ring_busy(r.board, r.compute != 0, r.started, r.ended);
+    return;
+  }
   py::list records;
   for (const auto& r : state.busy) records.append(py::make_tuple(r.board, r.compute != 0, r.started, r.ended));
   state.busy.clear();
@@ -544,6 +554,11 @@ void join_busy(std::vector<BusyRecord>& busy, int64_t slot_ns, int64_t gap_ns, i
 }
 
 void keep_busy(Fast& state, int64_t board, bool compute, int64_t started, int64_t now) {
+  if (ring_open()) {  // written at once: a record costs no more than keeping it
+    drain_busy(state);
+    ring_busy(board, compute, started, now);
+    return;
+  }
   if (state.busy.empty()) state.busy_since = now;
   join_busy(state.busy, state.slot_ns, state.gap_ns, board, compute, started, now);
 }

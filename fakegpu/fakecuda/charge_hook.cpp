@@ -264,12 +264,14 @@ TORCH_LIBRARY_IMPL(_, Fake, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 void register_allocator(pybind11::module_& m);  // allocator.cpp
 void register_fast(pybind11::module_& m);       // charge_fast.cpp
 void register_watch(pybind11::module_& m);      // storage_watch.cpp
+void register_busy_ring(pybind11::module_& m);  // busy_ring.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_allocator(m);
   register_fast(m);
   register_watch(m);
   register_mode_fast(m);
+  register_busy_ring(m);
   m.def("install", &install, "Route every op's bookkeeping to after(func, args, kwargs, out, started_ns) and "
                              "CUDA creation ops to factory(func, args, kwargs, started_ns) -> out.");
   m.def("uninstall", &uninstall);

@@ -571,6 +571,7 @@ class ChargeHook:
         # move to shared memory swaps
         self.rules.tracker.after_swap = self.ext.rewatch_swapped
         self.rules.tracker.native = self.ext.StorageNative(self.rules.live, self.rules.runtime.devices)
+        self.rules.runtime.busy_ring = self.ext.BusyRing
         if self.fast:
             self._install_fast()
         ChargeHook._installed = self
@@ -595,6 +596,7 @@ class ChargeHook:
         self._uninstall_fast()
         self.ext.uninstall()
         self.rules.tracker.native = None
+        self.rules.runtime.busy_ring = None  # (a ring already open stays the state file's writer until it closes)
         ChargeHook._installed = None
         _hook_ext = None
 

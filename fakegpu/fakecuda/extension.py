@@ -29,7 +29,7 @@ from fakegpu.errors import FakeGPUError
 
 NAME = "fakegpu_charge_hook"
 SOURCES = tuple(Path(__file__).resolve().parent / name for name in (
-    "charge_hook.cpp", "charge_fast.cpp", "storage_watch.cpp", "allocator.cpp", "mode_fast.cpp"))
+    "charge_hook.cpp", "charge_fast.cpp", "storage_watch.cpp", "allocator.cpp", "mode_fast.cpp", "busy_ring.cpp"))
 
 # Compiler flags: part of the file name's digest, with the sources, so that changing them builds a new file
 FLAGS = ("-O2", "-std=c++20")

@@ -81,6 +81,9 @@ class Runtime:
     # busy time kept elsewhere (the C++ hook's fast path, charge_fast.cpp), handed to on_busy when called: before
     # busy time reported here and at sync points, so on_busy sees it in order
     busy_backlog: Callable[[], None] | None = None
+    # makes the state file's busy-time writer in C++ (the extension's BusyRing, busy_ring.cpp: mapping, layout, pid)
+    # while the C++ hook is installed; state.py's Publisher uses it for the file it creates
+    busy_ring: Callable[..., Any] | None = None
     ooms: list[ModelOutOfMemory] = field(default_factory=list)  # every OOM raised, caught by the script or not
     folded_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # peaks before a reset_peak_memory_stats
     thread: HostThread = field(default_factory=HostThread, repr=False)

@@ -14,7 +14,9 @@ import functools
 import os
 import threading
 import time
+from typing import Any
 
+from fakegpu import shared_state
 from fakegpu.fakecuda.runtime import Runtime
 from fakegpu.shared_state import (
     BUSY_GAP_NS,
@@ -27,6 +29,11 @@ from fakegpu.shared_state import (
     process_name,
     state_dir,
 )
+
+# The state file's layout and busy-time rules as the C++ writer takes them (busy_ring.cpp)
+RING_LAYOUT = {name: getattr(shared_state, name) for name in (
+    "OFF_BUSY", "BUSY_SLOTS", "SLOT_NS", "SLOT_US", "US_BITS", "SLOT_BITS", "KERNEL_NS", "BUSY_GAP_NS",
+    "WORK_COMPUTE", "WORK_MEMORY", "MAX_DEVICES")}
 
 
 def gpu_instances(runtime: Runtime) -> dict[int, int]:
@@ -56,6 +63,9 @@ class Publisher:
         self._reader_lock = threading.Lock()
         # The busy span not yet written (board, kind, start, end, end of start's slot): see busy()
         self._span: list[int] | None = None
+        # The file's busy-time writer in C++ (busy_ring.cpp), made with the file where the runtime offers one:
+        # busy() and flush() with the same arithmetic, without Python for the C++ hook's ops
+        self.ring: Any = None
         self.instances = gpu_instances(runtime)
         for d in runtime.devices:
             d.allocator.others = functools.partial(self.others, d.board, self.instances.get(d.board))
@@ -96,6 +106,8 @@ class Publisher:
                 except OSError:
                     self.closed = True  # a read-only or missing state folder must not break the training run
                     return
+                if self.runtime.busy_ring is not None:
+                    self.ring = self.runtime.busy_ring(self.file.mapping, RING_LAYOUT, self.pid)
             for index, (now, then) in enumerate(zip(used, before, strict=True)):
                 if now != then:
                     # the instance first: a reader that sees the bytes sees where they are
@@ -113,6 +125,9 @@ class Publisher:
         write of the joined span stores exactly what a write per op did): the span is written when work of
         another kind or board comes, after a gap, when a new slot begins, and at sync points (flush()). Readers
         see a slot's work at the latest when the next slot's first op runs, instead of a mapping write per op."""
+        if self.ring is not None:
+            self.ring.busy(board, compute, started_ns, ended_ns)
+            return
         if self.file is None or self.closed:
             return
         now = time.monotonic_ns() if ended_ns is None else ended_ns
@@ -132,6 +147,9 @@ class Publisher:
 
     def flush(self) -> None:
         """Write the pending busy span (at a sync point: torch.cuda.synchronize, and at exit)."""
+        if self.ring is not None:
+            self.ring.flush()
+            return
         span, self._span = self._span, None
         if span is not None:
             self._write(span[0], span[1], span[2], span[3])
@@ -152,6 +170,9 @@ class Publisher:
             if self.closed and self.file is None:
                 return
             self.closed = True
+            if self.ring is not None:  # (it holds the mapping: closed first)
+                self.ring.close()
+                self.ring = None
             if self.file is not None:
                 self.file.close(remove=os.getpid() == self.pid)
                 self.file = None

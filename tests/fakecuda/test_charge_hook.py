@@ -239,6 +239,11 @@ def test_busy_time_kept_by_the_fast_path_reaches_the_telemetry_in_order(extensio
     x = torch.randn(64, 64, device="cuda")  # the first launch
     x @ x  # cuBLAS loaded, by the Python rules
     time.sleep(0.15)  # past any "not yet" the fast path heard before it (it asks again 100 ms later)
+    # (the state file's C++ writer closed: what follows is the way busy time takes without one, where the publisher
+    # has no file, or has a Python writer of its own; test_busy_time_of_the_fast_path_is_written_without_python)
+    publisher = runtime.on_busy.__self__
+    publisher.ring.close()
+    publisher.ring = None
     seen: list[tuple[int, str]] = []
     runtime.on_busy = lambda board, compute, started, ended=None: seen.append((started, "tc" if compute else "mem"))
     before, gemms = extension.fast_handled(), extension.fast_gemms()
@@ -262,6 +267,34 @@ def test_busy_time_kept_by_the_fast_path_reaches_the_telemetry_in_order(extensio
     torch.cuda.synchronize()
     assert len(seen) == handed + 1 and seen[-1][1] == "mem"
     assert [started for started, _ in seen] == sorted(started for started, _ in seen)
+
+
+def test_busy_time_of_the_fast_path_is_written_without_python(extension, fakecuda):
+    """With the state file made, its busy rings are written in C++ (busy_ring.cpp): the fast path's ops reach them
+    at once, without handing records to Python, and Python's own ops' busy time goes through the same writer."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    from fakegpu.fakecuda.dispatch import ChargeHook
+    from fakegpu.shared_state import OFF_BUSY, OFF_INSTANCE
+
+    runtime = fakecuda("a100")
+    runtime.faults = None
+    x = torch.randn(256, 256, device="cuda")  # memory: the state file, and its writer
+    publisher = runtime.on_busy.__self__
+    assert publisher.ring is not None and publisher.ring.open
+    rules = ChargeHook._installed.rules
+    handed: list = []
+    rules.fast_busy = handed.append  # (the C++ side asks the rules for it at each hand-over)
+    time.sleep(0.15)  # past any "not yet" the fast path heard before it
+    before = bytes(publisher.file.mapping[OFF_BUSY:OFF_INSTANCE])
+    done = extension.fast_handled()
+    for _ in range(50):
+        x = (x.exp() * 0.5).sin()
+    torch.cuda.synchronize()
+    assert extension.fast_handled() - done >= 150 and handed == []
+    after = bytes(publisher.file.mapping[OFF_BUSY:OFF_INSTANCE])
+    assert after != before  # the ops' time is in the ring
 
 
 def test_busy_records_joined_by_the_fast_path_make_the_spans_op_by_op_records_make(extension, tmp_path):

@@ -300,3 +300,52 @@ def test_a_forked_child_writes_none_of_its_parents_pending_busy_time(tmp_path):
     alone = ring_after(fork=False)
     assert any(alone)
     assert ring_after(fork=True) == alone
+
+
+@pytest.mark.torch
+def test_the_cxx_busy_writer_stores_what_the_python_one_does(tmp_path):
+    """While the C++ hook is installed the state file's busy rings are written by busy_ring.cpp (the fast path's ops
+    without Python): for the same ops, with and without starts, the rings must hold what Publisher.busy and
+    StateFile.busy write, word for word, and a forked child writes none of the parent's work. The ring holds the
+    mapping: the publisher closes it before the file."""
+    pytest.importorskip("torch")
+    from fakegpu.fakecuda import extension
+    from fakegpu.fakecuda.state import RING_LAYOUT
+    from fakegpu.shared_state import OFF_BUSY, OFF_INSTANCE, StateFile
+
+    extension.build()
+    ext = extension.load()
+    ops: list = busy_ops(seed=7)
+    ops += [(board, compute, None, end) for board, compute, _, end in busy_ops(seed=8, count=200)]  # moments' work
+    rt = Runtime.from_spec("a100:2", environ={})
+
+    def ring(cxx: bool, fork: bool = False) -> bytes:
+        name = f"cxx-{cxx}-fork-{fork}"
+        pub = Publisher(rt, str(tmp_path / name))
+        pub.file = StateFile(pub.dir, pub.pid, name)
+        if cxx:
+            pub.ring = ext.BusyRing(pub.file.mapping, RING_LAYOUT, pub.pid)
+            with pytest.raises(BufferError):
+                pub.file.mapping.close()  # (held by the ring)
+        for op in ops:
+            pub.busy(*op)
+        if fork:
+            pid = os.fork()
+            if pid == 0:  # a sync point, one more op and an exit, as a DataLoader worker's would be
+                try:
+                    pub.flush()
+                    pub.busy(*ops[0])
+                    pub.close()
+                finally:
+                    os._exit(0)
+            assert os.waitpid(pid, 0)[1] == 0
+        pub.flush()
+        out = bytes(pub.file.mapping[OFF_BUSY:OFF_INSTANCE])
+        pub.close()
+        assert pub.ring is None and pub.file is None and not os.path.exists(pub.path)
+        return out
+
+    python = ring(cxx=False)
+    assert any(python)
+    assert ring(cxx=True) == python
+    assert ring(cxx=True, fork=True) == python
