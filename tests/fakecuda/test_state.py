@@ -265,6 +265,19 @@ def test_busy_spans_joined_per_slot_store_what_a_write_per_op_stores(tmp_path):
     pub.close()
 
 
+def run_forked_child(pub: Publisher, op: tuple) -> None:
+    """A child of this process that uses `pub` as a DataLoader worker would: a sync point, one more op, its exit."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            pub.flush()
+            pub.busy(*op)
+            pub.close()
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
 def test_a_forked_child_writes_none_of_its_parents_pending_busy_time(tmp_path):
     """A child forked while busy time is pending (the publisher's open span, records the C++ fast path keeps, both
     handed over at sync points and at exit) shares the parent's state file: what it would write there is the
@@ -283,15 +296,7 @@ def test_a_forked_child_writes_none_of_its_parents_pending_busy_time(tmp_path):
         pub.busy(*ops[-1])  # (the span it opens stays pending)
         assert pub._span is not None
         if fork:
-            pid = os.fork()
-            if pid == 0:  # the child: a sync point, one more op, and its exit, as a DataLoader worker's would be
-                try:
-                    pub.flush()
-                    pub.busy(*ops[0])
-                    pub.close()
-                finally:
-                    os._exit(0)
-            assert os.waitpid(pid, 0)[1] == 0
+            run_forked_child(pub, ops[0])
         pub.flush()
         ring = bytes(pub.file._map[OFF_BUSY:OFF_INSTANCE])
         pub.close()
@@ -330,15 +335,7 @@ def test_the_cxx_busy_writer_stores_what_the_python_one_does(tmp_path):
         for op in ops:
             pub.busy(*op)
         if fork:
-            pid = os.fork()
-            if pid == 0:  # a sync point, one more op and an exit, as a DataLoader worker's would be
-                try:
-                    pub.flush()
-                    pub.busy(*ops[0])
-                    pub.close()
-                finally:
-                    os._exit(0)
-            assert os.waitpid(pid, 0)[1] == 0
+            run_forked_child(pub, ops[0])
         pub.flush()
         out = bytes(pub.file.mapping[OFF_BUSY:OFF_INSTANCE])
         pub.close()
