@@ -25,7 +25,8 @@
 // An add is the common op while grad mode is on; without it the engine may be summing gradients, which the rules
 // charge as done in place where CUDA's engine would (backward.accumulated_in_place): those stay in Python. Layer
 // norm takes a contiguous copy of its input (forward and backward) and of dY (backward) around its outputs.
-// Anything else goes to the Python rules, as before. Busy time (Runtime.ran's telemetry) is kept here and handed
+// Anything else goes to the Python rules, as before. Busy time (Runtime.ran's telemetry) is written at once into the
+// state file's C++ writer where the publisher has one (busy_ring.cpp); where not, it is kept here and handed
 // to ChargeRules.fast_busy in batches, at the latest half a telemetry slot after the op and before any busy time
 // Python reports itself (Runtime.ran and synced() drain this first), so the order is kept. Back-to-back ops that the
 // publisher would join into one span whatever span it holds (state.Publisher.busy: one board and kind, no gap, the
